@@ -1,0 +1,59 @@
+"""The seam between the trainer and any generation engine (transformers, vLLM, remote workers).
+
+The trainer only ever calls `engine.generate(...)` and `engine.load_weights(...)`; it never reaches
+into an engine. Completions come back flat, the n samples of one prompt contiguous, which is the
+layout `rlvr.core` group functions expect.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Protocol, runtime_checkable
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample. `temperature == 0` means greedy decoding."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 disables top-k
+    max_new_tokens: int = 128
+    stop: tuple[str, ...] = ()  # stop strings; the completion text is cut before the stop string
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+
+
+@dataclass
+class Completion:
+    """One sampled continuation of one prompt."""
+
+    prompt: str
+    prompt_ids: list[int]
+    token_ids: list[int]  # generated tokens, EOS included when the model emitted it
+    logprobs: list[float]  # sampler log-prob of each generated token, len == len(token_ids)
+    text: str  # decoded completion, special tokens and any stop string removed
+    finish_reason: str  # "stop" (EOS or a stop string) or "length" (max_new_tokens reached)
+    extra: dict = field(default_factory=dict)
+
+
+@runtime_checkable
+class RolloutEngine(Protocol):
+    def generate(self, prompts: list[str], n: int, sampling: SamplingParams) -> list[Completion]:
+        """Return len(prompts) * n completions; those of prompt i are [i*n, (i+1)*n)."""
+        ...
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Make the engine sample from new policy weights (weight sync after an optimizer step)."""
+        ...

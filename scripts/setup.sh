@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Creates (or refreshes) the project's virtual environment in .venv with everything the
+# demo and the tests need. torch is pinned to the CPU build that lies on local disk; a plain
+# `torch` would pull a multi-GB CUDA build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.rlvr-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q "torch==2.13.0"
+  .venv/bin/python -m pip install -q -e ".[test,gym]" "torch==2.13.0"
+  touch "$stamp"
+fi
