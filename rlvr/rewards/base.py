@@ -20,3 +20,54 @@ class RewardOutput:
 @runtime_checkable
 class RewardFn(Protocol):
     def __call__(self, prompt: str, completion: str, example: Mapping[str, Any]) -> float | RewardOutput: ...
+
+
+# --- batched form -------------------------------------------------------------------------------
+# Rewards that need the whole batch (a worker pool, a sandbox farm, group statistics such as Kimi's
+# length reward) implement `score_batch`. The n samples of one prompt are contiguous, as in
+# `rlvr.rollout.base`, so `group_size` is enough to recover the groups.
+
+
+@dataclass
+class BatchContext:
+    """What a batched reward may need beyond the text. All fields optional."""
+
+    group_size: int = 1  # n samples per prompt, contiguous
+    step: int = 0  # current optimizer step (for rewards switched on from a given step)
+    lengths: list[int] | None = None  # completion lengths in tokens, one per completion
+    max_new_tokens: int | None = None  # the sampler's length budget
+    correct: list[bool] | None = None  # exact correctness if the caller already computed it
+
+    def __post_init__(self) -> None:
+        if self.group_size < 1:
+            raise ValueError(f"group_size must be >= 1, got {self.group_size}")
+
+
+@dataclass
+class RewardBatch:
+    """Scores of a batch plus named per-sample components (NaN = not applicable to that sample)."""
+
+    scores: list[float]
+    components: dict[str, list[float]] = field(default_factory=dict)
+    errors: int = 0  # samples whose reward raised or timed out and got the fallback score
+
+    def metrics(self, prefix: str = "reward/") -> dict[str, float]:
+        """Mean of each component over the samples where it applies, plus the error count."""
+        out: dict[str, float] = {}
+        for name, values in self.components.items():
+            seen = [v for v in values if v == v]  # drop NaN
+            if seen:
+                out[prefix + name] = sum(seen) / len(seen)
+        out[prefix + "errors"] = float(self.errors)
+        return out
+
+
+@runtime_checkable
+class BatchRewardFn(Protocol):
+    def score_batch(self, prompts: list[str], completions: list[str], examples: list[Mapping[str, Any]],
+                    ctx: BatchContext | None = None) -> RewardBatch: ...
+
+
+class RewardConfigError(ValueError):
+    """A reward was set up or called wrongly (e.g. missing lengths). Never swallowed by SafeReward:
+    a misconfigured reward must stop the run at once, not quietly score the fallback forever."""

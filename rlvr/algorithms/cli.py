@@ -1,0 +1,188 @@
+"""`rlvr dpo`, `rlvr reward-model`, `rlvr rft`: the offline trainers from the command line.
+
+    rlvr dpo --model DIR --data pairs.jsonl --loss dpo|ipo|simpo|ln_dpo --out runs/dpo
+    rlvr reward-model --model DIR --data pairs.jsonl --out runs/rm
+    rlvr rft --model DIR --task sort --rounds 3 --out runs/rft
+
+`add_parsers(subparsers)` registers the three commands on the main `rlvr` parser; each stores
+`args.func(args) -> exit code`. Every config field is a flag (`--micro-batch-size`), with the help
+text of the dataclass field. Bad input (missing file, bad row, bad value) is one line on stderr and
+exit code 2, before any model is loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import typing
+from dataclasses import MISSING, fields
+from pathlib import Path
+from typing import Any, Callable
+
+from rlvr.algorithms.preference import PreferenceConfig, load_preference_pairs
+from rlvr.algorithms.reward_model import RewardModelConfig
+from rlvr.algorithms.rft import RFTConfig
+
+_SCALARS = (int, float, str, bool)
+
+
+def _scalar_type(hint: Any) -> type:
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    base = args[0] if args else hint
+    if base not in _SCALARS:
+        raise TypeError(f"no command-line type for {hint!r}")
+    return base
+
+
+def add_config_flags(parser: argparse.ArgumentParser, cls: type) -> None:
+    """One `--field-name` flag per dataclass field, typed and documented by the field."""
+    hints = typing.get_type_hints(cls)
+    for f in fields(cls):
+        kind = _scalar_type(hints[f.name])
+        flag = "--" + f.name.replace("_", "-")
+        default = f.default if f.default is not MISSING else None
+        text = f"{f.metadata.get('help', '')} (default: {default})"
+        if kind is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=text)
+        else:
+            parser.add_argument(flag, type=kind, default=default, help=text)
+
+
+def config_from_args(cls: type, args: argparse.Namespace) -> Any:
+    config = cls(**{f.name: getattr(args, f.name) for f in fields(cls)})
+    config.validate()
+    return config
+
+
+def _fail(command: str, err: Exception) -> int:
+    print(f"rlvr {command}: error: {err}", file=sys.stderr)
+    return 2
+
+
+def _save(out: Path, model: Any, tokenizer: Any, metrics: dict[str, Any]) -> None:
+    from rlvr.models import save_model
+
+    save_model(model, tokenizer, out / "model")
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
+
+
+def _report(metrics: dict[str, Any], key: str = "accuracy") -> str:
+    before, after = metrics["eval_before"].get(key), metrics["eval_after"].get(key)
+    if before is None:
+        return "no held-out pairs (eval_fraction 0 and no --eval-data)"
+    return f"held-out {key}: {before:.3f} -> {after:.3f} ({metrics['num_eval']} pairs)"
+
+
+def _run_pairs(args: argparse.Namespace, command: str, cls: type,
+               train: Callable[..., dict[str, Any]], load: Callable[[str], Any]) -> int:
+    try:
+        config = config_from_args(cls, args)
+        pairs = load_preference_pairs(args.data)
+        eval_pairs = load_preference_pairs(args.eval_data) if args.eval_data else None
+        model = load(args.model)
+        from rlvr.models import load_tokenizer
+        tokenizer = load_tokenizer(args.model)
+    except (ValueError, FileNotFoundError, NotADirectoryError) as err:
+        return _fail(command, err)
+    on_step = (lambda row: print(json.dumps(row))) if args.verbose else None
+    metrics = train(model, tokenizer, pairs, config, eval_pairs=eval_pairs, on_step=on_step)
+    _save(Path(args.out), model, tokenizer, metrics)
+    print(f"rlvr {command}: {_report(metrics)}; saved to {Path(args.out) / 'model'}")
+    return 0
+
+
+def _dpo(args: argparse.Namespace) -> int:
+    from rlvr.algorithms.preference import train_preference
+    from rlvr.models import load_model
+
+    return _run_pairs(args, "dpo", PreferenceConfig, train_preference, load_model)
+
+
+def _reward_model(args: argparse.Namespace) -> int:
+    from rlvr.algorithms.reward_model import load_reward_model, train_reward_model
+
+    return _run_pairs(args, "reward-model", RewardModelConfig, train_reward_model, load_reward_model)
+
+
+def _task_options(items: list[str]) -> dict[str, Any]:
+    options = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--task-option expects key=value, got {item!r}")
+        try:  # numbers, booleans and lists as JSON; anything else is a plain string
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    return options
+
+
+def _rft(args: argparse.Namespace) -> int:
+    from rlvr.algorithms.rft import train_rft
+    from rlvr.models import load_model_and_tokenizer
+    from rlvr.rollout.hf_engine import HFEngine
+    from rlvr.tasks import get_task
+
+    try:
+        config = config_from_args(RFTConfig, args)
+        if args.train_size < 1 or args.eval_size < 0:
+            raise ValueError(f"--train-size must be >= 1 and --eval-size >= 0, got {args.train_size}, {args.eval_size}")
+        task = get_task(args.task, **_task_options(args.task_option))
+        examples = task.train_examples(args.train_size, config.seed)
+        eval_examples = task.eval_examples(args.eval_size, config.seed) if args.eval_size else None
+        model, tokenizer = load_model_and_tokenizer(args.model)
+    except (ValueError, TypeError, FileNotFoundError, NotADirectoryError) as err:
+        return _fail("rft", err)
+    verify = lambda text, ex: task.is_correct(text, ex)
+    metrics = train_rft(model, tokenizer, HFEngine(model, tokenizer), examples, verify, config, eval_examples,
+                        on_round=lambda row: print(json.dumps(row)))
+    _save(Path(args.out), model, tokenizer, metrics)
+    before, after = metrics.get("eval_accuracy_before"), metrics["rounds"][-1].get("eval_accuracy")
+    summary = f"greedy accuracy {before:.3f} -> {after:.3f}; " if before is not None else ""
+    print(f"rlvr rft: {summary}saved to {Path(args.out) / 'model'}")
+    return 0
+
+
+def _common(parser: argparse.ArgumentParser, out: str) -> None:
+    parser.add_argument("--model", required=True, help="Hugging Face folder of the starting model")
+    parser.add_argument("--out", default=out, help="run folder: model/ and metrics.json are written here")
+    parser.add_argument("--verbose", action="store_true", help="print every optimizer step as JSON")
+
+
+def add_parsers(subparsers: argparse._SubParsersAction) -> None:
+    dpo = subparsers.add_parser("dpo", help="offline preference training: DPO, IPO, SimPO, LN-DPO")
+    _common(dpo, "runs/dpo")
+    dpo.add_argument("--data", required=True, help="jsonl of {prompt, chosen, rejected}")
+    dpo.add_argument("--eval-data", help="held-out jsonl (default: eval_fraction of --data)")
+    add_config_flags(dpo, PreferenceConfig)
+    dpo.set_defaults(func=_dpo)
+
+    rm = subparsers.add_parser("reward-model", help="train a Bradley-Terry reward model on preference pairs")
+    _common(rm, "runs/reward_model")
+    rm.add_argument("--data", required=True, help="jsonl of {prompt, chosen, rejected}")
+    rm.add_argument("--eval-data", help="held-out jsonl (default: eval_fraction of --data)")
+    add_config_flags(rm, RewardModelConfig)
+    rm.set_defaults(func=_reward_model)
+
+    rft = subparsers.add_parser("rft", help="rejection-sampling fine-tuning / expert iteration on a task")
+    _common(rft, "runs/rft")
+    rft.add_argument("--task", default="sort", help="task name (rlvr.tasks.get_task)")
+    rft.add_argument("--task-option", action="append", default=[], metavar="KEY=VALUE",
+                     help="task option, repeatable (e.g. length=3)")
+    rft.add_argument("--train-size", type=int, default=256, help="training prompts sampled from the task")
+    rft.add_argument("--eval-size", type=int, default=64, help="held-out prompts for greedy accuracy (0: none)")
+    add_config_flags(rft, RFTConfig)
+    rft.set_defaults(func=_rft)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run without the main CLI: `python -m rlvr.algorithms.cli dpo --model ...`."""
+    parser = argparse.ArgumentParser(prog="rlvr")
+    add_parsers(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

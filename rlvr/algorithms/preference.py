@@ -1,0 +1,205 @@
+"""Offline preference training: DPO, IPO, SimPO and length-normalised DPO on (prompt, chosen, rejected).
+
+The losses are the pure functions of `rlvr.core.PREFERENCE_LOSSES`; this file only turns text into
+the per-sequence log-probs they take. The reference model is the policy before training (or a given
+`ref_model`), and its log-probs are computed once, before the first update, and cached: TRL's
+`precompute_ref_log_probs`. The reference is frozen, so this is exact, and no second model has to stay
+in memory. SimPO uses no reference, so none is computed.
+
+Held-out preference accuracy = share of held-out pairs whose implicit reward margin is > 0 (for DPO
+beta * [log pi/pi_ref (chosen) - log pi/pi_ref (rejected)]); it is 0 at the start for DPO/IPO/LN-DPO,
+where the policy equals the reference and every margin is exactly 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+from torch import Tensor
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from rlvr.algorithms.common import (
+    OfflineConfig, config_field, check_fields, completion_logprobs, encode_prompt_completion, read_jsonl,
+    split_holdout, train_epochs,
+)
+from rlvr.core import PREFERENCE_LOSSES, get_preference_loss
+
+FIELDS = ("prompt", "chosen", "rejected")
+NEEDS_REFERENCE = {"dpo": True, "ipo": True, "ln_dpo": True, "simpo": False}
+# Paper defaults: DPO (Rafailov et al. 2023) 0.1; IPO (Azar et al. 2023) tau 0.1; SimPO (Meng et al.
+# 2024) 2.0. LN-DPO has none: its per-token log-ratios are ~|y| times smaller than DPO's.
+DEFAULT_BETA = {"dpo": 0.1, "ipo": 0.1, "simpo": 2.0}
+
+
+@dataclass(frozen=True)
+class PreferencePair:
+    prompt: str
+    chosen: str
+    rejected: str
+
+
+def load_preference_pairs(path: str | Path) -> list[PreferencePair]:
+    """Read a jsonl of {"prompt", "chosen", "rejected"} rows (extra fields are ignored)."""
+    return [PreferencePair(r["prompt"], r["chosen"], r["rejected"])
+            for r in read_jsonl(path, FIELDS, "preference data")]
+
+
+def as_pairs(rows: Sequence[PreferencePair | Mapping[str, Any]]) -> list[PreferencePair]:
+    """PreferencePairs from pairs or dicts, checking the fields of each."""
+    if not rows:
+        raise ValueError("no preference pairs given")
+    out = []
+    for i, row in enumerate(rows):
+        if not isinstance(row, PreferencePair):
+            row = check_fields(row, FIELDS, f"pair {i}")
+            row = PreferencePair(row["prompt"], row["chosen"], row["rejected"])
+        out.append(row)
+    return out
+
+
+@dataclass
+class PairConfig(OfflineConfig):
+    eval_fraction: float = config_field(0.1, "Share of the pairs held out for evaluation when no "
+                                             "separate evaluation set is given.")
+
+
+@dataclass
+class PreferenceConfig(PairConfig):
+    loss: str = config_field("dpo", "Preference loss: dpo, ipo, simpo or ln_dpo (rlvr.core.PREFERENCE_LOSSES).")
+    beta: float | None = config_field(None, "Inverse temperature of the implicit reward. None: the paper's "
+                                     "default (dpo/ipo 0.1, simpo 2.0); ln_dpo needs it set.")
+    gamma: float | None = config_field(None, "SimPO target reward margin (None: 1.0, i.e. gamma/beta = 0.5).")
+    label_smoothing: float = config_field(0.0, "Conservative DPO (Mitchell 2023): assumed label-flip rate.")
+    max_length: int | None = config_field(None, "Longest prompt + response in tokens; a longer pair is an error "
+                                         "(silent truncation would change which response wins).")
+
+    def validate(self) -> None:
+        super().validate()
+        get_preference_loss(self.loss)
+        if self.beta is None and self.loss not in DEFAULT_BETA:
+            raise ValueError(f"loss {self.loss!r} has no default beta; set beta (e.g. 0.1 * mean response length)")
+        if self.beta is not None and not self.beta > 0:
+            raise ValueError(f"beta must be > 0, got {self.beta}")
+        if self.gamma is not None and self.loss != "simpo":
+            raise ValueError(f"gamma is SimPO's margin; loss {self.loss!r} does not use it")
+        if self.label_smoothing and self.loss != "dpo":
+            raise ValueError(f"label_smoothing applies to dpo only, not {self.loss!r}")
+
+    @property
+    def resolved_beta(self) -> float:
+        return self.beta if self.beta is not None else DEFAULT_BETA[self.loss]
+
+
+@dataclass
+class EncodedPairs:
+    prompt: list[list[int]]
+    chosen: list[list[int]]
+    rejected: list[list[int]]
+    ref_chosen: Tensor | None = None  # (P,) summed reference log-probs, cached once
+    ref_rejected: Tensor | None = None
+
+
+def encode_pairs(tokenizer: PreTrainedTokenizerBase, pairs: Sequence[PreferencePair],
+                 max_length: int | None) -> EncodedPairs:
+    enc = EncodedPairs([], [], [])
+    for i, pair in enumerate(pairs):
+        prompt, chosen = encode_prompt_completion(tokenizer, pair.prompt, pair.chosen)
+        rejected = encode_prompt_completion(tokenizer, pair.prompt, pair.rejected)[1]
+        longest = len(prompt) + max(len(chosen), len(rejected))
+        if max_length is not None and longest > max_length:
+            raise ValueError(f"pair {i} has {longest} tokens, more than max_length={max_length}")
+        enc.prompt.append(prompt)
+        enc.chosen.append(chosen)
+        enc.rejected.append(rejected)
+    return enc
+
+
+def pair_logprobs(model: PreTrainedModel, enc: EncodedPairs, idx: Sequence[int], pad_id: int
+                  ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Summed log-probs and lengths of chosen and rejected for pairs `idx`, each (P,).
+    Chosen and rejected share one forward pass (TRL's concatenated forward)."""
+    prompts = [enc.prompt[i] for i in idx]
+    completions = [enc.chosen[i] for i in idx] + [enc.rejected[i] for i in idx]
+    logps, lengths = completion_logprobs(model, prompts + prompts, completions, pad_id)  # (2P,)
+    P = len(idx)
+    return logps[:P], logps[P:], lengths[:P], lengths[P:]
+
+
+@torch.no_grad()
+def cache_reference(ref_model: PreTrainedModel, enc: EncodedPairs, pad_id: int, batch_size: int) -> None:
+    """Fill `enc.ref_chosen` / `enc.ref_rejected` with the frozen reference's log-probs."""
+    chosen, rejected = [], []
+    for start in range(0, len(enc.prompt), batch_size):
+        c, r, _, _ = pair_logprobs(ref_model, enc, range(start, min(start + batch_size, len(enc.prompt))), pad_id)
+        chosen.append(c.float())
+        rejected.append(r.float())
+    enc.ref_chosen, enc.ref_rejected = torch.cat(chosen), torch.cat(rejected)
+
+
+def preference_loss(model: PreTrainedModel, enc: EncodedPairs, idx: Sequence[int], cfg: PreferenceConfig,
+                    pad_id: int) -> tuple[Tensor, dict[str, Tensor]]:
+    """(loss summed over pairs `idx`, metrics averaged over them)."""
+    pc, pr, nc, nr = pair_logprobs(model, enc, idx, pad_id)
+    rows = torch.tensor(list(idx), dtype=torch.long)
+    rc = enc.ref_chosen[rows].to(pc) if enc.ref_chosen is not None else None
+    rr = enc.ref_rejected[rows].to(pc) if enc.ref_rejected is not None else None
+    smoothing = cfg.label_smoothing if cfg.loss == "dpo" else None
+    loss, metrics = PREFERENCE_LOSSES[cfg.loss](pc, pr, rc, rr, nc, nr, cfg.resolved_beta,
+                                                gamma=cfg.gamma, label_smoothing=smoothing)
+    return loss.sum(), metrics
+
+
+@torch.no_grad()
+def evaluate_preference(model: PreTrainedModel, enc: EncodedPairs, cfg: PreferenceConfig, pad_id: int
+                        ) -> dict[str, float]:
+    """Loss, accuracy (share of pairs with margin > 0), margin and implicit rewards on `enc`."""
+    totals: dict[str, float] = {}
+    n = len(enc.prompt)
+    step = cfg.micro_batch_size or cfg.batch_size
+    for start in range(0, n, step):
+        idx = list(range(start, min(start + step, n)))
+        loss, metrics = preference_loss(model, enc, idx, cfg, pad_id)
+        totals["loss"] = totals.get("loss", 0.0) + loss.item() / n
+        for k, v in metrics.items():
+            totals[k] = totals.get(k, 0.0) + v.item() * len(idx) / n
+    return totals
+
+
+def train_preference(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    pairs: Sequence[PreferencePair | Mapping[str, Any]],
+    config: PreferenceConfig | None = None,
+    eval_pairs: Sequence[PreferencePair | Mapping[str, Any]] | None = None,
+    ref_model: PreTrainedModel | None = None,
+    on_step: Callable[[dict[str, float]], None] | None = None,
+) -> dict[str, Any]:
+    """Train `model` in place on preference pairs; returns held-out metrics before and after and the
+    per-step history. Without `eval_pairs`, `config.eval_fraction` of `pairs` is held out.
+
+    The model runs in eval mode throughout (no dropout): dropout would make the policy's implicit
+    reward noisy against a reference computed without it (TRL disables dropout for the same reason).
+    """
+    cfg = config or PreferenceConfig()
+    cfg.validate()
+    pairs = as_pairs(pairs)
+    if eval_pairs is None:
+        pairs, eval_pairs = split_holdout(pairs, cfg.eval_fraction, cfg.seed)
+    eval_pairs = as_pairs(eval_pairs) if eval_pairs else []
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    train_enc = encode_pairs(tokenizer, pairs, cfg.max_length)
+    eval_enc = encode_pairs(tokenizer, eval_pairs, cfg.max_length)
+    model.eval()
+    if NEEDS_REFERENCE[cfg.loss]:  # before any update: the reference is the initial policy
+        for enc in (train_enc, eval_enc):
+            if enc.prompt:
+                cache_reference(ref_model or model, enc, pad_id, cfg.micro_batch_size or cfg.batch_size)
+    before = evaluate_preference(model, eval_enc, cfg, pad_id) if eval_pairs else {}
+    history = train_epochs(model, len(pairs), cfg,
+                           lambda idx: preference_loss(model, train_enc, idx, cfg, pad_id), on_step=on_step)
+    after = evaluate_preference(model, eval_enc, cfg, pad_id) if eval_pairs else {}
+    return {"config": asdict(cfg), "num_train": len(pairs), "num_eval": len(eval_pairs),
+            "eval_before": before, "eval_after": after, "history": history}

@@ -1,0 +1,388 @@
+"""Run configuration: dataclasses whose fields carry their help text and source.
+
+A config is YAML with one section per dataclass below; `--set section.key=value` overrides any
+field, typed by the field. `load_config` validates everything (keys, types, files, batch shapes,
+registry names) before any work starts and raises `ConfigError` with one line; the CLI turns that
+into exit code 2. `rlvr train --help-config` prints every field with its help.
+"""
+
+from __future__ import annotations
+
+import difflib
+import types
+import typing
+from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A config problem, reported by the CLI as one line on stderr and exit code 2."""
+
+
+def f(default: Any, help: str) -> Any:
+    """A dataclass field with help text (a mutable default goes through a factory)."""
+    if isinstance(default, (dict, list)):
+        return field(default_factory=lambda: type(default)(default), metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class ModelConfig:
+    path: str | None = f(None, "Hugging Face folder of the policy to train. Empty: build a tiny model "
+                               "(char tokenizer + `tiny_arch`/`tiny_preset`) inside the run folder.")
+    tiny_arch: str = f("qwen2", "Architecture of the tiny model built when `path` is empty: qwen2 or llama.")
+    tiny_preset: str = f("demo", "Size preset of the tiny model (rlvr.models.PRESETS).")
+    tiny_sizes: dict = f({}, "Overrides of the preset's sizes, e.g. {hidden_size: 64, num_layers: 2}.")
+
+
+@dataclass
+class TaskConfig:
+    name: str = f("sort", "Task by name (rlvr.tasks.get_task): sort, arithmetic, or any registered task.")
+    options: dict = f({}, "Keyword options for the task factory, e.g. {length: 4, reward: sparse}.")
+    train_size: int = f(20000, "Number of training prompts drawn once; the loop cycles through them "
+                               "in a fresh seeded order every epoch.")
+    eval_size: int = f(100, "Size of the fixed held-out set (disjoint from training).")
+    eval_seed: int = f(0, "Seed of the held-out set; independent of `seed`, so runs with different seeds "
+                          "are scored on the same problems.")
+
+
+@dataclass
+class SFTConfig:
+    steps: int = f(0, "Supervised warm-start steps before RL (0 = none). The loss is NLL on "
+                      "completion tokens only, so the model is not trained to produce prompts.")
+    data: str | None = f(None, "jsonl of {prompt, completion} pairs. Empty: demonstrations generated "
+                               "by the task (its reference answers).")
+    batch_size: int = f(32, "Sequences per SFT step.")
+    lr: float = f(1e-3, "Peak SFT learning rate (AdamW, linear warmup over 10% of steps, then cosine).")
+
+
+@dataclass
+class RolloutConfig:
+    temperature: float = f(1.0, "Sampling temperature for training rollouts. Training log-probs use the "
+                                "same temperature, so the importance ratio compares like with like.")
+    top_p: float = f(1.0, "Nucleus sampling threshold (1 = off). Anything but 1 biases the policy "
+                          "gradient, since the sampler is no longer the policy being trained.")
+    top_k: int = f(0, "Top-k sampling (0 = off); same caveat as top_p.")
+    max_new_tokens: int = f(16, "Completion length cap; cut completions have finish_reason=length.")
+
+
+@dataclass
+class AlgorithmConfig:
+    advantage: str = f("grpo", "Advantage estimator by name (rlvr.core ADVANTAGES). `grpo`: group "
+                               "z-score (Shao et al. 2024); `centered`: group-centred without the std "
+                               "division, which up-weights too-easy/too-hard prompts (Liu et al. 2025).")
+    policy_loss: str = f("clipped", "Policy loss by name (rlvr.core policy-loss registry); `clipped` is "
+                                    "PPO's clipped surrogate (Schulman et al. 2017).")
+    aggregation: str = f("seq_mean_token_mean", "How per-token losses become one number. "
+                         "`seq_mean_token_mean` (original GRPO) divides each sequence by its own length, "
+                         "which favours long wrong answers; `token_mean` (DAPO) weights every token "
+                         "equally; `seq_sum_constant` (Dr. GRPO) divides by a constant, so no length bias.")
+    loss_constant: float | None = f(None, "Constant normaliser for constant-normalised aggregation "
+                                          "(Dr. GRPO); empty = rollout.max_new_tokens.")
+    clip_low: float = f(0.2, "Lower clip range epsilon_low of the ratio (PPO).")
+    clip_high: float = f(0.2, "Upper clip range epsilon_high; DAPO raises it (0.28) so low-probability "
+                              "tokens can grow (clip-higher), which keeps entropy from collapsing.")
+    kl_estimator: str = f("k3", "Estimator of KL(policy || reference) per token: k1, k2, k3 "
+                                "(Schulman 2020, 'Approximating KL divergence'); GRPO uses k3.")
+    beta: float = f(0.0, "KL penalty weight. 0 loads no reference model at all (saves a forward pass "
+                         "and memory); DAPO and Dr. GRPO drop it.")
+    tau: float | None = f(None, "Weight of the squared log-ratio regulariser of policy_loss=kimi "
+                                "(Kimi k1.5, sec. 2.3.2); other losses ignore it.")
+    mu: int = f(1, "Inner PPO epochs over each rollout batch (GRPO's mu). With mu=1 and one minibatch "
+                   "the old log-probs are the current ones detached: no extra forward pass.")
+
+
+@dataclass
+class TrainConfig:
+    steps: int = f(100, "RL steps (one rollout batch each).")
+    batch_size: int = f(64, "Completions per step = prompts per step x group_size.")
+    group_size: int = f(8, "Completions per prompt (GRPO's G); group advantages compare within it.")
+    mini_batch_size: int = f(0, "Completions per optimizer step (0 = batch_size: one step per rollout).")
+    micro_batch_size: int = f(0, "Completions per forward/backward (0 = mini_batch_size). Gradient "
+                                 "accumulation keeps the exact minibatch loss, whatever the split.")
+
+
+@dataclass
+class OptimConfig:
+    lr: float = f(1e-5, "Peak AdamW learning rate (Loshchilov & Hutter 2019).")
+    betas: list = f([0.9, 0.99], "AdamW (beta1, beta2).")
+    eps: float = f(1e-8, "AdamW epsilon.")
+    weight_decay: float = f(0.0, "Decoupled weight decay.")
+    max_grad_norm: float = f(1.0, "Clip the global gradient norm to this (0 = no clipping).")
+    schedule: str = f("constant", "LR schedule after warmup: constant, linear (to min_lr_ratio) or cosine.")
+    warmup_steps: int = f(0, "Optimizer steps of linear warmup from 0 to lr.")
+    min_lr_ratio: float = f(0.0, "Final LR as a fraction of lr for linear/cosine.")
+
+
+@dataclass
+class EvalConfig:
+    every: int = f(10, "Evaluate the held-out set every this many steps (and at step 0 and the end; "
+                       "0 = only at the start and the end).")
+    samples: int = f(4, "Sampled completions per held-out prompt, for sampled reward/accuracy and "
+                        "pass@k (unbiased estimator of Chen et al. 2021), k = 1 .. samples.")
+    temperature: float = f(1.0, "Temperature of the sampled evaluation (greedy is always run too).")
+
+
+@dataclass
+class CheckpointConfig:
+    every: int = f(50, "Write a resumable checkpoint every this many steps (0 = only at the end).")
+    keep: int = f(2, "Keep the newest this many checkpoints.")
+
+
+@dataclass
+class LogConfig:
+    progress: bool = f(True, "Live progress bar (rich).")
+    tensorboard: bool = f(True, "TensorBoard event files in the run folder.")
+    plots: bool = f(True, "PNG plots of the main curves, redrawn at every evaluation.")
+    samples_per_eval: int = f(8, "Held-out completions written to samples.jsonl at every evaluation.")
+
+
+@dataclass
+class Config:
+    seed: int = f(0, "Seeds model init, data order, sampling and evaluation: same seed, same metrics.")
+    out_dir: str = f("runs/run", "Run folder: config.yaml, metrics.jsonl, plots, checkpoints, final model.")
+    threads: int = f(0, "torch CPU threads (0 = leave torch's default).")
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+
+    @property
+    def mini_batch_size(self) -> int:
+        return self.train.mini_batch_size or self.train.batch_size
+
+    @property
+    def micro_batch_size(self) -> int:
+        return self.train.micro_batch_size or self.mini_batch_size
+
+
+def _check_positive(cfg: Config) -> None:
+    for key, value in [("train.steps", cfg.train.steps), ("train.batch_size", cfg.train.batch_size),
+                       ("train.group_size", cfg.train.group_size), ("algorithm.mu", cfg.algorithm.mu),
+                       ("task.train_size", cfg.task.train_size), ("task.eval_size", cfg.task.eval_size),
+                       ("rollout.max_new_tokens", cfg.rollout.max_new_tokens), ("optim.lr", cfg.optim.lr),
+                       ("eval.samples", cfg.eval.samples), ("checkpoint.keep", cfg.checkpoint.keep),
+                       ("sft.batch_size", cfg.sft.batch_size)]:
+        if value <= 0:
+            raise ConfigError(f"{key} must be > 0, got {value}")
+    for key, value in [("sft.steps", cfg.sft.steps), ("eval.every", cfg.eval.every),
+                       ("checkpoint.every", cfg.checkpoint.every), ("threads", cfg.threads),
+                       ("optim.warmup_steps", cfg.optim.warmup_steps), ("beta", cfg.algorithm.beta),
+                       ("rollout.temperature", cfg.rollout.temperature)]:
+        if value < 0:
+            raise ConfigError(f"{key} must be >= 0, got {value}")
+
+
+def _check_batches(cfg: Config) -> None:
+    t = cfg.train
+    if t.batch_size % t.group_size:
+        raise ConfigError(f"train.batch_size ({t.batch_size}) must be divisible by train.group_size "
+                          f"({t.group_size}): every prompt needs a full group")
+    if cfg.mini_batch_size < 0 or t.batch_size % cfg.mini_batch_size:
+        raise ConfigError(f"train.batch_size ({t.batch_size}) must be divisible by "
+                          f"train.mini_batch_size ({cfg.mini_batch_size})")
+    if cfg.micro_batch_size < 0 or cfg.mini_batch_size % cfg.micro_batch_size:
+        raise ConfigError(f"train.mini_batch_size ({cfg.mini_batch_size}) must be divisible by "
+                          f"train.micro_batch_size ({cfg.micro_batch_size})")
+    if len(cfg.optim.betas) != 2 or not all(0 <= b < 1 for b in cfg.optim.betas):
+        raise ConfigError(f"optim.betas must be two numbers in [0, 1), got {cfg.optim.betas}")
+
+
+def _check_files(cfg: Config) -> None:
+    if cfg.model.path and not (Path(cfg.model.path) / "config.json").is_file():
+        raise ConfigError(f"model.path: no Hugging Face model folder at {cfg.model.path!r} (no config.json)")
+    if cfg.sft.data and not Path(cfg.sft.data).is_file():
+        raise ConfigError(f"sft.data: file {cfg.sft.data!r} does not exist")
+
+
+def validate(cfg: Config) -> Config:
+    """Raise ConfigError (one line) on anything that would fail later; return cfg unchanged."""
+    _check_positive(cfg)
+    _check_batches(cfg)
+    _check_files(cfg)
+    check_registries(cfg)
+    return cfg
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] = (), base: dict | None = None) -> Config:
+    """YAML file (or `base` dict) + `key=value` overrides -> validated Config."""
+    raw: dict = dict(base or {})
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {str(path)!r} does not exist")
+        try:
+            loaded = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{path}: invalid YAML ({str(err).splitlines()[0]})") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: expected a mapping of sections at the top level")
+        raw.update(loaded)
+    cfg = from_dict(Config, raw)
+    apply_overrides(cfg, overrides)
+    return validate(cfg)
+
+
+def save_config(cfg: Config, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(asdict(cfg), sort_keys=False))
+
+
+def config_help(cls: type = Config, prefix: str = "") -> list[str]:
+    """`key (default): help` for every field, nested sections flattened with dots."""
+    lines = []
+    for fld in fields(cls):
+        default = fld.default if fld.default is not MISSING else None
+        if fld.default_factory is not MISSING and hasattr(fld.default_factory, "__dataclass_fields__"):
+            lines += config_help(fld.default_factory, f"{prefix}{fld.name}.")
+            continue
+        if fld.default_factory is not MISSING:
+            default = fld.default_factory()
+        lines.append(f"{prefix}{fld.name} ({default!r}): {fld.metadata.get('help', '')}")
+    return lines
+
+
+# --- parsing: YAML / --set values -> typed fields ---------------------------------------------
+
+_TRUE, _FALSE = {"true", "yes", "on", "1"}, {"false", "no", "off", "0"}
+
+
+def _unknown(key: str, name: str, choices: list[str]) -> ConfigError:
+    close = difflib.get_close_matches(name, choices, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else f"; valid keys: {', '.join(choices)}"
+    return ConfigError(f"unknown config key {key!r}{hint}")
+
+
+def _scalar(value: Any, tp: type, key: str, cli: bool) -> Any:
+    """`value` as `tp` (int, float, bool, str, dict, list); CLI strings are parsed, YAML is checked."""
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if cli and value.lower() in _TRUE | _FALSE:
+            return value.lower() in _TRUE
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if cli and value.lstrip("-").isdigit():
+            return int(value)
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # YAML reads 1e-3 (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    elif tp in (dict, list):
+        parsed = yaml.safe_load(value) if cli else value
+        if isinstance(parsed, tp):
+            return parsed
+    shown = value if cli else f"{value!r} ({type(value).__name__})"
+    raise ConfigError(f"{key}: expected {tp.__name__}, got {shown}")
+
+
+def _coerce(value: Any, tp: Any, key: str, cli: bool) -> Any:
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if type(None) in args and (value is None or (cli and value.lower() in ("null", "none", ""))):
+            return None
+        tp = next(a for a in args if a is not type(None))
+    if value is None:
+        raise ConfigError(f"{key}: expected {getattr(tp, '__name__', tp)}, got null")
+    return _scalar(value, typing.get_origin(tp) or tp, key, cli)
+
+
+def from_dict(cls: type, raw: dict, prefix: str = "") -> Any:
+    """Build dataclass `cls` from a nested dict, rejecting unknown keys and wrong types."""
+    hints = typing.get_type_hints(cls)
+    names = [fl.name for fl in fields(cls)]
+    kwargs = {}
+    for name, value in raw.items():
+        key = f"{prefix}{name}"
+        if name not in hints:
+            raise _unknown(key, str(name), names)
+        if is_dataclass(hints[name]):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{key}: expected a section (mapping), got {value!r}")
+            kwargs[name] = from_dict(hints[name], value, f"{key}.")
+        else:
+            kwargs[name] = _coerce(value, hints[name], key, cli=False)
+    return cls(**kwargs)
+
+
+def apply_overrides(cfg: Any, overrides: list[str]) -> None:
+    """Apply `a.b=value` strings in place; the value is parsed as the field's type."""
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set expects key=value, got {item!r}")
+        obj, parts = cfg, key.split(".")
+        for i, part in enumerate(parts):
+            if isinstance(obj, dict):  # free-form options, e.g. task.options.length=5
+                for sub in parts[i:-1]:
+                    obj = obj.setdefault(sub, {})
+                obj[parts[-1]] = yaml.safe_load(value)
+                break
+            hints = typing.get_type_hints(type(obj))
+            if part not in hints:
+                raise _unknown(".".join(parts[: i + 1]), part, list(hints))
+            if i == len(parts) - 1:
+                if is_dataclass(hints[part]):
+                    raise ConfigError(f"{key} is a section; set one of its keys, e.g. {key}.<key>=...")
+                setattr(obj, part, _coerce(value, hints[part], key, cli=True))
+            else:
+                obj = getattr(obj, part)
+
+
+# --- registry names: checked here so a typo fails before any model is loaded ---------------------
+
+def _check_name(key: str, name: str, lookup: Any) -> None:
+    try:
+        lookup(name)
+    except (KeyError, ValueError) as err:
+        raise ConfigError(f"{key}: {str(err).strip(chr(34) + chr(39))}") from None
+
+
+def _check_member(key: str, name: str, registry: Any) -> None:
+    if name not in registry:
+        raise ConfigError(f"{key}: unknown name {name!r}; choose from {sorted(registry)}")
+
+
+def check_registries(cfg: Config) -> None:
+    from rlvr import core
+    from rlvr.models import PRESETS
+    from rlvr.models.tiny import ARCHS
+    from rlvr.tasks import TASKS, get_task
+    from rlvr.train.optim import check_schedule
+
+    a = cfg.algorithm
+    _check_name("algorithm.advantage", a.advantage, core.get_advantage_fn)
+    _check_name("algorithm.policy_loss", a.policy_loss, core.get_policy_loss)
+    _check_name("algorithm.kl_estimator", a.kl_estimator, core.get_kl_estimator)
+    _check_member("algorithm.aggregation", a.aggregation, core.AGGREGATION_MODES)
+    _check_name("optim.schedule", cfg.optim.schedule, check_schedule)
+    if not cfg.model.path:
+        _check_member("model.tiny_arch", cfg.model.tiny_arch, ARCHS)
+        _check_member("model.tiny_preset", cfg.model.tiny_preset, PRESETS)
+    _check_member("task.name", cfg.task.name, TASKS)
+    from rlvr.algorithms.grpo import GroupPolicyGradient
+
+    try:
+        GroupPolicyGradient.from_config(cfg.algorithm, cfg.rollout.max_new_tokens)
+    except ValueError as err:
+        raise ConfigError(f"algorithm: {err}") from None
+    try:
+        get_task(cfg.task.name, **cfg.task.options)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"task.options: {err}") from None

@@ -1,0 +1,115 @@
+"""`rlvr data ...`: curation steps on jsonl files.
+
+    rlvr data decontaminate train.jsonl --eval gsm8k_test=test.jsonl --text-key question --out curated/
+    rlvr data dedup train.jsonl --text-key question --threshold 0.8 --out curated/
+    rlvr data fusion traces.jsonl --out fusion.jsonl          # Qwen3 /think + /no_think SFT pairs
+
+Each filtering command writes `<out>/<step>.kept.jsonl` and its report (`<step>.removed.jsonl`,
+`<step>.md`) and prints a one-line summary. `add_parser(subparsers)` registers `data` on `rlvr`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rlvr.data.decontaminate import decontaminate
+from rlvr.data.dedup import deduplicate
+from rlvr.data.report import CurationResult
+from rlvr.data.text import read_jsonl, write_jsonl
+from rlvr.thinking.fusion import build_fusion_data, write_fusion_jsonl
+
+
+def _eval_spec(text: str) -> tuple[str, Path]:
+    name, sep, path = text.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"--eval takes NAME=PATH, got {text!r}")
+    return name, Path(path)
+
+
+def _finish(result: CurationResult, out: str) -> int:
+    out_dir = Path(out)
+    write_jsonl(out_dir / f"{result.step}.kept.jsonl", result.kept)
+    _, md = result.write_report(out_dir)
+    print(f"{result.summary()}\nkept: {out_dir / f'{result.step}.kept.jsonl'}\nreport: {md}")
+    return 0
+
+
+def _decontaminate(args: argparse.Namespace) -> int:
+    evals = {name: read_jsonl(path) for name, path in args.eval}
+    result = decontaminate(read_jsonl(args.input), evals, text=args.text_key, eval_text=args.eval_text_key or None,
+                           n=args.n, min_words=args.min_words)
+    return _finish(result, args.out)
+
+
+def _dedup(args: argparse.Namespace) -> int:
+    result = deduplicate(read_jsonl(args.input), text=args.text_key, near=not args.exact_only, method=args.method,
+                         threshold=args.threshold, shingle=args.shingle, num_perm=args.num_perm)
+    return _finish(result, args.out)
+
+
+def _fusion(args: argparse.Namespace) -> int:
+    rows = build_fusion_data(read_jsonl(args.input), prompt_key=args.prompt_key, thinking_key=args.thinking_key,
+                             answer_key=args.answer_key, completion_key=args.completion_key,
+                             unflagged_think=args.unflagged_think, seed=args.seed)
+    path = write_fusion_jsonl(rows, args.out)
+    print(f"fusion: {len(rows)} rows ({len(rows) // 2} prompts x /think + /no_think) -> {path}")
+    return 0
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser("data", help="data curation: decontaminate, dedup, thinking-fusion data")
+    sub = parser.add_subparsers(dest="data_command", required=True)
+
+    dc = sub.add_parser("decontaminate", help="drop items sharing an n-gram with an eval set")
+    dc.add_argument("input", help="jsonl of training items")
+    dc.add_argument("--eval", type=_eval_spec, action="append", required=True, metavar="NAME=PATH",
+                    help="an eval set jsonl (repeatable)")
+    dc.add_argument("--text-key", default="prompt", help="field holding the text (e.g. question)")
+    dc.add_argument("--eval-text-key", default="", help="field of the eval items (default: --text-key)")
+    dc.add_argument("--n", type=int, default=13, help="n-gram length (GPT-3: 13)")
+    dc.add_argument("--min-words", type=int, default=8, help="shortest overlap that counts (GPT-3: 8)")
+    dc.add_argument("--out", required=True, help="output folder")
+    dc.set_defaults(func=_decontaminate)
+
+    dd = sub.add_parser("dedup", help="drop exact and near duplicates (MinHash + exact Jaccard check)")
+    dd.add_argument("input", help="jsonl of items")
+    dd.add_argument("--text-key", default="prompt", help="field holding the text")
+    dd.add_argument("--threshold", type=float, default=0.8, help="Jaccard similarity that counts as duplicate")
+    dd.add_argument("--shingle", type=int, default=5, help="words per shingle")
+    dd.add_argument("--method", choices=["minhash", "exact"], default="minhash",
+                    help="candidate search: MinHash-LSH, or an exact inverted shingle index")
+    dd.add_argument("--num-perm", type=int, default=128, help="MinHash permutations")
+    dd.add_argument("--exact-only", action="store_true", help="only exact duplicates after normalisation")
+    dd.add_argument("--out", required=True, help="output folder")
+    dd.set_defaults(func=_dedup)
+
+    fu = sub.add_parser("fusion", help="Qwen3 thinking-mode fusion SFT data (/think and /no_think pairs)")
+    fu.add_argument("input", help="jsonl with prompt + thinking + answer (or a <think>...</think> completion)")
+    fu.add_argument("--prompt-key", default="prompt")
+    fu.add_argument("--thinking-key", default="thinking")
+    fu.add_argument("--answer-key", default="answer")
+    fu.add_argument("--completion-key", default=None, help="parse reasoning and answer from this field instead")
+    fu.add_argument("--unflagged-think", type=float, default=0.0,
+                    help="share of thinking rows without the /think flag (thinking is the default mode)")
+    fu.add_argument("--seed", type=int, default=0)
+    fu.add_argument("--out", required=True, help="output jsonl")
+    fu.set_defaults(func=_fusion)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m rlvr.data.cli dedup ...` without the main CLI; bad input exits 2 with one line."""
+    parser = argparse.ArgumentParser(prog="rlvr")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["data", *(sys.argv[1:] if argv is None else argv)])
+    try:
+        return args.func(args)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,97 @@
+"""Text access and normalisation shared by the curation steps.
+
+Curation compares prompts by their words, not their bytes: two copies of a question that differ in
+case, punctuation or spacing are the same question to a model (and to a benchmark leak). So every
+comparison runs on `normalize_text`: Unicode NFKC, lower case, punctuation replaced by spaces,
+whitespace collapsed. Digits survive, so "12 apples" and "13 apples" stay different.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+TextKey = str | Callable[[Any], str]
+
+_NON_WORD = re.compile(r"[^\w\s]|_", flags=re.UNICODE)
+_SPACE = re.compile(r"\s+")
+
+
+def normalize_text(text: str) -> str:
+    """`"  What's 2+2?\\n"` -> `"what s 2 2"`."""
+    if not isinstance(text, str):
+        raise ValueError(f"expected a string to normalise, got {type(text).__name__}")
+    text = unicodedata.normalize("NFKC", text).lower()
+    return _SPACE.sub(" ", _NON_WORD.sub(" ", text)).strip()
+
+
+def words(text: str) -> tuple[str, ...]:
+    """The normalised word sequence of `text`."""
+    return tuple(normalize_text(text).split())
+
+
+def ngrams(seq: Sequence[str], n: int) -> Iterator[tuple[str, ...]]:
+    """All contiguous n-grams of `seq` (none when it is shorter than n)."""
+    if n < 1:
+        raise ValueError(f"n-gram size must be >= 1, got {n}")
+    return (tuple(seq[i : i + n]) for i in range(len(seq) - n + 1))
+
+
+def get_text(item: Any, key: TextKey) -> str:
+    """The text of `item`: `key(item)` for a callable, else `item[key]` (mappings) or `item.key`.
+
+    `key` lets every step work on jsonl rows (`"question"`), `Example`s (`"prompt"`) or anything else.
+    """
+    if callable(key):
+        text = key(item)
+    elif isinstance(item, str):
+        text = item
+    elif isinstance(item, dict):
+        if key not in item:
+            raise ValueError(f"item has no field {key!r}; its fields are {sorted(item)}")
+        text = item[key]
+    elif hasattr(item, key):
+        text = getattr(item, key)
+    else:
+        raise ValueError(f"item of type {type(item).__name__} has no attribute or field {key!r}")
+    if not isinstance(text, str):
+        raise ValueError(f"field {key!r} must be a string, got {type(text).__name__}")
+    return text
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    """Rows of a jsonl file; a malformed line is reported with its line number."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"no such file: {path}")
+    rows = []
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{lineno}: invalid JSON ({e.msg})") from None
+    return rows
+
+
+def write_jsonl(path: str | Path, rows: Sequence[Any]) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False, default=_jsonable) + "\n")
+    return path
+
+
+def _jsonable(obj: Any) -> Any:
+    """Dataclasses such as `Example` are written as their fields."""
+    if hasattr(obj, "as_dict"):
+        return obj.as_dict()
+    if hasattr(obj, "__dataclass_fields__"):
+        return {k: getattr(obj, k) for k in obj.__dataclass_fields__}
+    raise TypeError(f"cannot write {type(obj).__name__} to JSON")

@@ -1,0 +1,111 @@
+"""`rlvr eval --model DIR --task NAME`: greedy and sampled evaluation, a summary table, a jsonl.
+
+The CLI owner wires it in with `rlvr.eval.cli.add_parser(subparsers)`; the parser's default
+`func` runs it and returns the exit code (0). Bad options raise ValueError with a one-line message.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rlvr.eval.evaluate import evaluate
+
+_ORDER = ("accuracy", "reward", "mean_length", "format_error_rate", "truncation_rate")
+
+
+def _options(pairs: list[str]) -> dict[str, Any]:
+    out = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise ValueError(f"--task-option expects key=value, got {pair!r}")
+        key, value = pair.split("=", 1)
+        out[key] = yaml.safe_load(value)  # numbers, booleans and lists the way a config reads them
+    return out
+
+
+def _k_list(text: str) -> list[int]:
+    try:
+        ks = [int(k) for k in text.split(",") if k.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--k expects comma-separated integers, got {text!r}") from None
+    if not ks or min(ks) < 1:
+        raise argparse.ArgumentTypeError(f"--k values must be >= 1, got {text!r}")
+    return ks
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("eval", help="evaluate a model on a task (greedy and sampled)",
+                              description=__doc__.split("\n")[0])
+    p.add_argument("--model", required=True, help="Hugging Face model folder")
+    p.add_argument("--task", required=True, help="task name (rlvr.tasks.TASKS)")
+    p.add_argument("--task-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="task option, repeatable (e.g. template=chat)")
+    p.add_argument("--num-examples", type=int, default=100, help="held-out problems (0 = all)")
+    p.add_argument("--n", type=int, default=4, help="samples per problem in sampled mode (0 = greedy only)")
+    p.add_argument("--k", type=_k_list, default=None, help="k values for pass@k/maj@k (default 1,...,n)")
+    p.add_argument("--max-new-tokens", type=int, default=512)
+    p.add_argument("--temperature", type=float, default=1.0, help="sampled mode temperature")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0, help="held-out selection and sampling seed")
+    p.add_argument("--batch-size", type=int, default=None, help="max sequences decoded at once")
+    p.add_argument("--out", default=None, help="jsonl of graded samples (default: MODEL/eval_TASK.jsonl)")
+    p.set_defaults(func=run)
+    return p
+
+
+def print_summary(results: dict[str, dict[str, float]], title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    table.add_column("metric")
+    for mode in results:
+        table.add_column(mode, justify="right")
+    names = [m for m in _ORDER if any(m in r for r in results.values())]
+    names += sorted({m for r in results.values() for m in r if m.startswith(("pass@", "maj@"))},
+                    key=lambda m: (m.split("@")[0], int(m.split("@")[1])))
+    for name in names + ["prompts", "samples_per_prompt"]:
+        cells = [results[mode].get(name) for mode in results]
+        table.add_row(name, *["-" if v is None else (f"{v:.0f}" if name in ("prompts", "samples_per_prompt")
+                                                      else f"{v:.4g}") for v in cells])
+    Console().print(table)
+
+
+def run(args: argparse.Namespace) -> int:
+    run_eval(args)
+    return 0
+
+
+def run_eval(args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    """Greedy (n = 1) then sampled (n = --n) evaluation; returns {mode: metrics}."""
+    from rlvr.models import load_model_and_tokenizer
+    from rlvr.rollout.base import SamplingParams
+    from rlvr.rollout.hf_engine import HFEngine
+    from rlvr.tasks import get_task
+
+    if args.n < 0 or args.num_examples < 0:
+        raise ValueError("--n and --num-examples must be >= 0")
+    options = _options(args.task_option)
+    if options.get("template") == "chat":
+        options.setdefault("tokenizer", args.model)
+    task = get_task(args.task, **options)
+    examples = task.eval_examples(args.num_examples, args.seed)
+    model, tokenizer = load_model_and_tokenizer(args.model)
+    engine = HFEngine(model, tokenizer, max_batch_size=args.batch_size)
+    out = Path(args.out) if args.out else Path(args.model) / f"eval_{args.task}.jsonl"
+    out.unlink(missing_ok=True)
+    results = {"greedy": evaluate(engine, task, examples, 1, SamplingParams(
+        temperature=0.0, max_new_tokens=args.max_new_tokens, seed=args.seed), (1,), out, "greedy")}
+    if args.n > 0:
+        sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p,
+                                  max_new_tokens=args.max_new_tokens, seed=args.seed)
+        ks = args.k or sorted({1, *[2 ** i for i in range(1, args.n.bit_length()) if 2 ** i <= args.n], args.n})
+        results[f"sampled (n={args.n}, T={args.temperature:g})"] = evaluate(
+            engine, task, examples, args.n, sampling, ks, out, "sampled")
+    print_summary(results, f"{args.task} on {args.model}: {len(examples)} problems")
+    print(f"graded samples: {out}")
+    return results

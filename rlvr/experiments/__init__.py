@@ -1,0 +1,20 @@
+"""The lecture experiments: the sorting toy with four deltas and the two-state baseline example."""
+
+from rlvr.experiments.sort_toy import (
+    DELTAS,
+    SortModel,
+    SortToyConfig,
+    SortToyResult,
+    expected_reward,
+    inclusion_ordering_reward,
+    plot_sort_toy,
+    run_deltas,
+    run_sort_toy,
+)
+from rlvr.experiments.two_state import TwoStateResult, check_against_core, format_two_state, two_state_example
+
+__all__ = [
+    "DELTAS", "SortModel", "SortToyConfig", "SortToyResult", "TwoStateResult", "check_against_core",
+    "expected_reward", "format_two_state", "inclusion_ordering_reward", "plot_sort_toy", "run_deltas",
+    "run_sort_toy", "two_state_example",
+]

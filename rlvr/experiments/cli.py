@@ -1,0 +1,85 @@
+"""`rlvr experiment ...`: the lecture experiments from the command line.
+
+    rlvr experiment sort-toy --delta all --out runs/sort_toy
+    rlvr experiment two-state
+
+`add_parser(subparsers)` registers the `experiment` command on the main `rlvr` parser; the chosen
+sub-command's function is stored as `args.func(args) -> exit code`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rlvr.experiments.sort_toy import DELTAS, format_table, plot_sort_toy, run_deltas, save_metrics
+from rlvr.experiments.two_state import check_against_core, format_two_state, two_state_example
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
+
+
+def _sort_toy(args: argparse.Namespace) -> int:
+    deltas = list(DELTAS) if args.delta == "all" else [args.delta]
+    results = run_deltas(deltas, epochs=args.epochs, inner_steps=args.inner_steps, responses=args.responses,
+                         lr=args.lr, seed=args.seed, seeds=args.seeds)
+    print(format_table(results))
+    out = Path(args.out)
+    png = plot_sort_toy(results, out / f"sort_toy_{args.delta}.png")
+    jsonl = save_metrics(results, out / f"sort_toy_{args.delta}.jsonl")
+    print(f"plot: {png}\nmetrics: {jsonl}")
+    return 0
+
+
+def _two_state(args: argparse.Namespace) -> int:
+    result = two_state_example()
+    print(format_two_state(result, check_against_core(result)))
+    return 0
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser("experiment", help="the lecture experiments (sorting toy, two-state baseline)")
+    sub = parser.add_subparsers(dest="experiment", required=True)
+
+    toy = sub.add_parser("sort-toy", help="policy gradient on 3-number sorting with raw/centered/normalized/"
+                                          "max_only deltas (CS336 lecture 17)")
+    toy.add_argument("--delta", choices=[*DELTAS, "all"], default="all",
+                     help="which delta multiplies grad log pi; 'all' runs the four and draws them on one figure")
+    toy.add_argument("--epochs", type=_positive_int, default=100, help="sampling rounds (lecture: 100)")
+    toy.add_argument("--inner-steps", type=_positive_int, default=10,
+                     help="Adam steps on each round's samples (lecture: 10)")
+    toy.add_argument("--responses", type=_positive_int, default=10, help="responses per prompt (lecture: 10)")
+    toy.add_argument("--lr", type=_positive_float, default=1e-3, help="Adam learning rate (lecture: 1e-3)")
+    toy.add_argument("--seed", type=int, default=5, help="random seed (lecture: 5)")
+    toy.add_argument("--seeds", type=_positive_int, default=1,
+                     help="independent replicas trained side by side; results give mean and min-max over them")
+    toy.add_argument("--out", default="runs/sort_toy", help="folder for the PNG and the metrics jsonl")
+    toy.set_defaults(func=_sort_toy)
+
+    two = sub.add_parser("two-state", help="exact variance of the policy gradient with and without a baseline")
+    two.set_defaults(func=_two_state)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the experiments without the main CLI: `python -m rlvr.experiments.cli sort-toy ...`."""
+    parser = argparse.ArgumentParser(prog="rlvr")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["experiment", *(sys.argv[1:] if argv is None else argv)])
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,108 @@
+"""Metric sinks: jsonl files and TensorBoard. They take Python numbers; the loop does the `.item()`.
+
+Deterministic values go to `metrics.jsonl` and wall-clock timings to `timings.jsonl`, so two runs
+with the same seed produce byte-identical `metrics.jsonl` files. On resume from step k, every
+record after k is dropped first (the interrupted run may have logged steps it never checkpointed),
+and TensorBoard is told to purge them too.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+METRICS, TIMINGS, SAMPLES = "metrics.jsonl", "timings.jsonl", "samples.jsonl"
+
+
+def _clean(value: Any) -> Any:
+    """JSON has no NaN/inf: write them as strings so a broken run is visible, not a parse error."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+class JsonlSink:
+    """Append one JSON object per line; flushed at once so a killed run keeps what it logged."""
+
+    def __init__(self, path: Path, resume_step: int | None = None):
+        self.path = Path(path)
+        if resume_step is None:
+            self.path.write_text("")
+        else:
+            truncate_after(self.path, resume_step)
+        self._handle = open(self.path, "a", encoding="utf-8")
+
+    def write(self, record: dict[str, Any]) -> None:
+        self._handle.write(json.dumps({k: _clean(v) for k, v in record.items()}) + "\n")
+        self._handle.flush()
+
+    def close(self) -> None:
+        self._handle.close()
+
+
+def truncate_after(path: Path, step: int) -> None:
+    """Keep only the records with `step <= step` (a partial last line from a crash is dropped)."""
+    if not path.exists():
+        path.write_text("")
+        return
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if record.get("step", 0) <= step:
+            kept.append(line + "\n")
+    path.write_text("".join(kept), encoding="utf-8")
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    path = Path(path)
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+class TensorBoardSink:
+    def __init__(self, log_dir: Path, resume_step: int | None = None):
+        from torch.utils.tensorboard import SummaryWriter
+
+        purge = None if resume_step is None else resume_step + 1
+        self._writer = SummaryWriter(log_dir=str(log_dir), purge_step=purge)
+
+    def write(self, step: int, values: dict[str, float]) -> None:
+        for key, value in values.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                self._writer.add_scalar(key, value, step)
+        self._writer.flush()
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+class MetricsLogger:
+    """Fan one step's metrics out to metrics.jsonl, timings.jsonl and (optionally) TensorBoard."""
+
+    def __init__(self, run_dir: Path, tensorboard: bool, resume_step: int | None = None):
+        run_dir = Path(run_dir)
+        self.metrics = JsonlSink(run_dir / METRICS, resume_step)
+        self.timings = JsonlSink(run_dir / TIMINGS, resume_step)
+        self.samples = JsonlSink(run_dir / SAMPLES, resume_step)
+        self.tb = TensorBoardSink(run_dir / "tensorboard", resume_step) if tensorboard else None
+
+    def log(self, step: int, metrics: dict[str, float], timings: dict[str, float]) -> None:
+        self.metrics.write({"step": step, **metrics})
+        self.timings.write({"step": step, **timings})
+        if self.tb is not None:
+            self.tb.write(step, {**metrics, **{f"time/{k}": v for k, v in timings.items()}})
+
+    def log_samples(self, step: int, samples: list[dict[str, Any]]) -> None:
+        for sample in samples:
+            self.samples.write({"step": step, **sample})
+
+    def close(self) -> None:
+        for sink in (self.metrics, self.timings, self.samples, self.tb):
+            if sink is not None:
+                sink.close()

@@ -1,0 +1,110 @@
+"""Load and save Hugging Face causal LMs and tokenizers from local folders.
+
+Only local folders: nothing is ever fetched from the Hub (`local_files_only=True`). Checkpoints are
+ordinary HF folders (config.json, model.safetensors, tokenizer files) that any HF tool can read.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.utils import logging as hf_logging
+
+
+@contextmanager
+def _quiet():
+    """No per-shard progress bars: loads and saves happen inside the training loop's own display."""
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+
+
+def _model_dir(path: str | Path) -> Path:
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"model folder {str(path)!r} does not exist")
+    if not path.is_dir():
+        raise NotADirectoryError(f"{str(path)!r} is a file, expected a Hugging Face model folder")
+    return path
+
+
+def load_model(path: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
+               ) -> PreTrainedModel:
+    """Load the causal LM in the folder `path` (in eval mode, sdpa attention)."""
+    path = _model_dir(path)
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"{str(path)!r} is not a Hugging Face model folder: it has no config.json")
+    try:
+        with _quiet():
+            model = AutoModelForCausalLM.from_pretrained(
+                path, dtype=dtype, attn_implementation="sdpa", local_files_only=True)
+    except (OSError, ValueError, KeyError) as err:
+        raise ValueError(f"could not load a causal LM from {str(path)!r}: {err}") from err
+    return model.to(device).eval()
+
+
+def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
+    """Load the tokenizer in the folder `path`; a missing pad token falls back to EOS."""
+    path = _model_dir(path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError, KeyError) as err:
+        raise ValueError(f"could not load a tokenizer from {str(path)!r}: {err}") from err
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise ValueError(f"tokenizer in {str(path)!r} has neither a pad nor an eos token")
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_model_and_tokenizer(path: str | Path, dtype: torch.dtype = torch.float32,
+                             device: str | torch.device = "cpu"):
+    """`(load_model(path, dtype, device), load_tokenizer(path))`."""
+    return load_model(path, dtype, device), load_tokenizer(path)
+
+
+def _fsync_tree(root: Path) -> None:
+    for file in root.rglob("*"):
+        if file.is_file():
+            with open(file, "rb") as handle:
+                os.fsync(handle.fileno())
+
+
+def save_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase | None, path: str | Path) -> Path:
+    """Save model (safetensors) and tokenizer to the folder `path`, atomically.
+
+    Everything is written and fsynced in a temporary sibling folder, which is then renamed to `path`.
+    A crash while writing leaves any previous `path` untouched. Replacing an existing folder takes two
+    renames (old -> `path.old-*`, new -> `path`); a crash between them leaves the previous checkpoint
+    under `path.old-*` rather than a half-written one under `path`.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    try:
+        with _quiet():
+            model.save_pretrained(tmp, safe_serialization=True)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
+        _fsync_tree(tmp)
+        old = None
+        if path.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
+            os.replace(path, old / path.name)
+        os.replace(tmp, path)
+        if old is not None:
+            shutil.rmtree(old)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return path

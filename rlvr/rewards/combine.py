@@ -1,0 +1,99 @@
+"""Weighted composition of rewards, and TRL-style reward callables used unchanged.
+
+`CombinedReward([(fn, weight, name), ...])` scores a batch with every part and sums
+`weight * score`; each part's scores are kept as component `name` (logged as `reward/<name>`).
+
+Not-applicable scores (None from a TRL callable, NaN from ours) follow TRL's `GRPOTrainer`:
+`rewards = nansum(weights * rewards_per_func)`, i.e. such a part adds nothing to that sample's sum
+and the other weights are NOT renormalised; a sample where no part applies scores 0. The logged
+component mean skips those samples.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Mapping, Sequence
+
+from rlvr.rewards.base import BatchContext, RewardBatch, RewardOutput
+from rlvr.rewards.safe import SafeReward, as_mapping
+
+
+class TRLReward:
+    """Adapter for a TRL reward function `f(prompts, completions, **columns) -> list[float | None]`.
+
+    The example fields (except `prompt`) are passed as columns, one list per field, as TRL passes
+    dataset columns. None means "not applicable" (see the module docstring).
+    """
+
+    def __init__(self, fn: Callable[..., Sequence[float | None]], name: str | None = None) -> None:
+        if not callable(fn):
+            raise TypeError(f"TRLReward needs a callable, got {type(fn).__name__}")
+        self.fn = fn
+        self.__name__ = name or getattr(fn, "__name__", type(fn).__name__)
+
+    def score_batch(self, prompts: Sequence[str], completions: Sequence[str], examples: Sequence[Any],
+                    ctx: BatchContext | None = None) -> RewardBatch:
+        rows = [as_mapping(e) for e in examples]
+        keys = sorted({k for r in rows for k in r} - {"prompt", "prompts", "completions"})
+        columns = {k: [r.get(k) for r in rows] for k in keys}
+        out = list(self.fn(prompts=list(prompts), completions=list(completions), **columns))
+        if len(out) != len(completions):
+            raise ValueError(f"{self.__name__} returned {len(out)} rewards for {len(completions)} completions")
+        return RewardBatch([math.nan if v is None else float(v) for v in out])
+
+
+class CombinedReward:
+    """`sum_i weight_i * reward_i` with every part made safe (exceptions -> fallback, counted).
+
+    parts: (reward, weight, name) triples; a reward is a per-sample `RewardFn`, or anything with
+        `score_batch` (`TRLReward`, `MathReward`, `CodeReward`, length rewards, ...).
+    """
+
+    def __init__(self, parts: Sequence[tuple[Any, float, str]], fallback: float = 0.0) -> None:
+        if not parts:
+            raise ValueError("CombinedReward needs at least one (reward, weight, name) part")
+        self.parts: list[tuple[SafeReward, float, str]] = []
+        for part in parts:
+            if not (isinstance(part, tuple) and len(part) == 3):
+                raise ValueError(f"each part must be (reward, weight, name), got {part!r}")
+            fn, weight, name = part
+            if not isinstance(name, str) or not name or "/" in name:
+                raise ValueError(f"a part name must be a non-empty string without '/', got {name!r}")
+            if not math.isfinite(float(weight)):
+                raise ValueError(f"weight of {name!r} must be finite, got {weight}")
+            safe = fn if isinstance(fn, SafeReward) else SafeReward(fn, fallback=fallback, name=name)
+            self.parts.append((safe, float(weight), name))
+        names = [n for _, _, n in self.parts]
+        if len(set(names)) != len(names):
+            raise ValueError(f"part names must be unique, got {names}")
+
+    @classmethod
+    def single(cls, fn: Any, name: str = "task", fallback: float = 0.0) -> "CombinedReward":
+        return cls([(fn, 1.0, name)], fallback=fallback)
+
+    @property
+    def errors(self) -> int:
+        return sum(fn.errors for fn, _, _ in self.parts)
+
+    def score_batch(self, prompts: Sequence[str], completions: Sequence[str],
+                    examples: Sequence[Any], ctx: BatchContext | None = None) -> RewardBatch:
+        total = [0.0] * len(completions)
+        components: dict[str, list[float]] = {}
+        errors = 0
+        for fn, weight, name in self.parts:
+            part = fn.score_batch(prompts, completions, examples, ctx)
+            errors += part.errors
+            components[name] = part.scores
+            for sub, values in part.components.items():
+                components[f"{name}/{sub}"] = values
+            # TRL semantics: nansum over parts, no renormalisation.
+            total = [t + weight * s if s == s else t for t, s in zip(total, part.scores)]
+        return RewardBatch(total, components, errors)
+
+    def __call__(self, prompt: str, completion: str, example: Mapping[str, Any]) -> RewardOutput:
+        batch = self.score_batch([prompt], [completion], [example])
+        return RewardOutput(batch.scores[0], {k: v[0] for k, v in batch.components.items()})
+
+    def close(self) -> None:
+        for fn, _, _ in self.parts:
+            fn.close()

@@ -1,0 +1,99 @@
+"""DeepSeek-R1's format reward and the R1-Zero reward (format gate x answer correctness).
+
+R1 (DeepSeek-AI 2025, sec. 2.2.2) asks for the reasoning in `<think>...</think>` followed by the
+answer in `<answer>...</answer>`. Two forms:
+- strict (open-r1's regex): exactly `<think>\\n...\\n</think>\\n<answer>\\n...\\n</answer>`, nothing
+  around it, each tag once;
+- lenient: the two blocks in that order, any whitespace around and between them, each tag once.
+When the prompt ends with `<think>` (the R1-Zero template opens the tag for the model), the
+completion is checked as if it started with it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping, Sequence
+
+from rlvr.rewards.base import BatchContext, RewardBatch, RewardOutput
+from rlvr.rewards.extract import extract_answer
+from rlvr.rewards.math_grader import MathGrader, get_grader
+from rlvr.rewards.safe import as_mapping
+
+_TAGS = ("<think>", "</think>", "<answer>", "</answer>")
+_STRICT = re.compile(r"<think>\n.*?\n</think>\n<answer>\n.*?\n</answer>\n?", re.DOTALL)
+_LENIENT = re.compile(r"\s*<think>.*?</think>\s*<answer>.*?</answer>\s*", re.DOTALL)
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+
+def with_prompt_prefix(prompt: str, completion: str) -> str:
+    """The completion as the model wrote it after a prompt that may already open `<think>`."""
+    return "<think>" + completion if prompt.rstrip().endswith("<think>") else completion
+
+
+def format_ok(text: str, strict: bool = False) -> bool:
+    if any(text.count(tag) != 1 for tag in _TAGS):
+        return False
+    return (_STRICT if strict else _LENIENT).fullmatch(text) is not None
+
+
+def r1_format_reward(prompt: str, completion: str, example: Mapping[str, Any]) -> float:
+    """1.0 when the completion is `<think>...</think> <answer>...</answer>` (lenient), else 0.0."""
+    return float(format_ok(with_prompt_prefix(prompt, completion)))
+
+
+def r1_format_reward_strict(prompt: str, completion: str, example: Mapping[str, Any]) -> float:
+    """1.0 for open-r1's exact newline layout, else 0.0."""
+    return float(format_ok(with_prompt_prefix(prompt, completion), strict=True))
+
+
+def answer_in_tags(text: str) -> str | None:
+    """The final answer inside the last `<answer>` block (a `\\boxed{}` in it wins)."""
+    blocks = _ANSWER.findall(text)
+    return extract_answer("<answer>" + blocks[-1] + "</answer>") if blocks else None
+
+
+class MathReward:
+    """1.0 when the completion's final answer equals `example[answer_key]` (`math_equal`), else 0.0.
+
+    format_gate: None, "lenient" or "strict". With a gate this is the R1-Zero reward: the answer
+    is read from the `<answer>` block and the score is format_ok * correct (components `format`
+    and `correct` are reported separately; `correct` falls back to `extract_answer` when there is
+    no `<answer>` block, so that it shows correctness apart from format).
+    """
+
+    def __init__(self, answer_key: str = "answer", format_gate: str | None = None,
+                 grader: MathGrader | None = None) -> None:
+        if format_gate not in (None, "lenient", "strict"):
+            raise ValueError(f"format_gate must be None, 'lenient' or 'strict', got {format_gate!r}")
+        self.answer_key, self.format_gate = answer_key, format_gate
+        self.grader = grader
+        self.__name__ = "r1_zero" if format_gate else "math"
+
+    def _truth(self, example: Mapping[str, Any]) -> str:
+        if self.answer_key not in example or example[self.answer_key] is None:
+            raise KeyError(f"example has no ground truth {self.answer_key!r}; fields: {sorted(example)}")
+        return str(example[self.answer_key])
+
+    def _predicted(self, prompt: str, completion: str) -> tuple[str | None, bool]:
+        if self.format_gate is None:
+            return extract_answer(completion), True
+        text = with_prompt_prefix(prompt, completion)
+        # The `correct` component stays meaningful without the tags; the score is gated anyway.
+        predicted = answer_in_tags(text) if "<answer>" in text else extract_answer(completion)
+        return predicted, format_ok(text, strict=self.format_gate == "strict")
+
+    def score_batch(self, prompts: Sequence[str], completions: Sequence[str], examples: Sequence[Any],
+                    ctx: BatchContext | None = None) -> RewardBatch:
+        examples = [as_mapping(e) for e in examples]
+        extracted = [self._predicted(p, c) for p, c in zip(prompts, completions)]
+        grader = self.grader or get_grader()
+        correct = grader.equal_batch([(pred, self._truth(e)) for (pred, _), e in zip(extracted, examples)])
+        scores = [float(ok and c) for (_, ok), c in zip(extracted, correct)]
+        if self.format_gate is None:
+            return RewardBatch(scores)
+        return RewardBatch(scores, {"format": [float(ok) for _, ok in extracted],
+                                    "correct": [float(c) for c in correct]})
+
+    def __call__(self, prompt: str, completion: str, example: Mapping[str, Any]) -> RewardOutput:
+        batch = self.score_batch([prompt], [completion], [example])
+        return RewardOutput(batch.scores[0], {k: v[0] for k, v in batch.components.items()})

@@ -1,0 +1,192 @@
+"""A persistent pool of worker processes that maps a function over items, each under a timeout.
+
+Why not `concurrent.futures.ProcessPoolExecutor`: it can neither time out one item nor replace a
+worker stuck in C code (a sympy power tower ignores Python signals). Here each worker streams one
+result per item back, so when a worker hangs or dies we know exactly which item did it: that item
+gets ("timeout" | "error"), the worker is killed and replaced, and the rest of its chunk is resent.
+
+Workers are fresh interpreters (`python -m rlvr.rewards._pool_worker`), not multiprocessing children:
+no fork of a threaded trainer (deadlock-prone) and no re-import of the user's `__main__` script
+(spawn/forkserver do that, and break any script without an `if __name__ == "__main__"` guard).
+
+Inside a worker the per-item timeout is a SIGALRM timer (workers run their loop on their main
+thread, where signals work, unlike a trainer's threads); the parent's watchdog, at 1.5x the timeout
+plus a grace second, catches what the signal cannot interrupt.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from typing import Any, Callable
+
+OK, ERROR, TIMEOUT = "ok", "error", "timeout"
+_MAX_START_FAILURES = 3
+
+
+@dataclass
+class _Worker:
+    process: subprocess.Popen
+    rx: Connection  # results from the worker
+    tx: Connection  # batches to the worker
+    ready: bool = False
+    started: float = field(default_factory=time.monotonic)
+    inflight: deque = field(default_factory=deque)  # (index, item) sent, not yet answered
+    last_progress: float = 0.0
+
+
+class WorkerPool:
+    """`pool.map(items) -> [(status, value), ...]`, status in {"ok", "error", "timeout"}.
+
+    `fn` (and `initializer`, run once per worker before it reports ready, e.g. to import sympy)
+    must be picklable: module-level functions, or functools.partial of them. Workers start at
+    construction, so their imports overlap with whatever the caller does next.
+    """
+
+    def __init__(self, fn: Callable[[Any], Any], n_workers: int = 2, timeout: float = 5.0,
+                 chunk_size: int = 32, start_timeout: float = 120.0,
+                 initializer: Callable[[], Any] | None = None) -> None:
+        if n_workers < 1:
+            raise ValueError(f"n_workers must be >= 1, got {n_workers}")
+        if timeout <= 0:
+            raise ValueError(f"timeout must be > 0, got {timeout}")
+        self.fn, self.timeout, self.chunk_size = fn, float(timeout), max(1, chunk_size)
+        self.start_timeout = start_timeout
+        try:
+            self._hello = pickle.dumps((fn, initializer, self.timeout))
+        except (pickle.PicklingError, AttributeError, TypeError) as e:
+            raise ValueError(f"{fn!r} must be picklable (a module-level function): {e}") from None
+        self._lock = threading.Lock()
+        self._start_failures = 0
+        self.restarts = 0
+        self._workers = [self._spawn() for _ in range(n_workers)]
+
+    def _spawn(self) -> _Worker:
+        to_child_r, to_child_w = os.pipe()
+        from_child_r, from_child_w = os.pipe()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rlvr.rewards._pool_worker", str(to_child_r), str(from_child_w)],
+            pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL)
+        os.close(to_child_r)
+        os.close(from_child_w)
+        tx = Connection(to_child_w, readable=False)
+        tx.send(list(sys.path))  # first, so that the worker can import fn's module
+        tx.send_bytes(self._hello)
+        return _Worker(proc, Connection(from_child_r, writable=False), tx)
+
+    def _replace(self, i: int) -> None:
+        w = self._workers[i]
+        _stop(w)
+        self.restarts += 1
+        self._workers[i] = self._spawn()
+
+    def map(self, items: list[Any]) -> list[tuple[str, Any]]:
+        with self._lock:
+            return self._map(list(items))
+
+    def _map(self, items: list[Any]) -> list[tuple[str, Any]]:
+        results: list[tuple[str, Any] | None] = [None] * len(items)
+        pending = deque(enumerate(items))
+        remaining = len(items)
+        while remaining:
+            self._dispatch(pending)
+            conns = {w.rx: i for i, w in enumerate(self._workers)}
+            for conn in wait(list(conns), timeout=self._next_deadline()):
+                remaining -= self._receive(conns[conn], results, pending)
+            remaining -= self._watchdog(results, pending)
+        return results  # type: ignore[return-value]
+
+    def _dispatch(self, pending: deque) -> None:
+        idle = [w for w in self._workers if w.ready and not w.inflight]
+        size = min(self.chunk_size, -(-len(pending) // max(1, len(idle)))) if pending else 0
+        for w in idle:
+            chunk = [pending.popleft() for _ in range(min(size, len(pending)))]
+            if not chunk:
+                return
+            w.inflight.extend(chunk)
+            w.last_progress = time.monotonic()
+            try:
+                w.tx.send([item for _, item in chunk])
+            except (OSError, ValueError):  # died since: the receive side reports it
+                pass
+
+    def _next_deadline(self) -> float:
+        return max(0.01, min(0.5, self.timeout))
+
+    def _receive(self, i: int, results: list, pending: deque) -> int:
+        """Read one message from worker i; returns how many items got their final result."""
+        w = self._workers[i]
+        try:
+            msg = w.rx.recv()
+        except (EOFError, OSError):
+            return self._fail(i, results, pending, (ERROR, "worker process died"))
+        if msg[0] == "ready" and not w.ready:
+            w.ready, self._start_failures = True, 0
+            return 0
+        index, _ = w.inflight.popleft()
+        results[index] = msg
+        w.last_progress = time.monotonic()
+        return 1
+
+    def _watchdog(self, results: list, pending: deque) -> int:
+        done, now = 0, time.monotonic()
+        for i, w in enumerate(self._workers):
+            if w.inflight and now - w.last_progress > 1.5 * self.timeout + 1.0:
+                done += self._fail(i, results, pending, (TIMEOUT, f"worker unresponsive > {self.timeout:g} s"))
+            elif not w.ready and now - w.started > self.start_timeout:
+                self._fail(i, results, pending, (ERROR, "worker did not start"))
+        return done
+
+    def _fail(self, i: int, results: list, pending: deque, outcome: tuple[str, str]) -> int:
+        """Blame the first in-flight item of worker i, resend the rest, replace the worker."""
+        w = self._workers[i]
+        if not w.ready:
+            self._start_failures += 1
+            if self._start_failures >= _MAX_START_FAILURES:
+                _stop(w)
+                raise RuntimeError(f"reward worker failed to start {_MAX_START_FAILURES} times "
+                                   f"(exit code {w.process.poll()}); is {self.fn!r} importable?")
+        blamed = 0
+        if w.inflight:
+            index, _ = w.inflight.popleft()
+            results[index] = outcome
+            blamed = 1
+        pending.extendleft(reversed(w.inflight))
+        w.inflight.clear()
+        self._replace(i)
+        return blamed
+
+    def close(self) -> None:
+        for w in self._workers:
+            try:
+                w.tx.send(None)
+            except (OSError, ValueError):
+                pass
+        for w in self._workers:
+            _stop(w, grace=1.0)
+        self._workers = []
+
+    def __enter__(self) -> "WorkerPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _stop(w: _Worker, grace: float = 0.0) -> None:
+    try:
+        w.process.wait(timeout=grace) if grace else None
+    except subprocess.TimeoutExpired:
+        pass
+    if w.process.poll() is None:
+        w.process.kill()
+        w.process.wait()
+    w.rx.close()
+    w.tx.close()

@@ -1,0 +1,58 @@
+"""Rewards by name, so that a config can pick them: `reward_from_name("r1_zero")`.
+
+Each entry is a factory taking keyword options. A task brings its own verifier
+(`task.reward_fn()`); these are the task-independent rewards and shaping terms.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from rlvr.rewards.code import CodeReward
+from rlvr.rewards.countdown import CountdownReward
+from rlvr.rewards.format import MathReward, r1_format_reward, r1_format_reward_strict
+from rlvr.rewards.language import LanguageConsistencyReward
+from rlvr.rewards.length import KimiLengthReward, OverlongPenalty, StepGated
+from rlvr.rewards.sandbox import SandboxLimits
+
+
+def _no_options(fn: Any, name: str) -> Callable[..., Any]:
+    def factory(**opts: Any) -> Any:
+        if opts:
+            raise ValueError(f"reward {name!r} takes no options, got {sorted(opts)}")
+        return fn
+
+    return factory
+
+
+def _kimi(start_step: int = 0, threshold: float = 1.0) -> Any:
+    reward = KimiLengthReward(threshold=threshold)
+    return StepGated(reward, start_step) if start_step else reward
+
+
+def _code(max_workers: int | None = None, **limits: Any) -> CodeReward:
+    return CodeReward(SandboxLimits(**limits), max_workers=max_workers)
+
+
+REWARDS: dict[str, Callable[..., Any]] = {
+    "math": lambda answer_key="answer": MathReward(answer_key),
+    "r1_zero": lambda answer_key="answer", strict=False: MathReward(
+        answer_key, format_gate="strict" if strict else "lenient"),
+    "format": _no_options(r1_format_reward, "format"),
+    "format_strict": _no_options(r1_format_reward_strict, "format_strict"),
+    "language": LanguageConsistencyReward,
+    "kimi_length": _kimi,
+    "overlong": OverlongPenalty,
+    "code": _code,
+    "countdown": CountdownReward,
+}
+
+
+def reward_from_name(name: str, **opts: Any) -> Any:
+    """Build the reward registered as `name`; unknown names and options raise ValueError."""
+    if name not in REWARDS:
+        raise ValueError(f"unknown reward {name!r}; choose from {sorted(REWARDS)}")
+    try:
+        return REWARDS[name](**opts)
+    except TypeError as e:
+        raise ValueError(f"bad options for reward {name!r}: {e}") from None

@@ -1,0 +1,231 @@
+"""A rollout engine on a plain Hugging Face causal LM (no vLLM): batched, KV-cached sampling.
+
+What makes it faster than `model.generate(num_return_sequences=n)` on CPU:
+- each prompt is prefilled once and its keys/values copied to the n rows of its group, instead of
+  running the prompt n times;
+- the KV cache is preallocated (`PreallocatedKVCache`) and written in place, not grown by torch.cat;
+- a finished sequence leaves the batch at once: the last live row is moved into its slot, so the
+  forward pass only ever runs on live rows;
+- only the last position's logits are computed (`logits_to_keep=1`).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Iterable
+
+import torch
+from torch import Tensor
+
+from rlvr.rollout.base import Completion, SamplingParams
+from rlvr.rollout.kv_cache import PreallocatedKVCache
+from rlvr.rollout.sampling import LOGPROBS_MODES, sample_next
+from rlvr.rollout.stops import StopChecker, cut_at_stop
+
+
+class HFEngine:
+    """`RolloutEngine` on a transformers causal LM and its tokenizer.
+
+    max_batch_size: most sequences (rows) decoded at once; None = all prompts * n in one batch.
+    logprobs_mode: "raw_logprobs" (vLLM's default: log pi(token) of the unmodified model) or
+        "processed_logprobs" (log-prob under the temperature-scaled, top-k/top-p filtered
+        distribution actually sampled from). See `rlvr.rollout.sampling.sample_next`.
+    add_special_tokens: passed to the tokenizer when encoding prompts (adds BOS for tokenizers
+        whose post-processor does so; the rlvr char tokenizer adds nothing).
+
+    Weight sharing: built on the very module the trainer optimises, the engine samples from the
+    current weights with no copy and `load_weights` is a no-op for those tensors.
+    """
+
+    def __init__(self, model, tokenizer, *, device: str | torch.device = "cpu",
+                 max_batch_size: int | None = None, logprobs_mode: str = "raw_logprobs",
+                 add_special_tokens: bool = True):
+        if max_batch_size is not None and (not isinstance(max_batch_size, int) or max_batch_size < 1):
+            raise ValueError(f"max_batch_size must be a positive int or None, got {max_batch_size!r}")
+        if logprobs_mode not in LOGPROBS_MODES:
+            raise ValueError(f"unknown logprobs_mode {logprobs_mode!r}; choose from {list(LOGPROBS_MODES)}")
+        self.device = torch.device(device)
+        self.model = model.to(self.device)
+        self.tokenizer = tokenizer
+        self.max_batch_size = max_batch_size
+        self.logprobs_mode = logprobs_mode
+        self.add_special_tokens = add_special_tokens
+        self.eos_ids = torch.tensor(sorted(_eos_ids(model, tokenizer)), dtype=torch.long, device=self.device)
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.pad_id = 0 if pad is None else pad
+        params = inspect.signature(model.forward).parameters
+        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"  # transformers 5.x renamed it
+
+    # --- public API -------------------------------------------------------------------------------
+
+    def generate(self, prompts: list[str], n: int, sampling: SamplingParams) -> list[Completion]:
+        """len(prompts) * n completions; those of prompt i are [i*n, (i+1)*n)."""
+        prompt_ids = self._validate_and_encode(prompts, n, sampling)
+        seed = sampling.seed if sampling.seed is not None else int(torch.randint(2**62, (1,)).item())
+        generator = torch.Generator(device=self.device).manual_seed(seed)
+        rows: list[tuple[list[int], list[float], str | None, bool]] = []
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                for chunk in self._chunks(len(prompts), n):
+                    rows.extend(self._run_chunk([prompt_ids[i] for i, _ in chunk],
+                                                [count for _, count in chunk], sampling, generator))
+        finally:
+            self.model.train(was_training)
+        owners = [i for i in range(len(prompts)) for _ in range(n)]
+        return [self._completion(prompts[i], prompt_ids[i], row, sampling) for i, row in zip(owners, rows)]
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, Tensor]]) -> None:
+        """Copy tensors into the model in place, by state-dict name; unknown names raise KeyError."""
+        state = self.model.state_dict(keep_vars=True)
+        with torch.no_grad():
+            for name, tensor in named_tensors:
+                if name not in state:
+                    raise KeyError(f"load_weights: the model has no tensor named {name!r}")
+                target = state[name]
+                if target.shape != tensor.shape:
+                    raise ValueError(f"load_weights: {name!r} has shape {tuple(target.shape)}, "
+                                     f"got {tuple(tensor.shape)}")
+                if target.data_ptr() != tensor.data_ptr():  # shared module: already the same storage
+                    target.copy_(tensor)
+
+    # --- preparation ------------------------------------------------------------------------------
+
+    def _validate_and_encode(self, prompts, n, sampling) -> list[list[int]]:
+        if not isinstance(sampling, SamplingParams):
+            raise TypeError(f"sampling must be a SamplingParams, got {type(sampling).__name__}")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"n (samples per prompt) must be an int >= 1, got {n!r}")
+        if isinstance(prompts, str) or not isinstance(prompts, (list, tuple)) or not prompts:
+            raise ValueError("prompts must be a non-empty list of strings")
+        bad = [i for i, p in enumerate(prompts) if not isinstance(p, str)]
+        if bad:
+            raise TypeError(f"prompts must be strings; prompt {bad[0]} is {type(prompts[bad[0]]).__name__}")
+        ids = self.tokenizer(list(prompts), add_special_tokens=self.add_special_tokens)["input_ids"]
+        empty = [i for i, x in enumerate(ids) if not x]
+        if empty:
+            raise ValueError(f"prompt {empty[0]} encodes to no tokens; a prompt needs at least one")
+        limit = getattr(self.model.config, "max_position_embeddings", None)
+        longest = max(map(len, ids)) + sampling.max_new_tokens
+        if limit is not None and longest > limit:
+            raise ValueError(f"longest prompt ({longest - sampling.max_new_tokens} tokens) + max_new_tokens "
+                             f"({sampling.max_new_tokens}) exceeds the model's max_position_embeddings ({limit})")
+        return ids
+
+    def _chunks(self, num_prompts: int, n: int) -> list[list[tuple[int, int]]]:
+        """Split (prompt, samples) work into batches of at most max_batch_size rows; a group larger
+        than a batch is split (its prompt is then prefilled once per piece)."""
+        cap = self.max_batch_size or num_prompts * n
+        chunks, current, used = [], [], 0
+        for prompt in range(num_prompts):
+            left = n
+            while left:
+                take = min(left, cap - used)
+                current.append((prompt, take))
+                used, left = used + take, left - take
+                if used == cap:
+                    chunks.append(current)
+                    current, used = [], 0
+        return chunks + ([current] if current else [])
+
+    # --- decoding ---------------------------------------------------------------------------------
+
+    def _forward(self, input_ids: Tensor, positions: Tensor, mask: Tensor, cache) -> Tensor:
+        out = self.model(input_ids=input_ids, position_ids=positions, attention_mask=mask,
+                         use_cache=True, logits_to_keep=1, **{self._cache_kwarg: cache})
+        return out.logits[:, -1, :]  # (rows, V)
+
+    def _prefill(self, prompt_ids: list[list[int]], counts: list[int], max_new: int):
+        """Left-pad the prompts, run them once, expand the cache to the groups. Returns the cache,
+        the key-validity mask (R, P + max_new), next positions (R,) and next-token logits (R, V)."""
+        dev, width = self.device, max(map(len, prompt_ids))
+        lengths = torch.tensor([len(p) for p in prompt_ids], device=dev)  # (B,)
+        ids = torch.full((len(prompt_ids), width), self.pad_id, dtype=torch.long, device=dev)
+        for b, p in enumerate(prompt_ids):
+            ids[b, width - len(p):] = torch.tensor(p, device=dev)
+        real = torch.arange(width, device=dev)[None, :] >= (width - lengths)[:, None]  # (B, P)
+        positions = (real.long().cumsum(-1) - 1).clamp(min=0)  # (B, P)
+        causal = torch.ones(width, width, dtype=torch.bool, device=dev).tril()
+        eye = torch.eye(width, dtype=torch.bool, device=dev)
+        # A pad query sees only itself: a row with no visible key would give NaN, then NaN values.
+        mask = (causal[None] & real[:, None, :]) | eye[None]  # (B, P, P)
+        expand = torch.repeat_interleave(torch.arange(len(counts), device=dev), torch.tensor(counts, device=dev))
+        rows = int(expand.numel())
+        cache = PreallocatedKVCache(self.model.config.num_hidden_layers, rows, width + max_new)
+        cache.expand_index = expand
+        logits = self._forward(ids, positions, mask[:, None], cache)  # (B, V)
+        cache.expand_index, cache.length = None, width
+        valid = torch.zeros(rows, width + max_new, dtype=torch.bool, device=dev)  # (R, P + T)
+        valid[:, :width] = real[expand]
+        return cache, valid, lengths[expand].clone(), logits[expand]
+
+    def _run_chunk(self, prompt_ids, counts, sampling: SamplingParams, generator):
+        """Sample one batch of groups. Returns per row (token_ids, logprobs, stop_reason, finished)."""
+        max_new = sampling.max_new_tokens
+        cache, valid, positions, logits = self._prefill(prompt_ids, counts, max_new)
+        rows = cache.rows
+        tokens = torch.zeros(rows, max_new, dtype=torch.long)  # (R, T) by sequence id
+        logprobs = torch.zeros(rows, max_new)
+        lengths = torch.full((rows,), max_new, dtype=torch.long)
+        stopped = torch.zeros(rows, dtype=torch.bool)
+        stops = StopChecker(self.tokenizer, sampling.stop)
+        seq = torch.arange(rows)  # row -> sequence id
+        for t in range(max_new):
+            token, logprob = sample_next(logits, sampling.temperature, sampling.top_k, sampling.top_p,
+                                         generator, self.logprobs_mode)
+            tokens[seq, t], logprobs[seq, t] = token.cpu(), logprob.float().cpu()
+            done = torch.isin(token, self.eos_ids).cpu() | stops.hits(tokens, seq, t)
+            lengths[seq[done]], stopped[seq[done]] = t + 1, True
+            if t == max_new - 1 or bool(done.all()):
+                break
+            if bool(done.any()):
+                keep = self._compact(cache, valid, done)  # (R',) on CPU
+                seq, keep = seq[keep], keep.to(self.device)
+                positions, token = positions[keep], token[keep]
+            valid[: cache.rows, cache.length] = True
+            mask = valid[: cache.rows, : cache.length + 1][:, None, None, :]  # (R', 1, 1, L + 1)
+            logits = self._forward(token[:, None], positions[:, None], mask, cache)
+            cache.length += 1
+            positions = positions + 1
+        reasons = stops.reasons
+        return [(tokens[r, : lengths[r]].tolist(), logprobs[r, : lengths[r]].tolist(), reasons.get(r),
+                 bool(stopped[r])) for r in range(rows)]
+
+    @staticmethod
+    def _compact(cache: PreallocatedKVCache, valid: Tensor, done: Tensor) -> Tensor:
+        """Drop finished rows: live rows beyond the new end move into the holes (cache and validity
+        mask moved in place); returns the index that reorders per-row tensors the same way."""
+        live = int((~done).sum())
+        order = torch.arange(done.numel())
+        holes = torch.nonzero(done[:live]).squeeze(-1)  # finished rows that stay inside [0, live)
+        movers = torch.nonzero(~done[live:]).squeeze(-1) + live  # live rows outside [0, live)
+        if holes.numel():
+            holes_dev, movers_dev = holes.to(valid.device), movers.to(valid.device)
+            cache.move_rows(movers_dev, holes_dev)
+            valid[holes_dev] = valid[movers_dev]
+            order[holes] = movers
+        cache.rows = live
+        return order[:live]
+
+    def _completion(self, prompt: str, prompt_ids: list[int], row, sampling: SamplingParams) -> Completion:
+        token_ids, logprobs, stop_reason, finished = row
+        text = self.tokenizer.decode(token_ids, skip_special_tokens=True)
+        if stop_reason is not None:
+            text = cut_at_stop(text, sampling.stop)
+        return Completion(prompt=prompt, prompt_ids=list(prompt_ids), token_ids=token_ids, logprobs=logprobs,
+                          text=text, finish_reason="stop" if finished else "length",
+                          extra={"stop_reason": stop_reason})
+
+
+def _eos_ids(model, tokenizer) -> set[int]:
+    """EOS ids from the tokenizer and the model's generation config (which may list several)."""
+    ids = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if gen_eos is not None:
+        ids.update(int(i) for i in ([gen_eos] if isinstance(gen_eos, int) else gen_eos))
+    if not ids:
+        raise ValueError("neither the tokenizer nor the model's generation_config defines an eos token")
+    return ids

@@ -1,0 +1,105 @@
+"""Integer arithmetic: `37+85=` -> `122`.
+
+Two rewards: `exact` (1 if the integer answer is right, else 0) and `digits` (partial credit: the
+share of right-aligned digit positions that match, sign included, over the longer of answer and
+target; 1 only for the exact answer). Held-out examples are a fixed hash partition of all
+problems, so training never sees them.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import zlib
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from rlvr.rewards.base import RewardOutput
+from rlvr.tasks.base import Example, register_task
+
+REWARDS = ("exact", "digits")
+OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
+_INT = re.compile(r"-?\d+")
+_EVAL_BUCKETS = 10
+
+
+def parse_int(completion: str) -> str | None:
+    """The completion as a canonical integer string, or None unless it is exactly one integer."""
+    text = completion.strip()
+    if not _INT.fullmatch(text):
+        return None
+    return str(int(text))
+
+
+def digit_credit(answer: str | None, target: str) -> float:
+    """Share of right-aligned characters of `answer` equal to those of `target`."""
+    if answer is None:
+        return 0.0
+    width = max(len(answer), len(target))
+    a, t = answer.rjust(width), target.rjust(width)
+    return sum(x == y for x, y in zip(a, t)) / width
+
+
+class ArithmeticReward:
+    def __init__(self, design: str):
+        self.design = design
+
+    def __call__(self, prompt: str, completion: str, example: Mapping[str, Any]) -> RewardOutput:
+        answer, target = parse_int(completion), example["answer"]
+        if self.design == "exact":
+            return RewardOutput(float(answer == target))
+        return RewardOutput(digit_credit(answer, target))
+
+
+@dataclass
+class ArithmeticTask:
+    """`a op b =` with operands of 1..`digits` digits and `op` drawn from `ops`."""
+
+    digits: int = 2
+    ops: str = "+"
+    reward: str = "exact"
+    name: str = "arithmetic"
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.digits <= 9:
+            raise ValueError(f"arithmetic: digits must be in 1..9, got {self.digits}")
+        bad = sorted(set(self.ops) - set(OPS)) or ([] if self.ops else ["(empty)"])
+        if bad:
+            raise ValueError(f"arithmetic: unknown ops {bad}; choose from {sorted(OPS)}")
+        if self.reward not in REWARDS:
+            raise ValueError(f"arithmetic: unknown reward {self.reward!r}; choose from {list(REWARDS)}")
+
+    def _example(self, a: int, op: str, b: int) -> Example:
+        answer = str(OPS[op](a, b))
+        return Example(prompt=f"{a}{op}{b}=", answer=answer, fields={"a": a, "b": b, "op": op})
+
+    def _sample(self, n: int, seed: int, held_out: bool) -> list[Example]:
+        rng = random.Random(seed)
+        hi = 10**self.digits - 1
+        out: list[Example] = []
+        seen: set[str] = set()
+        for _ in range(n * _EVAL_BUCKETS * 20 + 1000):
+            ex = self._example(rng.randint(0, hi), rng.choice(self.ops), rng.randint(0, hi))
+            bucket = zlib.crc32(ex.prompt.encode()) % _EVAL_BUCKETS == 0
+            if bucket != held_out or (held_out and ex.prompt in seen):
+                continue
+            seen.add(ex.prompt)
+            out.append(ex)
+            if len(out) == n:
+                return out
+        raise ValueError(f"arithmetic: could not draw {n} distinct held-out problems of {self.digits} digits")
+
+    def train_examples(self, n: int, seed: int) -> list[Example]:
+        return self._sample(n, seed, held_out=False)
+
+    def eval_examples(self, n: int, seed: int) -> list[Example]:
+        return self._sample(n, seed, held_out=True)
+
+    def reward_fn(self) -> ArithmeticReward:
+        return ArithmeticReward(self.reward)
+
+    def is_correct(self, completion: str, example: Example) -> bool:
+        return parse_int(completion) == example.answer
+
+
+register_task("arithmetic")(ArithmeticTask)

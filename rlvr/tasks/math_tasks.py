@@ -1,0 +1,164 @@
+"""Math word problems with a verifiable final answer: GSM8K, MATH-500, and any jsonl/parquet file.
+
+    get_task("gsm8k")                                   # shared data, R1-Zero template
+    get_task("math500", template="chat", tokenizer="path/to/model")
+    get_task("math_file", path="my.jsonl", question_field="problem", answer_field="solution",
+             answer_format="boxed")
+
+The verifier is `MathReward` (`math_equal` on the extracted answer); with the R1-Zero template it
+is the R1-Zero reward (format gate x correctness).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlvr.rewards.extract import extract_answer, last_boxed
+from rlvr.rewards.format import MathReward, answer_in_tags, format_ok, with_prompt_prefix
+from rlvr.rewards.math_grader import get_grader, plain_number
+from rlvr.tasks.base import Example, register_task
+from rlvr.tasks.data import gsm8k_answer, map_fields, read_records, shared_file
+from rlvr.tasks.templates import check_template, load_tokenizer_option, render_prompt
+
+ANSWER_FORMATS = ("plain", "gsm8k", "boxed")
+
+
+def pick(rows: list, n: int | None, seed: int) -> list:
+    """`n` rows in a seeded random order; all of them when n is None, <= 0 or larger than the data."""
+    order = list(range(len(rows)))
+    random.Random(seed).shuffle(order)
+    if n is not None and 0 < n < len(rows):
+        order = order[:n]
+    return [rows[i] for i in order]
+
+
+def ground_truth(raw: Any, answer_format: str) -> str:
+    if answer_format == "gsm8k":
+        return gsm8k_answer(str(raw))
+    if answer_format == "boxed":
+        boxed = last_boxed(str(raw))
+        if boxed is None:
+            raise ValueError(f"answer_format 'boxed' but no \\boxed{{}} in {str(raw)[:80]!r}")
+        return boxed
+    return str(raw).strip()
+
+
+@dataclass
+class MathTask:
+    """Question/answer rows -> prompts + `math_equal` verification.
+
+    eval_path: held-out file; without one, a fixed `eval_fraction` of `path` is held out (the same
+    rows whatever the seed, so training never sees them).
+    """
+
+    path: str | Path | None = None
+    eval_path: str | Path | None = None
+    question_field: str = "question"
+    answer_field: str = "answer"
+    answer_format: str = "plain"  # how to read the ground truth: plain, gsm8k (#### N), boxed
+    template: str = "r1_zero"
+    tokenizer: Any = None
+    strict_format: bool = False  # R1-Zero template: open-r1's strict layout instead of lenient
+    eval_fraction: float = 0.1
+    name: str = "math_file"
+    _cache: dict = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.path is None and self.eval_path is None:
+            raise ValueError(f"{self.name}: give path= (and optionally eval_path=)")
+        if self.answer_format not in ANSWER_FORMATS:
+            raise ValueError(f"{self.name}: answer_format must be one of {ANSWER_FORMATS}, got {self.answer_format!r}")
+        if not 0 < self.eval_fraction < 1:
+            raise ValueError(f"{self.name}: eval_fraction must be in (0, 1), got {self.eval_fraction}")
+        self.tokenizer = load_tokenizer_option(self.tokenizer)
+        check_template(self.template, self.tokenizer)
+
+    # --- data ------------------------------------------------------------------------------------
+
+    def _rows(self, path: str | Path) -> list[dict]:
+        if path not in self._cache:
+            fields = {"question": self.question_field, "answer": self.answer_field}
+            self._cache[path] = map_fields(read_records(path), fields, path)
+        return self._cache[path]
+
+    def _split(self, held_out: bool) -> list[dict]:
+        if self.eval_path is not None:
+            if held_out:
+                return self._rows(self.eval_path)
+            if self.path is None:
+                raise ValueError(f"{self.name} is an evaluation set only; give path= to train")
+            return self._rows(self.path)
+        rows = self._rows(self.path)
+        held = set(pick(list(range(len(rows))), max(1, round(self.eval_fraction * len(rows))), seed=0))
+        return [r for i, r in enumerate(rows) if (i in held) == held_out]
+
+    def _example(self, row: dict) -> Example:
+        question = str(row["question"])
+        return Example(prompt=render_prompt(self.template, question, self.tokenizer),
+                       answer=ground_truth(row["answer"], self.answer_format),
+                       fields={"question": question})
+
+    def train_examples(self, n: int, seed: int) -> list[Example]:
+        return [self._example(r) for r in pick(self._split(held_out=False), n, seed)]
+
+    def eval_examples(self, n: int, seed: int) -> list[Example]:
+        return [self._example(r) for r in pick(self._split(held_out=True), n, seed)]
+
+    # --- verification ----------------------------------------------------------------------------
+
+    def reward_fn(self) -> MathReward:
+        gate = ("strict" if self.strict_format else "lenient") if self.template == "r1_zero" else None
+        return MathReward(format_gate=gate)
+
+    def predicted(self, completion: str, example: Example) -> str | None:
+        text = with_prompt_prefix(example.prompt, completion)
+        return answer_in_tags(text) if "<answer>" in text else extract_answer(completion)
+
+    def is_correct(self, completion: str, example: Example) -> bool:
+        return self.correct_batch([completion], [example])[0]
+
+    def correct_batch(self, completions: list[str], examples: list[Example]) -> list[bool]:
+        """Correctness of many completions at once (the grader's pool works in parallel)."""
+        pairs = [(self.predicted(c, e), e.answer) for c, e in zip(completions, examples)]
+        return get_grader().equal_batch(pairs)
+
+    def format_ok(self, completion: str, example: Example) -> bool:
+        if self.template == "r1_zero":
+            return format_ok(with_prompt_prefix(example.prompt, completion), strict=self.strict_format)
+        return extract_answer(completion) is not None
+
+    def answer_key(self, completion: str, example: Example) -> str | None:
+        """What majority voting compares: the exact value of a number, else the answer text."""
+        pred = self.predicted(completion, example)
+        if pred is None:
+            return None
+        value = plain_number(pred)
+        return str(value) if value is not None else re.sub(r"\s+", "", pred)
+
+
+@register_task("gsm8k")
+def gsm8k(path: str | Path | None = None, eval_path: str | Path | None = None, **options: Any) -> MathTask:
+    """GSM8K (Cobbe et al. 2021): train on gsm8k_train.jsonl, evaluate on gsm8k_test.jsonl."""
+    return MathTask(path=path or shared_file("gsm8k_train.jsonl"),
+                    eval_path=eval_path or shared_file("gsm8k_test.jsonl"),
+                    answer_format="gsm8k", name="gsm8k", **options)
+
+
+@register_task("math500")
+def math500(eval_path: str | Path | None = None, path: str | Path | None = None, **options: Any) -> MathTask:
+    """MATH-500 (Lightman et al. 2023's split of Hendrycks' MATH): an evaluation set; pass path= to
+    train on other MATH-style data."""
+    return MathTask(path=path, eval_path=eval_path or shared_file("math500_test.jsonl"),
+                    question_field="problem", answer_field="answer", name="math500", **options)
+
+
+@register_task("math_file")
+def math_file(path: str | Path, **options: Any) -> MathTask:
+    return MathTask(path=path, **options)
+
+
+__all__ = ["MathTask", "gsm8k", "math500", "math_file", "pick"]

@@ -1,0 +1,53 @@
+"""Prompt templates: R1-Zero (think/answer tags), the tokenizer's chat template, plain text, or any
+format string with a `{question}` field."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# DeepSeek-R1-Zero's template (DeepSeek-AI 2025, table 1); the prompt opens <think> for the model.
+R1_ZERO = (
+    "A conversation between User and Assistant. The User asks a question, and the Assistant solves it. "
+    "The Assistant first thinks about the reasoning process in the mind and then provides the User with "
+    "the answer. The reasoning process is enclosed within <think> </think> and the answer is enclosed "
+    "within <answer> </answer> tags, respectively, i.e., <think> reasoning process here </think> "
+    "<answer> answer here </answer>.\nUser: {question}\nAssistant: <think>")
+BOXED = "Please reason step by step, and put your final answer within \\boxed{}."
+ANSWER_TAGS = "Think step by step, then give only the final answer inside <answer> </answer> tags."
+TEMPLATES = ("r1_zero", "chat", "plain")
+
+
+def load_tokenizer_option(tokenizer: Any) -> Any:
+    """A tokenizer object, or a folder to load one from (the model's own folder works)."""
+    if tokenizer is None or hasattr(tokenizer, "apply_chat_template"):
+        return tokenizer
+    from rlvr.models import load_tokenizer
+
+    return load_tokenizer(str(tokenizer))
+
+
+def check_template(template: str, tokenizer: Any) -> None:
+    if template == "chat":
+        if tokenizer is None:
+            raise ValueError("template 'chat' needs tokenizer= (a tokenizer or a model folder)")
+        if not getattr(tokenizer, "chat_template", None):
+            raise ValueError("template 'chat': this tokenizer has no chat_template")
+    elif template not in TEMPLATES and "{question}" not in template:
+        raise ValueError(f"unknown template {template!r}; choose from {list(TEMPLATES)} "
+                         "or give a format string containing '{question}'")
+
+
+def render_prompt(template: str, question: str, tokenizer: Any = None, instruction: str = BOXED) -> str:
+    """The full prompt text for `question`. `instruction` (how to state the final answer) is added by
+    the chat and plain templates; R1-Zero's own text already asks for <answer> tags."""
+    question = question.strip()
+    if template == "r1_zero":
+        return R1_ZERO.format(question=question)
+    if template == "plain":
+        return f"Question: {question}\n{instruction}\nAnswer:"
+    if template == "chat":
+        check_template(template, tokenizer)
+        messages = [{"role": "user", "content": f"{question}\n\n{instruction}"}]
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    check_template(template, tokenizer)
+    return template.replace("{question}", question)

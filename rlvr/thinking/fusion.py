@@ -1,0 +1,104 @@
+"""Thinking-mode fusion data: the same prompts in a `/think` and a `/no_think` variant (Qwen3).
+
+Qwen3 (Yang et al. 2025, "Qwen3 Technical Report", Sec. 4.3 "Thinking Mode Fusion") trains one model
+to both think and answer directly. The user turn carries a flag, `/think` or `/no_think`; the thinking
+response is `<think>\\n{reasoning}\\n</think>\\n\\n{answer}` and the non-thinking response keeps an
+*empty* thinking block, `<think>\\n\\n</think>\\n\\n{answer}`, so both modes share one format. Thinking
+is the default mode, so a share of thinking samples carries no flag at all (`unflagged_think`).
+
+Rows come out as `{"prompt", "completion", "mode", "messages", "source_index"}`: `prompt`/`completion`
+is what `rlvr sft` reads; `messages` is the same turn in chat form for tokenizer chat templates.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from rlvr.data.text import write_jsonl
+
+THINK_FLAG, NO_THINK_FLAG = "/think", "/no_think"
+THINK_START, THINK_END = "<think>", "</think>"
+
+
+def thinking_completion(thinking: str, answer: str) -> str:
+    return f"{THINK_START}\n{thinking.strip()}\n{THINK_END}\n\n{answer.strip()}"
+
+
+def no_thinking_completion(answer: str) -> str:
+    return f"{THINK_START}\n\n{THINK_END}\n\n{answer.strip()}"
+
+
+def split_thinking(text: str) -> tuple[str, str]:
+    """(thinking, answer) of a completion: `<think>T</think>A` -> (T, A) stripped; without `</think>`,
+    an opened block is unfinished thinking with no answer, and a text with no block is all answer."""
+    if THINK_END in text:
+        head, answer = text.split(THINK_END, 1)
+        head = head.strip()
+        thinking = head[len(THINK_START):] if head.startswith(THINK_START) else head
+        return thinking.strip(), answer.strip()
+    if text.lstrip().startswith(THINK_START):
+        return text.lstrip()[len(THINK_START):].strip(), ""
+    return "", text.strip()
+
+
+def _field(record: Mapping[str, Any], key: str, index: int) -> str:
+    value = record.get(key)
+    if not isinstance(value, str):
+        raise ValueError(f"record {index} needs a string field {key!r}; it has {sorted(record)}")
+    return value
+
+
+def _row(prompt: str, completion: str, mode: str, index: int) -> dict[str, Any]:
+    return {"prompt": prompt, "completion": completion, "mode": mode, "source_index": index,
+            "messages": [{"role": "user", "content": prompt}, {"role": "assistant", "content": completion}]}
+
+
+def _flagged(prompt: str, flag: str) -> str:
+    return f"{prompt.rstrip()} {flag}"
+
+
+def build_fusion_data(
+    records: Sequence[Mapping[str, Any]],
+    *,
+    prompt_key: str = "prompt",
+    thinking_key: str = "thinking",
+    answer_key: str = "answer",
+    completion_key: str | None = None,
+    no_think_answer_key: str | None = None,
+    unflagged_think: float = 0.0,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """Two rows per record: a thinking one and a non-thinking one, in record order.
+
+    Reasoning and answer come from `thinking_key`/`answer_key`, or, with `completion_key`, are parsed
+    from a completion `<think>...</think>answer` (e.g. rejection-sampled traces). The non-thinking
+    answer is `no_think_answer_key` when given (a direct answer written without reasoning), else the
+    same answer. `unflagged_think` is the fraction of thinking rows whose prompt has no `/think` flag
+    (thinking is the default mode, Qwen3 Sec. 4.3), drawn with `seed`.
+    """
+    if not 0 <= unflagged_think <= 1:
+        raise ValueError(f"unflagged_think must be in [0, 1], got {unflagged_think}")
+    rng = random.Random(seed)
+    rows = []
+    for i, record in enumerate(records):
+        prompt = _field(record, prompt_key, i)
+        if completion_key is not None:
+            thinking, answer = split_thinking(_field(record, completion_key, i))
+            if not answer:
+                raise ValueError(f"record {i}: completion has no answer after {THINK_END!r}")
+        else:
+            thinking, answer = _field(record, thinking_key, i), _field(record, answer_key, i)
+        if not thinking.strip():
+            raise ValueError(f"record {i}: empty reasoning; a thinking sample needs some")
+        direct = _field(record, no_think_answer_key, i) if no_think_answer_key else answer
+        think_prompt = prompt if rng.random() < unflagged_think else _flagged(prompt, THINK_FLAG)
+        rows.append(_row(think_prompt, thinking_completion(thinking, answer), "think", i))
+        rows.append(_row(_flagged(prompt, NO_THINK_FLAG), no_thinking_completion(direct), "no_think", i))
+    return rows
+
+
+def write_fusion_jsonl(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
+    """Write fusion rows as jsonl (the `rlvr sft` input format: prompt/completion pairs)."""
+    return write_jsonl(path, list(rows))

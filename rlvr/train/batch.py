@@ -1,0 +1,109 @@
+"""Rollout batches as tensors, and the policy forward that turns them into per-token log-probs.
+
+Layout: each row is prompt + completion, right-padded to the longest row (B, L). Per-token tensors
+(log-probs, masks, old/reference log-probs) cover label positions `start+1 .. L-1`, where `start + 1`
+is the shortest prompt's length: every completion token of every row lies in that window, and the
+logits of earlier positions (prompt only) are never computed (`logits_to_keep`). Right padding needs
+no custom attention mask: a causal mask never lets a real token see the padding after it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from rlvr.core import entropy_from_logits, token_logprobs
+from rlvr.rollout.base import Completion
+
+
+@dataclass
+class RolloutBatch:
+    input_ids: Tensor  # (B, L) prompt + completion, right-padded
+    attention_mask: Tensor  # (B, L) bool, True on real tokens
+    mask: Tensor  # (B, W) bool, True on completion tokens; W = L - 1 - start label positions
+    start: int  # logits of positions start .. L-2 predict the W labels
+    advantages: Tensor  # (B,) per sequence, or (B, W) per token
+    rewards: Tensor  # (B,)
+    old_logprobs: Tensor | None = None  # (B, W) log pi_old, cached when mu > 1 or several minibatches
+    ref_logprobs: Tensor | None = None  # (B, W) log pi_ref, when beta > 0
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    def select(self, index: Tensor | slice) -> "RolloutBatch":
+        """Rows `index`, right padding trimmed to the longest selected row."""
+        rows = {f.name: getattr(self, f.name) for f in fields(self) if isinstance(getattr(self, f.name), Tensor)}
+        picked = {k: v[index] for k, v in rows.items()}
+        length = int(picked["attention_mask"].sum(-1).max())  # longest real row
+        width = length - 1 - self.start
+        for key, value in picked.items():
+            if key in ("input_ids", "attention_mask"):
+                picked[key] = value[:, :length]
+            elif value.dim() == 2:  # per-token tensors (B, W)
+                picked[key] = value[:, :width]
+        return replace(self, **picked)
+
+
+def pack(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], pad_id: int
+         ) -> tuple[Tensor, Tensor, Tensor, int]:
+    """Token id lists -> (input_ids (B, L), attention_mask (B, L), completion mask (B, W), start)."""
+    if any(not c for c in completions):
+        raise ValueError("a completion has no tokens; the engine must return at least one token")
+    if any(not p for p in prompts):
+        raise ValueError("a prompt has no tokens; the first completion token needs a position to predict it")
+    seqs = [list(p) + list(c) for p, c in zip(prompts, completions)]
+    L = max(map(len, seqs))
+    start = min(len(p) for p in prompts) - 1
+    ids = torch.full((len(seqs), L), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(seqs), L), dtype=torch.bool)
+    mask = torch.zeros((len(seqs), L - 1 - start), dtype=torch.bool)  # (B, W)
+    for i, (p, seq) in enumerate(zip(prompts, seqs)):
+        ids[i, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+        attn[i, : len(seq)] = True
+        first = len(p) - 1 - start  # label column of the first completion token
+        mask[i, first : len(seq) - 1 - start] = True
+    return ids, attn, mask, start
+
+
+def build_batch(completions: Sequence[Completion], advantages: Tensor, rewards: Tensor, pad_id: int
+                ) -> RolloutBatch:
+    """Completions (n samples of a prompt contiguous) -> a right-padded RolloutBatch."""
+    ids, attn, mask, start = pack([c.prompt_ids for c in completions], [c.token_ids for c in completions],
+                                  pad_id)
+    return RolloutBatch(ids, attn, mask, start, advantages, rewards)
+
+
+def policy_logprobs(model, batch: RolloutBatch, temperature: float, with_entropy: bool = False
+                    ) -> tuple[Tensor, Tensor | None]:
+    """log pi(label) per position (B, W) and, optionally, the entropy (B, W) without gradient.
+
+    Logits are divided by the sampling temperature, as in TRL: the importance ratio then compares
+    the trained policy with the distribution the completions were actually sampled from.
+    """
+    keep = batch.input_ids.shape[1] - batch.start  # positions start .. L-1
+    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask.long(),
+                logits_to_keep=keep, use_cache=False)
+    logits = out.logits[:, :-1]  # (B, W, V): drop the last position, it predicts past the end
+    if temperature > 0 and temperature != 1.0:
+        logits = logits / temperature
+    labels = batch.input_ids[:, batch.start + 1 :]  # (B, W)
+    logprobs = token_logprobs(logits, labels)  # (B, W)
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            entropy = entropy_from_logits(logits.detach())  # (B, W)
+    return logprobs, entropy
+
+
+@torch.no_grad()
+def cached_logprobs(model, batch: RolloutBatch, temperature: float, micro_batch_size: int) -> Tensor:
+    """log-probs (B, W) of the whole batch under `model`, in micro-batches, without gradient."""
+    out = torch.zeros(batch.mask.shape, dtype=torch.float32)
+    for lo in range(0, len(batch), micro_batch_size):
+        part = batch.select(slice(lo, lo + micro_batch_size))
+        logprobs, _ = policy_logprobs(model, part, temperature)
+        out[lo : lo + micro_batch_size, : logprobs.shape[1]] = logprobs
+    return out

@@ -1,0 +1,120 @@
+"""Resumable checkpoints, written atomically.
+
+Layout inside the run folder:
+
+    checkpoints/step_000050/model/        Hugging Face folder (safetensors + tokenizer)
+    checkpoints/step_000050/state.pt      optimizer, scheduler, RNG states, data position, step
+    checkpoints/latest                    name of the newest complete checkpoint
+
+A checkpoint is built in a temporary folder, fsynced, then renamed into place (`os.replace` is
+atomic on POSIX); `latest` is rewritten the same way only afterwards. A crash (even kill -9) at any
+moment therefore leaves `latest` naming a complete checkpoint, or no checkpoint at all.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from transformers.utils import logging as hf_logging
+
+CHECKPOINTS = "checkpoints"
+LATEST = "latest"
+
+
+def rng_state() -> dict[str, Any]:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+@contextmanager
+def _no_progress_bars():
+    """transformers draws a progress bar per shard write; inside the loop's own display it is noise."""
+    enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()
+
+
+def _fsync_tree(root: Path) -> None:
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            with open(path, "rb") as handle:
+                os.fsync(handle.fileno())
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic_text(path: Path, text: str) -> None:
+    """Write `text` to a temporary sibling, fsync it, then rename it over `path`."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict[str, Any], keep: int) -> Path:
+    """Write checkpoint `step` (model + `state`), point `latest` at it, keep the newest `keep`."""
+    root = Path(run_dir) / CHECKPOINTS
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step_{step:06d}"
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=root))
+    try:
+        with _no_progress_bars():
+            model.save_pretrained(tmp / "model", safe_serialization=True)
+        tokenizer.save_pretrained(tmp / "model")
+        torch.save({**state, "step": step, "rng": rng_state()}, tmp / "state.pt")
+        _fsync_tree(tmp)
+        if final.exists():  # a re-run of a step after resume: replace the old copy
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    write_atomic_text(root / LATEST, final.name)
+    _prune(root, keep, final.name)
+    return final
+
+
+def _prune(root: Path, keep: int, newest: str) -> None:
+    done = sorted(p for p in root.glob("step_*") if p.is_dir())
+    for path in done[:-keep]:
+        if path.name != newest:
+            shutil.rmtree(path, ignore_errors=True)
+    for leftover in root.glob(".step_*.tmp-*"):  # debris of a crash mid-write
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    pointer = Path(run_dir) / CHECKPOINTS / LATEST
+    if not pointer.is_file():
+        return None
+    path = pointer.parent / pointer.read_text().strip()
+    if not (path / "state.pt").is_file():
+        raise FileNotFoundError(f"{pointer} names {path.name}, which is missing or incomplete")
+    return path
+
+
+def load_state(checkpoint: Path) -> dict[str, Any]:
+    """The trainer state of a checkpoint (RNG states are restored by the caller, at the right time)."""
+    return torch.load(Path(checkpoint) / "state.pt", weights_only=False)

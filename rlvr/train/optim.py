@@ -1,0 +1,52 @@
+"""AdamW and the learning-rate schedule (linear warmup, then constant, linear or cosine decay)."""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+from torch import nn
+
+SCHEDULES = ("constant", "linear", "cosine")
+
+
+def check_schedule(name: str) -> None:
+    if name not in SCHEDULES:
+        raise ValueError(f"unknown schedule {name!r}; choose from {list(SCHEDULES)}")
+
+
+def lr_factor(schedule: str, warmup: int, total: int, min_ratio: float) -> Callable[[int], float]:
+    """step -> multiplier of the peak lr: (step+1)/warmup during warmup, then the decay to min_ratio.
+
+    Warmup counts from step + 1 so the very first update already moves the weights (a factor of 0
+    would waste a rollout).
+    """
+    check_schedule(schedule)
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        if schedule == "constant":
+            return 1.0
+        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        shape = 1.0 - progress if schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
+        return min_ratio + (1.0 - min_ratio) * shape
+
+    return factor
+
+
+def build_optimizer(model: nn.Module, lr: float, betas: tuple[float, float], eps: float,
+                    weight_decay: float) -> torch.optim.AdamW:
+    """AdamW over the trainable parameters; biases and norm weights (1-d) get no weight decay."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, betas=tuple(betas), eps=eps)
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, schedule: str, warmup: int, total: int,
+                    min_ratio: float) -> torch.optim.lr_scheduler.LambdaLR:
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(schedule, warmup, total, min_ratio))

@@ -1,0 +1,77 @@
+"""`rlvr dpo`, `rlvr reward-model`, `rlvr rft` through their parsers (rlvr.algorithms.cli)."""
+
+import json
+import re
+
+import pytest
+
+from offline_data import SORT_ALPHABET, sort_pairs
+from rlvr.algorithms.cli import main
+from rlvr.algorithms.preference import PreferenceConfig
+from rlvr.models import load_model, make_tiny_model_dir
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli")
+    make_tiny_model_dir(root / "model", preset="test", alphabet=SORT_ALPHABET)
+    with open(root / "pairs.jsonl", "w") as handle:
+        for pair in sort_pairs(40, seed=0):
+            handle.write(json.dumps(pair) + "\n")
+    (root / "bad.jsonl").write_text(json.dumps({"prompt": "a", "chosen": "b"}) + "\n")
+    return root
+
+
+def test_dpo_command_trains_and_saves(workdir, capsys):
+    out = workdir / "dpo"
+    code = main(["dpo", "--model", str(workdir / "model"), "--data", str(workdir / "pairs.jsonl"), "--lr", "1e-3",
+                 "--epochs", "2", "--batch-size", "8", "--loss", "simpo", "--gamma", "0.5", "--out", str(out)])
+    assert code == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["config"]["loss"] == "simpo" and metrics["config"]["gamma"] == 0.5
+    assert metrics["eval_after"]["accuracy"] > metrics["eval_before"]["accuracy"]
+    assert "held-out accuracy" in capsys.readouterr().out
+    load_model(out / "model")  # an ordinary Hugging Face folder
+
+
+def test_reward_model_command_then_reload(workdir):
+    first, second = workdir / "rm1", workdir / "rm2"
+    base = ["--data", str(workdir / "pairs.jsonl"), "--lr", "1e-3", "--epochs", "2", "--batch-size", "8"]
+    assert main(["reward-model", "--model", str(workdir / "model"), "--out", str(first), *base]) == 0
+    assert main(["reward-model", "--model", str(first / "model"), "--out", str(second), *base, "--epochs", "1"]) == 0
+    metrics = json.loads((second / "metrics.json").read_text())
+    assert metrics["eval_before"]["accuracy"] > 0.5  # the second run starts from the trained reward model
+
+
+def test_rft_command(workdir, capsys):
+    code = main(["rft", "--model", str(workdir / "model"), "--task-option", "length=3", "--rounds", "1",
+                 "--num-samples", "2", "--max-new-tokens", "6", "--train-size", "8", "--eval-size", "4",
+                 "--no-dedup", "--out", str(workdir / "rft")])
+    assert code == 0
+    metrics = json.loads((workdir / "rft" / "metrics.json").read_text())
+    assert metrics["config"]["dedup"] is False and len(metrics["rounds"]) == 1
+    assert "greedy accuracy" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["dpo", "--data", "{dir}/bad.jsonl"], r"missing field\(s\) \['rejected'\]"),
+    (["dpo", "--data", "{dir}/nope.jsonl"], "does not exist"),
+    (["dpo", "--data", "{dir}/pairs.jsonl", "--loss", "ln_dpo"], "no default beta"),
+    (["reward-model", "--data", "{dir}/pairs.jsonl", "--batch-size", "0"], "batch_size must be > 0"),
+    (["rft", "--task", "nosuchtask"], "unknown task 'nosuchtask'"),
+    (["rft", "--task-option", "length"], "expects key=value"),
+])
+def test_bad_input_is_one_line_and_exit_code_2(workdir, capsys, argv, message):
+    argv = [a.replace("{dir}", str(workdir)) for a in argv] + ["--model", str(workdir / "model")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"rlvr {argv[0]}: error:") and "\n" not in err
+    assert re.search(message, err)
+
+
+def test_every_config_field_is_a_flag(workdir, capsys):
+    with pytest.raises(SystemExit):
+        main(["dpo", "--help"])
+    text = capsys.readouterr().out
+    for name in PreferenceConfig.__dataclass_fields__:
+        assert "--" + name.replace("_", "-") in text

@@ -1,0 +1,140 @@
+"""Group advantage estimators: hand cases, invariances, leave-one-out loop, baseline theory."""
+
+import itertools
+import math
+
+import pytest
+import torch
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from rlvr.core import (
+    ADVANTAGES,
+    centered_advantages,
+    get_advantage_fn,
+    grpo_advantages,
+    max_only_advantages,
+    pg_loss,
+    raw_advantages,
+    reinforce_pp_baseline_advantages,
+    rloo_advantages,
+    whitened_advantages,
+)
+
+SETTINGS = settings(max_examples=50, deadline=None)
+BASELINED = ("centered", "grpo", "rloo", "whitened", "reinforce_pp_baseline")
+
+
+def _rewards(seed: int, groups: int, g: int) -> torch.Tensor:
+    return torch.randn(groups * g, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def test_by_hand():
+    r = torch.tensor([1.0, 0.0, 2.0, 5.0, 5.0, 5.0])  # two groups of 3
+    mean, std = 1.0, 1.0  # group 1: mean (1 + 0 + 2) / 3, unbiased std sqrt((0 + 1 + 1) / 2)
+    torch.testing.assert_close(raw_advantages(r, 3), r)
+    centered = torch.tensor([1 - mean, 0 - mean, 2 - mean, 0, 0, 0])
+    torch.testing.assert_close(centered_advantages(r, 3), centered)
+    torch.testing.assert_close(grpo_advantages(r, 3), centered / torch.tensor([std + 1e-6] * 3 + [1e-6] * 3))
+    torch.testing.assert_close(grpo_advantages(r, 3, scale_by_std=False), centered_advantages(r, 3))
+    # leave-one-out: 1 - (0 + 2) / 2, 0 - (1 + 2) / 2, 2 - (1 + 0) / 2
+    torch.testing.assert_close(rloo_advantages(r, 3), torch.tensor([1 - 1.0, 0 - 1.5, 2 - 0.5, 0, 0, 0]))
+    # best of group 1 is index 2; in the tied group 2 the first sample wins
+    torch.testing.assert_close(max_only_advantages(r, 3), torch.tensor([0, 0, 2.0, 5.0, 0, 0]))
+    batch_mean, batch_std = r.mean(), r.std()
+    torch.testing.assert_close(whitened_advantages(r, 3), (r - batch_mean) / (batch_std + 1e-6))
+
+
+@pytest.mark.parametrize("name", BASELINED)
+@SETTINGS
+@given(value=st.floats(-1e3, 1e3), groups=st.integers(1, 4), g=st.integers(2, 6))
+def test_identical_rewards_give_zero_advantage(name, value, groups, g):
+    r = torch.full((groups * g,), value, dtype=torch.float64)
+    assert (ADVANTAGES[name](r, g).abs() < 1e-9).all()
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**31), scale=st.floats(1e-2, 1e3), shift=st.floats(-1e3, 1e3),
+       g=st.integers(2, 6))
+def test_zscore_invariant_to_affine_rescaling(seed, scale, shift, g):
+    r = _rewards(seed, 3, g)
+    assume(bool((r.reshape(3, g).std(1) > 1e-3).all()))
+    for fn in (grpo_advantages, whitened_advantages):
+        torch.testing.assert_close(fn(scale * r + shift, g, eps=0.0), fn(r, g, eps=0.0))
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**31), groups=st.integers(1, 4), g=st.integers(2, 6))
+def test_leave_one_out_equals_explicit_loop(seed, groups, g):
+    r = _rewards(seed, groups, g)
+    expected = torch.empty_like(r)
+    for i in range(r.numel()):
+        start = i // g * g
+        others = [r[j] for j in range(start, start + g) if j != i]
+        expected[i] = r[i] - sum(others) / len(others)
+    torch.testing.assert_close(rloo_advantages(r, g), expected)
+    torch.testing.assert_close(rloo_advantages(r, g), g / (g - 1) * centered_advantages(r, g))
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**31), groups=st.integers(1, 4), g=st.integers(1, 6))
+def test_group_properties(seed, groups, g):
+    r = _rewards(seed, groups, g)
+    centered = centered_advantages(r, g).reshape(groups, g)
+    torch.testing.assert_close(centered.sum(1), torch.zeros(groups, dtype=r.dtype), atol=1e-9, rtol=0)
+    best = max_only_advantages(r, g).reshape(groups, g)
+    assert ((best != 0).sum(1) <= 1).all()
+    torch.testing.assert_close(best.sum(1), r.reshape(groups, g).max(1).values)
+    if g > 1:  # with g = 1 every centered advantage is 0, and eps = 0 divides 0 by 0
+        w = reinforce_pp_baseline_advantages(r, g, eps=0.0)
+        torch.testing.assert_close(w.mean(), torch.tensor(0.0, dtype=r.dtype), atol=1e-9, rtol=0)
+        torch.testing.assert_close(w, (centered.flatten() - centered.mean()) / centered.std())
+
+
+def test_baseline_keeps_expected_gradient_and_lowers_variance_two_state_example():
+    """Two equally likely states, two actions each, uniform softmax policy (logits theta = 0).
+    S1 rewards (11, 9), S2 rewards (0, 2); baseline b(s) = the state's mean reward (10, 1).
+    Enumerate the 4 equally likely (s, a) samples and compute g = -grad pg_loss = A grad log pi."""
+    rewards = torch.tensor([11.0, 9.0, 0.0, 2.0], dtype=torch.float64)  # groups = states
+
+    def sample_gradients(advantages):
+        grads = []
+        for k, (s, a) in enumerate(itertools.product(range(2), range(2))):
+            theta = torch.zeros(2, 2, dtype=torch.float64, requires_grad=True)
+            logp = torch.log_softmax(theta[s], -1)[a].reshape(1, 1)
+            loss, _ = pg_loss(logp, advantages[k : k + 1])
+            grads.append(-torch.autograd.grad(loss.sum(), theta)[0].flatten())
+        return torch.stack(grads)  # (4 samples, 4 parameters)
+
+    plain = sample_gradients(raw_advantages(rewards, 2))
+    baselined = sample_gradients(centered_advantages(rewards, 2))
+    # grad log pi(a|s) = e_a - pi(.|s) = +-(1/2, -1/2): E[g] = 1/4 * sum_a r(s, a) grad log pi(a|s)
+    expected = 0.25 * torch.tensor([(11 - 9) / 2, -(11 - 9) / 2, (0 - 2) / 2, -(0 - 2) / 2]).double()
+    torch.testing.assert_close(plain.mean(0), expected)
+    torch.testing.assert_close(baselined.mean(0), expected)
+    # total variance E|g|^2 - |E g|^2, with |grad log pi|^2 = 1/2
+    second_plain = 0.25 * 0.5 * (11**2 + 9**2 + 0**2 + 2**2)
+    second_base = 0.25 * 0.5 * (1**2 + 1**2 + 1**2 + 1**2)
+    var_plain = (plain**2).sum(1).mean() - (plain.mean(0) ** 2).sum()
+    var_base = (baselined**2).sum(1).mean() - (baselined.mean(0) ** 2).sum()
+    torch.testing.assert_close(var_plain, second_plain - (expected**2).sum())
+    torch.testing.assert_close(var_base, second_base - (expected**2).sum())
+    assert var_base < var_plain
+
+
+def test_registry_and_bad_input():
+    r = torch.tensor([1.0, 0.0, 1.0, 1.0])
+    for name, fn in ADVANTAGES.items():
+        assert get_advantage_fn(name) is fn and fn(r, 2).shape == r.shape
+    with pytest.raises(ValueError, match="choose from"):
+        get_advantage_fn("gae")
+    with pytest.raises(ValueError, match="does not divide"):
+        grpo_advantages(r, 3)
+    with pytest.raises(ValueError, match="nan"):
+        centered_advantages(torch.tensor([1.0, math.nan]), 2)
+    with pytest.raises(ValueError, match=r"shape \(2, 2\)"):
+        centered_advantages(r.reshape(2, 2), 2)
+    with pytest.raises(ValueError, match=">= 2"):
+        rloo_advantages(r, 1)
+    with pytest.raises(ValueError, match="int"):
+        raw_advantages(r, 2.0)

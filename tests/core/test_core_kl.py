@@ -1,0 +1,118 @@
+"""KL estimators k1/k2/k3 and PPO KL-shaped rewards."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlvr.core import KL_ESTIMATORS, get_kl_estimator, kl_k1, kl_k2, kl_k3, kl_shaped_rewards
+
+SETTINGS = settings(max_examples=50, deadline=None)
+
+
+def test_by_hand():
+    logp, logq = torch.tensor([[math.log(0.5)]]), torch.tensor([[math.log(0.25)]])  # r = q/p = 1/2
+    torch.testing.assert_close(kl_k1(logp, logq), torch.tensor([[math.log(2)]]))
+    torch.testing.assert_close(kl_k2(logp, logq), torch.tensor([[math.log(2) ** 2 / 2]]))
+    torch.testing.assert_close(kl_k3(logp, logq), torch.tensor([[0.5 - math.log(0.5) - 1]]))
+
+
+@SETTINGS
+@given(logp=st.floats(-50, 0), logq=st.floats(-50, 0))
+def test_k2_k3_non_negative_and_zero_iff_equal(logp, logq):
+    p, q = torch.tensor([[logp]]), torch.tensor([[logq]])
+    for fn in (kl_k2, kl_k3):
+        assert fn(p, q).item() >= 0
+        assert fn(p, p).item() == 0
+    torch.testing.assert_close(kl_k1(p, q), -kl_k1(q, p))
+
+
+def test_k3_is_accurate_near_equality():
+    """In float32, exp(d) - 1 - d at d ~ 1e-4 keeps ~2 digits; k3 must stay accurate to ~1e-6."""
+    d = torch.tensor([[1e-6, 1e-4, -3e-4, 1e-3, 0.049, -0.051, 0.3, -2.0]])
+    exact = torch.expm1(d.double()) - d.double()  # float64 reference, from the float32 inputs
+    logp = torch.zeros_like(d)
+    torch.testing.assert_close(kl_k3(logp, d).double(), exact, rtol=2e-6, atol=0)
+    grad_exact = 1 - d.double().exp()  # d k3 / d log p = 1 - q/p
+    logp.requires_grad_()
+    grad, = torch.autograd.grad(kl_k3(logp, d).sum(), logp)
+    torch.testing.assert_close(grad.double(), grad_exact, rtol=1e-5, atol=1e-7)
+
+
+def _categoricals(seed):
+    g = torch.Generator().manual_seed(seed)
+    p = torch.softmax(torch.randn(6, generator=g, dtype=torch.float64), -1)
+    q = torch.softmax(torch.randn(6, generator=g, dtype=torch.float64), -1)
+    return g, p, q
+
+
+def test_monte_carlo_k3_matches_exact_kl_with_lower_variance_than_k1():
+    g, p, q = _categoricals(0)
+    exact = (p * (p / q).log()).sum()
+    x = torch.multinomial(p, 200_000, replacement=True, generator=g)
+    logp, logq = p.log()[x][None], q.log()[x][None]
+    k1, k3 = kl_k1(logp, logq), kl_k3(logp, logq)
+    for k in (k1, k3):
+        stderr = k.std() / math.sqrt(k.numel())
+        assert abs(k.mean() - exact) < 4 * stderr
+    assert (k3 >= 0).all() and k3.var() < k1.var()
+
+
+def test_gradient_expectations_match_the_documented_divergences():
+    """E_{x~p}[grad k2] = grad KL(p||q) and E_{x~p}[grad k3] = grad KL(q||p), exactly by enumeration."""
+    _, _, q = _categoricals(1)
+    theta = torch.randn(6, dtype=torch.float64, requires_grad=True)
+    logp_all, logq_all = torch.log_softmax(theta, -1), q.log()
+    weights = logp_all.exp().detach()  # sampling distribution, not differentiated
+    for fn, divergence in (
+        (kl_k2, (logp_all.exp() * (logp_all - logq_all)).sum()),
+        (kl_k3, (q * (logq_all - logp_all)).sum()),
+    ):
+        estimated = (weights * fn(logp_all[None], logq_all[None])[0]).sum()
+        g_est, = torch.autograd.grad(estimated, theta, retain_graph=True)
+        g_true, = torch.autograd.grad(divergence, theta, retain_graph=True)
+        torch.testing.assert_close(g_est, g_true)
+
+
+def test_kl_shaped_rewards_by_hand():
+    logp = torch.tensor([[-1.0, -2.0, -3.0], [-1.0, -1.0, -1.0]])
+    ref = torch.tensor([[-1.5, -2.0, -2.0], [-2.0, -2.0, -2.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    scores, beta = torch.tensor([1.0, -1.0]), 0.1
+    expected = torch.tensor([
+        [-beta * 0.5, -beta * 0.0, -beta * -1.0 + 1.0],
+        [-beta * 1.0, -beta * 1.0 - 1.0, 0.0],
+    ])
+    torch.testing.assert_close(kl_shaped_rewards(scores, logp, ref, mask, beta), expected)
+    k3 = kl_shaped_rewards(scores, logp, ref, mask, beta, estimator="k3")
+    torch.testing.assert_close(k3[0, 0], -beta * kl_k3(logp, ref)[0, 0])
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**31), b=st.integers(1, 4), t=st.integers(1, 6), coef=st.floats(0, 1))
+def test_kl_shaped_rewards_sum_and_detached(seed, b, t, coef):
+    g = torch.Generator().manual_seed(seed)
+    logp = torch.randn(b, t, generator=g, dtype=torch.float64).requires_grad_()
+    ref = torch.randn(b, t, generator=g, dtype=torch.float64)
+    lengths = torch.randint(1, t + 1, (b,), generator=g)
+    mask = torch.arange(t)[None] < lengths[:, None]
+    scores = torch.randn(b, generator=g, dtype=torch.float64)
+    rewards = kl_shaped_rewards(scores, logp, ref, mask, coef)
+    assert not rewards.requires_grad and (rewards[~mask] == 0).all()
+    expected_sum = scores - coef * torch.where(mask, logp - ref, 0.0).sum(1)
+    torch.testing.assert_close(rewards.sum(1), expected_sum.detach())
+
+
+def test_registry_and_bad_input():
+    a = torch.zeros(2, 3)
+    assert all(get_kl_estimator(n) is f and f(a, a).shape == a.shape for n, f in KL_ESTIMATORS.items())
+    with pytest.raises(ValueError, match="choose from"):
+        get_kl_estimator("k4")
+    with pytest.raises(ValueError, match=r"logprobs\(2, 3\), ref_logprobs\(3, 2\)"):
+        kl_k3(a, a.T)
+    with pytest.raises(ValueError, match=r"rows \[1\]"):
+        kl_shaped_rewards(torch.zeros(2), a, a, torch.tensor([[1, 0, 0], [0, 0, 0]]), 0.1)
+    with pytest.raises(ValueError, match="one entry per row"):
+        kl_shaped_rewards(torch.zeros(3), a, a, torch.ones(2, 3), 0.1)

@@ -1,0 +1,200 @@
+"""Policy losses (pg, clipped, GSPO, Kimi), the clipped value loss and the POLICY_LOSSES registry."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlvr.core import (
+    POLICY_LOSSES,
+    aggregate_loss,
+    clipped_surrogate_loss,
+    clipped_value_loss,
+    get_policy_loss,
+    kimi_loss,
+    pg_loss,
+    sequence_clipped_surrogate_loss,
+)
+
+SETTINGS = settings(max_examples=50, deadline=None)
+
+
+def _case(seed, b=3, t=5, spread=0.3):
+    g = torch.Generator().manual_seed(seed)
+    logp = (-torch.rand(b, t, generator=g, dtype=torch.float64) * 3).requires_grad_()
+    old = logp.detach() + spread * torch.randn(b, t, generator=g, dtype=torch.float64)
+    adv = torch.randn(b, generator=g, dtype=torch.float64)
+    lengths = torch.randint(1, t + 1, (b,), generator=g)
+    mask = torch.arange(t)[None] < lengths[:, None]
+    return logp, old, adv, mask
+
+
+def _grad(loss, x):
+    return torch.autograd.grad(loss, x, retain_graph=True)[0]
+
+
+def test_pg_loss_by_hand_and_advantage_shapes():
+    logp = torch.tensor([[-1.0, -2.0], [-0.5, -0.25]])
+    expected = torch.tensor([[2.0 * 1.0, 2.0 * 2.0], [-1.0 * 0.5, -1.0 * 0.25]])  # -A * log pi
+    per_seq = torch.tensor([2.0, -1.0])
+    for adv in (per_seq, per_seq[:, None], per_seq[:, None].expand(2, 2)):
+        torch.testing.assert_close(pg_loss(logp, adv)[0], expected)
+    with pytest.raises(ValueError, match=r"got \(3,\)"):
+        pg_loss(logp, torch.zeros(3))
+
+
+def test_clipped_surrogate_by_hand():
+    # ratios 1.5, 0.5, 0.5, 1.25 with advantages +1, +1, -1, +1; eps_low 0.2, eps_high 0.28 (DAPO)
+    ratios = torch.tensor([[1.5, 0.5, 0.5, 1.25]], dtype=torch.float64)
+    logp = ratios.log().requires_grad_()
+    adv = torch.tensor([[1.0, 1.0, -1.0, 1.0]], dtype=torch.float64)
+    loss, metrics = clipped_surrogate_loss(logp, torch.zeros_like(logp), adv, 0.2, 0.28)
+    expected = [-min(1.5, 1.28), -min(0.5, 0.8), -min(-0.5, -0.8), -min(1.25, 1.25)]
+    torch.testing.assert_close(loss, torch.tensor([expected], dtype=torch.float64))
+    # d(-A rho)/d log pi = -A rho on the unclipped branch, 0 on the clipped one
+    expected_grad = torch.tensor([[0.0, -0.5, 0.0, -1.25]], dtype=torch.float64)
+    torch.testing.assert_close(_grad(loss.sum(), logp), expected_grad)
+    assert metrics["clip_frac_high"] == 1 / 4 and metrics["clip_frac_low"] == 1 / 4
+    assert metrics["ratio_max"] == 1.5 and metrics["ratio_mean"] == (1.5 + 0.5 + 0.5 + 1.25) / 4
+    torch.testing.assert_close(metrics["approx_kl"], ((ratios - 1) - ratios.log()).mean())
+    symmetric, _ = clipped_surrogate_loss(logp, torch.zeros_like(logp), adv, 0.2)
+    assert symmetric[0, 3] == -1.2  # clip_high defaults to clip_low
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**31), clip_low=st.floats(0, 0.5), clip_high=st.floats(0, 0.5))
+def test_clipped_with_detached_old_is_pg_in_value_ratio_and_gradient(seed, clip_low, clip_high):
+    logp, _, adv, mask = _case(seed)
+    loss, metrics = clipped_surrogate_loss(logp, logp.detach(), adv, clip_low, clip_high, mask)
+    pg, _ = pg_loss(logp, adv)
+    assert metrics["ratio_mean"] == 1 and metrics["ratio_max"] == 1 and metrics["approx_kl"] == 0
+    torch.testing.assert_close(loss, -adv[:, None].expand_as(logp))  # -A * rho with rho = 1
+    torch.testing.assert_close(_grad(loss.sum(), logp), _grad(pg.sum(), logp))
+    assert _grad(loss.sum(), logp).abs().sum() > 0
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**31), clip=st.floats(0.01, 0.5))
+def test_clipped_is_a_pessimistic_bound_and_clip_metrics_match_zero_gradients(seed, clip):
+    logp, old, adv, _ = _case(seed, spread=0.5)
+    loss, metrics = clipped_surrogate_loss(logp, old, adv, clip)
+    ratio = (logp - old).exp()
+    a = adv[:, None].expand_as(ratio)
+    assert (loss >= -a * ratio - 1e-12).all()
+    grad = _grad(loss.sum(), logp)
+    zero_grad = (grad == 0).double().mean()
+    torch.testing.assert_close(metrics["clip_frac_low"] + metrics["clip_frac_high"], zero_grad)
+    assert all(not v.requires_grad and v.dim() == 0 for v in metrics.values())
+
+
+def _gspo_reference(logp, old, adv, mask, clip_low, clip_high):
+    """GSPO as written in Zheng et al. 2025: per-sequence objective, mean over sequences."""
+    n = mask.sum(1)
+    s = (torch.where(mask, logp - old, 0.0).sum(1) / n).exp()  # (B,)
+    return torch.maximum(-adv * s, -adv * s.clamp(1 - clip_low, 1 + clip_high)).mean()
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**31), clip_low=st.floats(1e-4, 0.3), clip_high=st.floats(1e-4, 0.3))
+def test_gspo_token_form_equals_sequence_objective(seed, clip_low, clip_high):
+    logp, old, adv, mask = _case(seed, spread=0.2)
+    loss, metrics = sequence_clipped_surrogate_loss(logp, old, adv, mask, clip_low, clip_high)
+    ours = aggregate_loss(loss, mask, "seq_mean_token_mean")
+    ref = _gspo_reference(logp, old, adv, mask, clip_low, clip_high)
+    torch.testing.assert_close(ours, ref)
+    torch.testing.assert_close(_grad(ours, logp), _grad(ref, logp))
+    s = (torch.where(mask, logp - old, 0.0).sum(1) / mask.sum(1)).exp()
+    torch.testing.assert_close(metrics["seq_ratio_mean"], s.mean().detach())
+
+
+def test_gspo_by_hand():
+    logp = torch.tensor([[0.1, 0.3, 5.0]], requires_grad=True)  # old = 0; the last token is padding
+    mask = torch.tensor([[1, 1, 0]])
+    loss, _ = sequence_clipped_surrogate_loss(logp, torch.zeros(1, 3), torch.tensor([2.0]), mask, 0.5, 0.5)
+    s = math.exp((0.1 + 0.3) / 2)  # length-normalised sequence ratio, inside [0.5, 1.5]
+    torch.testing.assert_close(loss[0, :2], torch.tensor([-2.0 * s, -2.0 * s]))
+
+
+def _kimi_reference(logp, old, rewards, mask, tau, g):
+    """Per-sample Kimi k1.5 loss: -(r - r_bar) log pi(y) + tau/2 (log pi(y) / pi_old(y))^2, summed."""
+    r_bar = rewards.reshape(-1, g).mean(1).repeat_interleave(g)
+    seq_logp = torch.where(mask, logp, 0.0).sum(1)
+    seq_log_ratio = torch.where(mask, logp - old, 0.0).sum(1)
+    return (-(rewards - r_bar) * seq_logp + tau / 2 * seq_log_ratio**2).sum()
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**31), tau=st.floats(0, 2), g=st.sampled_from([1, 2, 4]))
+def test_kimi_per_token_sums_to_the_paper_loss(seed, tau, g):
+    logp, old, rewards, mask = _case(seed, b=4)
+    loss, _ = kimi_loss(logp, old, rewards, mask, tau, group_size=g)
+    ours = torch.where(mask, loss, 0.0).sum()
+    ref = _kimi_reference(logp, old, rewards, mask, tau, g)
+    torch.testing.assert_close(ours, ref)
+    torch.testing.assert_close(_grad(ours, logp), _grad(ref, logp))
+    centered = rewards - rewards.reshape(-1, g).mean(1).repeat_interleave(g)
+    torch.testing.assert_close(kimi_loss(logp, old, centered, mask, tau)[0], loss)  # centering idempotent
+
+
+def test_kimi_by_hand():
+    logp = torch.tensor([[-1.0, -2.0], [-1.0, -1.0]])
+    old = torch.tensor([[-1.5, -2.0], [-1.0, -1.0]])
+    rewards, mask, tau = torch.tensor([1.0, 0.0]), torch.ones(2, 2), 0.4  # r_bar = 0.5
+    loss, metrics = kimi_loss(logp, old, rewards, mask, tau)
+    s0 = 0.5  # sequence log-ratio of row 0
+    expected = torch.tensor([[-0.5 * -1.0 + tau / 2 * s0 * 0.5, -0.5 * -2.0], [0.5 * -1.0, 0.5 * -1.0]])
+    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(metrics["seq_log_ratio_sq"], torch.tensor((s0**2 + 0) / 2))
+
+
+def test_clipped_value_loss_by_hand_and_gradient():
+    values = torch.tensor([[1.5, 0.9, 0.0]], requires_grad=True)
+    old, returns = torch.tensor([[1.0, 1.0, 0.0]]), torch.tensor([[2.0, 0.0, 1.0]])
+    loss, metrics = clipped_value_loss(values, old, returns, clip=0.2)
+    # token 0: clipped V = 1.2, max((1.5-2)^2, (1.2-2)^2) = 0.64 -> clipped branch, gradient 0
+    # token 1: clipped V = 0.9, both 0.81; token 2: 1.0 either way
+    torch.testing.assert_close(loss, 0.5 * torch.tensor([[0.64, 0.81, 1.0]]))
+    torch.testing.assert_close(_grad(loss.sum(), values), torch.tensor([[0.0, 0.9, -1.0]]))
+    torch.testing.assert_close(metrics["value_clip_frac"], torch.tensor(1 / 3))
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**31))
+def test_clipped_value_loss_is_half_mse_with_a_wide_clip(seed):
+    g = torch.Generator().manual_seed(seed)
+    v, old, ret = (torch.randn(2, 4, generator=g) for _ in range(3))
+    loss, _ = clipped_value_loss(v, old, ret, clip=1e6)
+    torch.testing.assert_close(loss, 0.5 * (v - ret) ** 2)
+    assert (clipped_value_loss(v, old, ret, clip=0.1)[0] >= loss - 1e-6).all()
+
+
+def test_registry_common_signature():
+    logp, old, adv, mask = _case(0)
+    for name, fn in POLICY_LOSSES.items():
+        assert get_policy_loss(name) is fn
+        loss, metrics = fn(logp, old, adv, mask, clip_low=None, clip_high=None, tau=0.1)
+        assert loss.shape == logp.shape and all(not v.requires_grad for v in metrics.values())
+    direct, _ = clipped_surrogate_loss(logp, old, adv, 0.2, 0.28, mask)
+    torch.testing.assert_close(POLICY_LOSSES["clipped"](logp, old, adv, mask, clip_high=0.28)[0], direct)
+    gspo_default, _ = sequence_clipped_surrogate_loss(logp, old, adv, mask)
+    torch.testing.assert_close(POLICY_LOSSES["gspo"](logp, old, adv, mask)[0], gspo_default)
+    with pytest.raises(ValueError, match="choose from"):
+        get_policy_loss("ppo2")
+    with pytest.raises(ValueError, match="tau"):
+        POLICY_LOSSES["kimi"](logp, old, adv, mask)
+
+
+def test_bad_input():
+    logp, old, adv, mask = _case(0)
+    with pytest.raises(ValueError, match=r"logprobs\(3, 5\), old_logprobs\(3, 4\)"):
+        clipped_surrogate_loss(logp, old[:, :4], adv)
+    with pytest.raises(ValueError, match="0/1"):
+        sequence_clipped_surrogate_loss(logp, old, adv, mask.float() * 2)
+    with pytest.raises(ValueError, match="clip_low"):
+        clipped_surrogate_loss(logp, old, adv, clip_low=1.5)
+    with pytest.raises(ValueError, match="does not divide"):
+        kimi_loss(logp, old, adv, mask, 0.1, group_size=2)
+    with pytest.raises(ValueError, match=r"rewards must be \(3,\)"):
+        kimi_loss(logp, old, old, mask, 0.1)

@@ -1,0 +1,108 @@
+"""DPO, IPO, SimPO, LN-DPO and the PREFERENCE_LOSSES registry."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlvr.core import PREFERENCE_LOSSES, dpo_loss, get_preference_loss, ipo_loss, ln_dpo_loss, simpo_loss
+
+SETTINGS = settings(max_examples=50, deadline=None)
+
+
+def _pairs(seed, p=4):
+    g = torch.Generator().manual_seed(seed)
+    logps = [(-20 * torch.rand(p, generator=g, dtype=torch.float64)) for _ in range(4)]
+    lengths = [torch.randint(1, 30, (p,), generator=g) for _ in range(2)]
+    return [x.requires_grad_() for x in logps[:2]] + logps[2:], lengths
+
+
+def test_dpo_by_hand():
+    pw, pl, rw, rl = (torch.tensor([x]) for x in (-10.0, -12.0, -11.0, -11.0))
+    beta = 0.5
+    r_w, r_l = beta * (-10 + 11), beta * (-12 + 11)  # implicit rewards 0.5, -0.5
+    loss, metrics = dpo_loss(pw, pl, rw, rl, beta)
+    torch.testing.assert_close(loss, torch.tensor([math.log1p(math.exp(-(r_w - r_l)))]))
+    assert metrics["chosen_reward"] == r_w and metrics["rejected_reward"] == r_l
+    assert metrics["accuracy"] == 1.0 and metrics["margin"] == r_w - r_l
+    smoothed, _ = dpo_loss(pw, pl, rw, rl, beta, label_smoothing=0.1)
+    x = r_w - r_l
+    expected = 0.9 * math.log1p(math.exp(-x)) + 0.1 * math.log1p(math.exp(x))
+    torch.testing.assert_close(smoothed, torch.tensor([expected]))
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**31), beta=st.floats(0.01, 5))
+def test_dpo_gradient_weight(seed, beta):
+    """grad = -beta * sigmoid(r_l - r_w) * (grad log pi(y_w) - grad log pi(y_l)) (Rafailov et al. 2023)."""
+    (pw, pl, rw, rl), _ = _pairs(seed)
+    loss, _ = dpo_loss(pw, pl, rw, rl, beta)
+    gw, gl = torch.autograd.grad(loss.sum(), (pw, pl))
+    weight = beta * torch.sigmoid(beta * (pl - rl) - beta * (pw - rw)).detach()
+    torch.testing.assert_close(gw, -weight)
+    torch.testing.assert_close(gl, weight)
+
+
+def test_ipo_by_hand_and_minimum():
+    beta = 0.25
+    pw, pl, rw, rl = (torch.tensor([x], requires_grad=True) for x in (-1.0, -3.0, -1.0, -1.0))
+    h = (-1 + 1) - (-3 + 1)
+    loss, _ = ipo_loss(pw, pl, rw, rl, beta)
+    torch.testing.assert_close(loss, torch.tensor([(h - 1 / (2 * beta)) ** 2]))
+    at_target = torch.tensor([-1.0 + 1 / (2 * beta)], requires_grad=True)  # h = 1 / (2 beta)
+    loss, _ = ipo_loss(at_target, torch.tensor([-1.0]), torch.tensor([-1.0]), torch.tensor([-1.0]), beta)
+    assert loss.item() == 0 and torch.autograd.grad(loss.sum(), at_target)[0].item() == 0
+
+
+def test_simpo_by_hand():
+    pw, pl = torch.tensor([-6.0]), torch.tensor([-12.0])
+    nw, nl = torch.tensor([3]), torch.tensor([4])
+    beta, gamma = 2.0, 0.5
+    x = beta * -6 / 3 - beta * -12 / 4 - gamma
+    loss, metrics = simpo_loss(pw, pl, nw, nl, beta, gamma)
+    torch.testing.assert_close(loss, torch.tensor([math.log1p(math.exp(-x))]))
+    assert metrics["chosen_reward"] == beta * -6 / 3
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**31), beta=st.floats(0.01, 5), k=st.integers(1, 5))
+def test_length_normalisation_properties(seed, beta, k):
+    (pw, pl, rw, rl), (nw, nl) = _pairs(seed)
+    ones = torch.ones_like(nw)
+    dpo, _ = dpo_loss(pw, pl, rw, rl, beta)
+    torch.testing.assert_close(ln_dpo_loss(pw, pl, rw, rl, ones, ones, beta)[0], dpo)
+    # scaling every log-prob and length by k leaves length-normalised losses unchanged
+    torch.testing.assert_close(ln_dpo_loss(k * pw, k * pl, k * rw, k * rl, k * nw, k * nl, beta)[0],
+                               ln_dpo_loss(pw, pl, rw, rl, nw, nl, beta)[0])
+    simpo, _ = simpo_loss(pw, pl, nw, nl, beta)
+    torch.testing.assert_close(simpo_loss(k * pw, k * pl, k * nw, k * nl, beta)[0], simpo)
+    for loss in (dpo_loss(pw, pl, rw, rl, beta)[0], simpo_loss(pw, pl, nw, nl, beta)[0]):
+        assert (loss > 0).all()
+
+
+def test_registry_common_signature():
+    (pw, pl, rw, rl), (nw, nl) = _pairs(0)
+    for name, fn in PREFERENCE_LOSSES.items():
+        assert get_preference_loss(name) is fn
+        loss, metrics = fn(pw, pl, rw, rl, nw, nl, 0.5, gamma=None, label_smoothing=None)
+        assert loss.shape == pw.shape
+        assert set(metrics) == {"chosen_reward", "rejected_reward", "accuracy", "margin"}
+        assert all(not v.requires_grad and v.dim() == 0 for v in metrics.values())
+    torch.testing.assert_close(PREFERENCE_LOSSES["simpo"](pw, pl, None, None, nw, nl, 2.0)[0],
+                               simpo_loss(pw, pl, nw, nl, 2.0, 1.0)[0])
+    with pytest.raises(ValueError, match="choose from"):
+        get_preference_loss("kto")
+
+
+def test_bad_input():
+    (pw, pl, rw, rl), (nw, nl) = _pairs(0)
+    with pytest.raises(ValueError, match=r"policy_chosen_logps\(4,\), policy_rejected_logps\(3,\)"):
+        dpo_loss(pw, pl[:3], rw, rl)
+    with pytest.raises(ValueError, match="beta"):
+        ipo_loss(pw, pl, rw, rl, beta=0.0)
+    with pytest.raises(ValueError, match="chosen_lengths must all be > 0"):
+        simpo_loss(pw, pl, nw * 0, nl)
+    with pytest.raises(ValueError, match="dimension"):
+        dpo_loss(pw[None], pl[None], rw[None], rl[None])

@@ -1,0 +1,121 @@
+"""math_equal: normalisations by hand, exact fast path by property, and the acceptance figures on
+the real GSM8K and MATH-500 files (the thresholds of issue 3)."""
+
+import json
+import time
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rlvr.rewards.extract import extract_answer
+from rlvr.rewards.math_grader import MathGrader, math_equal, math_equal_batch, plain_number
+from rlvr.tasks.data import gsm8k_answer, shared_file
+
+EQUAL = [
+    (r"\frac{1}{2}", "0.5"), (r"\dfrac{3}{4}", "0.75"), ("50\\%", "50"), ("1,000", "1000"),
+    ("1,234,567", "1234567"), (r"10 \text{ cm}", "10"), ("18 dollars", "18"), (r"\$18", "18"),
+    ("18.00", "18"), (r"90^\circ", "90"), ("[1,2)", "[1, 2)"), ("(x+1)^2", "x^2+2x+1"),
+    (r"\frac{\sqrt2}{2}", r"\sqrt{2}/2"), ("x=5", "5"), (r"4\frac{2}{3}", r"\frac{14}{3}"),
+    (r"\{2,1\}", r"\{1,2\}"), (r"10^{10}", "10000000000"), ("1e3", "1000"), ("  7. ", "7"),
+]
+DIFFERENT = [
+    ("[1,2)", "(1,2)"), ("-3", "3"), ("1/3", "0.333"), ("2.9999999", "3"), ("(2,1)", "(1,2)"),
+    ("x^2+1", "(x+1)^2"), ("1001", "1,000"), ("", "0"), (None, "0"), ("5 x", "5"),
+]
+
+
+def test_normalisations_accepted():
+    got = math_equal_batch(EQUAL)
+    assert [pair for pair, ok in zip(EQUAL, got) if not ok] == []
+
+
+def test_different_answers_rejected():
+    got = math_equal_batch(DIFFERENT)
+    assert [pair for pair, ok in zip(DIFFERENT, got) if ok] == []
+    assert math_equal(r"\frac{1}{2}", "0.5") and not math_equal(r"\frac{1}{3}", "0.5")
+
+
+@given(st.integers(-10**12, 10**12), st.integers(-10**12, 10**12))
+def test_fast_path_integers_with_separators_and_units(a, b):
+    shown = f"{a:,}"
+    assert plain_number(shown) == a
+    assert plain_number(f"${shown} dollars") == a
+    assert (plain_number(f"{a:,}") == plain_number(str(b))) == (a == b)
+
+
+@given(st.fractions(min_value=-1000, max_value=1000, max_denominator=64))
+def test_fast_path_decimals_are_exact(q):
+    # a terminating decimal of q when the denominator is a power of two, else no claim
+    if q.denominator & (q.denominator - 1) == 0:
+        text = f"{float(q):.10f}"
+        assert plain_number(text) == q
+        assert plain_number(text + "1") != q
+
+
+def test_pathological_expression_times_out_and_grader_survives():
+    grader = MathGrader(n_workers=1, timeout=1.0)
+    try:
+        start = time.monotonic()
+        # 10^(10^10) is computed in C by sympy: no signal can stop it, the watchdog kills the worker
+        got = grader.equal_batch([(r"10^{10^{10}}", "1"), (r"\frac{2}{4}", "0.5")])
+        assert got == [False, True]
+        assert time.monotonic() - start < 15
+        assert grader.timeouts == 1
+        assert grader.equal_batch([(r"\sqrt{4}", "2")]) == [True]
+    finally:
+        grader.close()
+
+
+def test_ground_truth_none_is_an_error():
+    with pytest.raises(ValueError, match="ground truth"):
+        math_equal_batch([("1", None)])
+
+
+# --- the figures of issue 3 on the real files ------------------------------------------------------
+
+
+def _cross_pairs(answers: list[str]) -> list[tuple[str, str]]:
+    """Each answer against the next problem's whose reference answer is a different string
+    (identical references are genuinely equal and would measure the data, not the grader)."""
+    n, pairs = len(answers), []
+    for i, a in enumerate(answers):
+        j = next(k % n for k in range(i + 1, i + n) if answers[k % n] != a)
+        pairs.append((a, answers[j]))
+    return pairs
+
+
+def _rate(flags: list[bool]) -> float:
+    return sum(flags) / len(flags)
+
+
+def test_math500_acceptance():
+    rows = [json.loads(line) for line in shared_file("math500_test.jsonl").open()]
+    assert len(rows) == 500
+    own = math_equal_batch([(extract_answer(r["solution"]), r["answer"]) for r in rows])
+    cross = math_equal_batch(_cross_pairs([r["answer"] for r in rows]))
+    assert _rate(own) >= 0.995
+    assert _rate(cross) <= 0.01
+
+
+@pytest.mark.parametrize("split", ["test", "train"])
+def test_gsm8k_acceptance(split):
+    rows = [json.loads(line) for line in shared_file(f"gsm8k_{split}.jsonl").open()]
+    truths = [gsm8k_answer(r["answer"]) for r in rows]
+    own = math_equal_batch([(extract_answer(r["answer"]), t) for r, t in zip(rows, truths)])
+    cross = math_equal_batch(_cross_pairs(truths))
+    assert _rate(own) >= 0.999
+    assert _rate(cross) <= 0.01
+
+
+def test_cross_pairs_never_pair_identical_references():
+    answers = ["1", "1", "2", "1", "3"]
+    assert all(a != b for a, b in _cross_pairs(answers))
+
+
+@given(st.integers(-10**6, 10**6), st.integers(1, 10**6))
+def test_fast_path_fractions(p, q):
+    from fractions import Fraction
+
+    assert plain_number(f"\\frac{{{p}}}{{{q}}}") == Fraction(p, q)
+    assert plain_number(f"{p}/{q}") == Fraction(p, q)

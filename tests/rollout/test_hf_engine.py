@@ -1,0 +1,197 @@
+import copy
+
+import pytest
+import torch
+
+from rlvr.rollout import HFEngine, RolloutEngine, SamplingParams
+
+PROMPTS = ["sort 3 9 1 4\n", "37+85=", "a", "<bos>a much longer prompt, to pad the others\n"]
+
+
+def reference_logprobs(model, completion, temperature=1.0):
+    """Log-probs of the completion's tokens from one plain forward pass over prompt + completion."""
+    ids = torch.tensor([completion.prompt_ids + completion.token_ids])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(completion.prompt_ids) - 1: -1] / temperature
+    return logits.log_softmax(-1).gather(-1, torch.tensor(completion.token_ids)[:, None])[:, 0]
+
+
+def hf_greedy(model, tokenizer, prompts, max_new):
+    """transformers' own greedy `generate` on the left-padded batch, cut after the first EOS."""
+    enc = [tokenizer(p)["input_ids"] for p in prompts]
+    width = max(map(len, enc))
+    ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(e)) + e for e in enc])
+    mask = (ids != tokenizer.pad_token_id).long()
+    out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new,
+                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+    result = []
+    for row in out[:, width:].tolist():
+        result.append(row[: row.index(tokenizer.eos_token_id) + 1] if tokenizer.eos_token_id in row else row)
+    return result
+
+
+def test_is_a_rollout_engine(sharp):
+    assert isinstance(HFEngine(*sharp), RolloutEngine)
+
+
+def test_greedy_matches_transformers_generate(sharp):
+    model, tokenizer = sharp
+    completions = HFEngine(model, tokenizer).generate(PROMPTS, 1, SamplingParams(temperature=0, max_new_tokens=24))
+    assert [c.token_ids for c in completions] == hf_greedy(model, tokenizer, PROMPTS, 24)
+    assert len({tuple(c.token_ids) for c in completions}) == len(PROMPTS)
+    assert all(len(set(c.token_ids)) > 3 for c in completions)  # not a degenerate repetition
+
+
+@pytest.mark.parametrize("max_batch_size", [1, 3, None])
+def test_sampler_logprobs_equal_recomputed_logprobs(sharp, max_batch_size):
+    """T = 1, no top-k/top-p: each returned log-prob is the model's log-prob of the token. Groups
+    share a prefilled prompt and prompts of mixed length are left-padded; a mistake in either would
+    change these numbers."""
+    model, tokenizer = sharp
+    engine = HFEngine(model, tokenizer, max_batch_size=max_batch_size)
+    completions = engine.generate(PROMPTS, 3, SamplingParams(temperature=1.0, max_new_tokens=16, seed=0))
+    assert len(completions) == 12
+    for i, c in enumerate(completions):
+        assert c.prompt == PROMPTS[i // 3] and c.prompt_ids == tokenizer(c.prompt)["input_ids"]
+        assert len(c.logprobs) == len(c.token_ids)
+        torch.testing.assert_close(torch.tensor(c.logprobs), reference_logprobs(model, c), atol=2e-5, rtol=0)
+
+
+def test_processed_logprobs_are_under_the_tempered_distribution(sharp):
+    model, tokenizer = sharp
+    engine = HFEngine(model, tokenizer, logprobs_mode="processed_logprobs")
+    for c in engine.generate(PROMPTS[:2], 2, SamplingParams(temperature=0.7, max_new_tokens=10, seed=1)):
+        torch.testing.assert_close(torch.tensor(c.logprobs), reference_logprobs(model, c, 0.7), atol=2e-5, rtol=0)
+    raw = HFEngine(model, tokenizer).generate(PROMPTS[:1], 2, SamplingParams(temperature=0.7, max_new_tokens=10,
+                                                                            seed=1))
+    for c in raw:  # the default mode ignores the temperature
+        torch.testing.assert_close(torch.tensor(c.logprobs), reference_logprobs(model, c), atol=2e-5, rtol=0)
+
+
+def test_top_k_one_and_tiny_top_p_are_greedy(sharp):
+    engine = HFEngine(*sharp)
+    greedy = engine.generate(PROMPTS, 1, SamplingParams(temperature=0, max_new_tokens=12))
+    top_k = engine.generate(PROMPTS, 1, SamplingParams(temperature=1.3, top_k=1, max_new_tokens=12, seed=4))
+    top_p = engine.generate(PROMPTS, 1, SamplingParams(temperature=1.3, top_p=1e-6, max_new_tokens=12, seed=5))
+    assert [c.token_ids for c in greedy] == [c.token_ids for c in top_k] == [c.token_ids for c in top_p]
+
+
+def test_group_gives_distinct_samples(flat):
+    completions = HFEngine(*flat).generate(PROMPTS[:2], 8, SamplingParams(max_new_tokens=20, seed=7))
+    for group in (completions[:8], completions[8:]):
+        assert len({tuple(c.token_ids) for c in group}) == 8
+
+
+def test_seed_reproduces(sharp):
+    engine = HFEngine(*sharp)
+    params = SamplingParams(temperature=1.0, max_new_tokens=20, seed=7)
+    first = engine.generate(PROMPTS[:2], 8, params)
+    again = engine.generate(PROMPTS[:2], 8, params)
+    assert [(c.token_ids, c.logprobs) for c in first] == [(c.token_ids, c.logprobs) for c in again]
+    other = engine.generate(PROMPTS[:2], 8, SamplingParams(temperature=1.0, max_new_tokens=20, seed=8))
+    assert [c.token_ids for c in other] != [c.token_ids for c in first]
+
+
+def test_unseeded_follows_torch_global_seed(sharp):
+    engine = HFEngine(*sharp)
+    params = SamplingParams(max_new_tokens=10)
+    torch.manual_seed(11)
+    a = engine.generate(PROMPTS[:1], 4, params)
+    torch.manual_seed(11)
+    b = engine.generate(PROMPTS[:1], 4, params)
+    assert [c.token_ids for c in a] == [c.token_ids for c in b]
+
+
+def test_eos_ends_a_completion_and_its_row_leaves_the_batch(flat):
+    """Rows that emit EOS are dropped mid-batch (the last live row moves into their cache slot); the
+    log-prob check proves every surviving row kept its own cache."""
+    model, tokenizer = flat
+    completions = HFEngine(model, tokenizer).generate(PROMPTS, 4, SamplingParams(max_new_tokens=40, seed=0))
+    eos = tokenizer.eos_token_id
+    ended = [c for c in completions if c.finish_reason == "stop"]
+    assert ended and len(ended) < len(completions)
+    for c in completions:
+        torch.testing.assert_close(torch.tensor(c.logprobs), reference_logprobs(model, c), atol=2e-5, rtol=0)
+        assert eos not in c.token_ids[:-1]
+        assert (c.token_ids[-1] == eos) == (c.finish_reason == "stop")
+        assert c.finish_reason == "stop" or len(c.token_ids) == 40
+        assert c.text == tokenizer.decode(c.token_ids, skip_special_tokens=True) and "<eos>" not in c.text
+
+
+def test_length_limit(sharp):
+    completions = HFEngine(*sharp).generate(PROMPTS, 2, SamplingParams(max_new_tokens=3, seed=0))
+    for c in completions:
+        assert len(c.token_ids) == 3 or c.finish_reason == "stop"
+        assert c.finish_reason == "length" or c.token_ids[-1] == sharp[1].eos_token_id
+
+
+def test_stop_string_cuts_text_and_keeps_tokens_through_the_stop(sharp):
+    model, tokenizer = sharp
+    engine = HFEngine(model, tokenizer)
+    full = engine.generate(PROMPTS[:1], 1, SamplingParams(temperature=0, max_new_tokens=30))[0]
+    stop = full.text[10:12]  # a two-character string that completes at token 12 (or earlier)
+    first = full.text.find(stop)
+    done = engine.generate(PROMPTS[:1], 1, SamplingParams(temperature=0, max_new_tokens=30, stop=("zzz", stop)))[0]
+    assert done.finish_reason == "stop" and done.extra["stop_reason"] == stop
+    assert done.text == full.text[:first]
+    assert done.token_ids == full.token_ids[: first + len(stop)]  # through the token completing the stop
+    assert done.logprobs == full.logprobs[: first + len(stop)]
+
+
+def test_engine_on_the_trainer_module_shares_weights(sharp):
+    model, tokenizer = copy.deepcopy(sharp[0]), sharp[1]
+    engine = HFEngine(model, tokenizer)
+    params = SamplingParams(temperature=0, max_new_tokens=8)
+    before = engine.generate(PROMPTS, 1, params)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(-1.0)  # the "optimizer step"
+    engine.load_weights(model.named_parameters())  # nothing to copy, must not fail
+    after = engine.generate(PROMPTS, 1, params)
+    assert [c.token_ids for c in before] != [c.token_ids for c in after]
+
+
+def test_load_weights_copies_into_a_separate_model(sharp):
+    trainer_model, tokenizer = sharp
+    engine_model = copy.deepcopy(trainer_model)
+    with torch.no_grad():
+        for param in engine_model.parameters():
+            param.zero_()
+    engine = HFEngine(engine_model, tokenizer)
+    engine.load_weights(trainer_model.state_dict().items())
+    params = SamplingParams(temperature=0, max_new_tokens=10)
+    assert ([c.token_ids for c in engine.generate(PROMPTS, 1, params)]
+            == [c.token_ids for c in HFEngine(trainer_model, tokenizer).generate(PROMPTS, 1, params)])
+    with pytest.raises(KeyError, match="no tensor named"):
+        engine.load_weights([("not.a.weight", torch.zeros(1))])
+    with pytest.raises(ValueError, match="shape"):
+        engine.load_weights([("lm_head.weight", torch.zeros(2, 2))])
+
+
+def test_training_mode_is_restored(sharp):
+    model, tokenizer = sharp
+    model.train()
+    HFEngine(model, tokenizer).generate(PROMPTS[:1], 1, SamplingParams(max_new_tokens=2, seed=0))
+    assert model.training
+    model.eval()
+
+
+@pytest.mark.parametrize("prompts, n, error, match", [
+    (PROMPTS, 0, ValueError, "n"), (PROMPTS, -2, ValueError, "n"), (PROMPTS, 1.5, ValueError, "n"),
+    ([], 1, ValueError, "non-empty"), ("a prompt", 1, ValueError, "non-empty"),
+    ([1, 2], 1, TypeError, "strings"), ([""], 1, ValueError, "no tokens"),
+    (["x" * 600], 1, ValueError, "max_position_embeddings"),
+])
+def test_bad_input(sharp, prompts, n, error, match):
+    with pytest.raises(error, match=match):
+        HFEngine(*sharp).generate(prompts, n, SamplingParams(max_new_tokens=4))
+
+
+def test_bad_engine_arguments(sharp):
+    with pytest.raises(ValueError, match="max_batch_size"):
+        HFEngine(*sharp, max_batch_size=0)
+    with pytest.raises(ValueError, match="logprobs_mode"):
+        HFEngine(*sharp, logprobs_mode="logits")
+    with pytest.raises(TypeError, match="SamplingParams"):
+        HFEngine(*sharp).generate(PROMPTS, 1, {"temperature": 1.0})
+    with pytest.raises(ValueError, match="stop strings"):
+        HFEngine(*sharp).generate(PROMPTS, 1, SamplingParams(stop=("",)))

@@ -1,0 +1,99 @@
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlvr.rollout.sampling import apply_top_k, apply_top_p, process_logits, sample_next
+
+NEG = float("-inf")
+
+
+def test_top_k_by_hand():
+    logits = torch.tensor([[1.0, 3.0, 2.0, 0.0], [5.0, 5.0, 1.0, 2.0]])
+    out = apply_top_k(logits, 2)
+    assert torch.equal(out, torch.tensor([[NEG, 3.0, 2.0, NEG], [5.0, 5.0, NEG, NEG]]))
+    assert torch.equal(apply_top_k(logits, 0), logits) and torch.equal(apply_top_k(logits, 4), logits)
+
+
+def test_top_k_keeps_ties_with_the_kth():
+    logits = torch.tensor([[2.0, 1.0, 1.0, 0.0]])
+    assert torch.equal(apply_top_k(logits, 2), torch.tensor([[2.0, 1.0, 1.0, NEG]]))
+
+
+def test_top_p_by_hand():
+    # probabilities 0.5, 0.25, 0.125, 0.125 (in a shuffled order)
+    logits = torch.log(torch.tensor([[0.125, 0.5, 0.125, 0.25]]))
+    # p = 0.6: 0.5 alone is < 0.6, add 0.25 -> 0.75 >= 0.6; keep {0.5, 0.25}
+    assert torch.isinf(apply_top_p(logits, 0.6)).tolist() == [[True, False, True, False]]
+    # p = 0.5: the most likely token alone reaches it
+    assert torch.isinf(apply_top_p(logits, 0.5)).tolist() == [[True, False, True, True]]
+    # p = 0.8: 0.75 < 0.8, so one of the 0.125 tokens is added (0.875); the other is dropped
+    assert torch.isinf(apply_top_p(logits, 0.8)).sum().item() == 1
+    assert torch.isinf(apply_top_p(logits, 0.9)).sum().item() == 0
+    assert torch.equal(apply_top_p(logits, 1.0), logits)
+
+
+def test_temperature_then_filters():
+    logits = torch.tensor([[2.0, 4.0, 0.0]])
+    assert torch.allclose(process_logits(logits, 2.0, 0, 1.0), logits / 2)
+    assert torch.equal(process_logits(logits, 0.5, 1, 1.0), torch.tensor([[NEG, 8.0, NEG]]))
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.floats(-5, 5), min_size=2, max_size=12), st.floats(0.01, 0.99))
+def test_top_p_keeps_the_smallest_set_reaching_p(values, p):
+    logits = torch.tensor([values])
+    kept = ~torch.isinf(apply_top_p(logits, p))[0]
+    probs = logits.softmax(-1)[0]
+    assert kept.any()
+    assert probs[kept].sum() >= p - 1e-5  # reaches p
+    # every kept token is at least as likely as every dropped one
+    if (~kept).any():
+        assert probs[kept].min() >= probs[~kept].max() - 1e-7
+        # without its least likely kept token the set would not reach p
+        assert probs[kept].sum() - probs[kept].min() < p + 1e-5
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(-50, 50), min_size=1, max_size=12, unique=True), st.integers(1, 12))
+def test_top_k_keeps_exactly_k_distinct(values, k):
+    kept = ~torch.isinf(apply_top_k(torch.tensor([values], dtype=torch.float32) / 10, k))[0]
+    assert kept.sum().item() == min(k, len(values))
+
+
+def test_greedy_and_logprob_modes():
+    logits = torch.tensor([[0.0, 2.0, 1.0]])
+    raw = logits.log_softmax(-1)
+    tokens, lp = sample_next(logits, 0.0, 0, 1.0, None)
+    assert tokens.tolist() == [1] and lp.item() == pytest.approx(raw[0, 1].item())
+    gen = torch.Generator().manual_seed(0)
+    tokens, lp = sample_next(logits, 0.5, 1, 1.0, gen, "processed_logprobs")
+    assert tokens.tolist() == [1] and lp.item() == 0.0  # top-1 leaves a single token of prob 1
+    tokens, lp = sample_next(logits, 0.5, 2, 1.0, gen, "processed_logprobs")
+    t = tokens.item()
+    expected = (logits / 0.5)[0, [1, 2]].log_softmax(-1)[[1, 2].index(t)].item()
+    assert lp.item() == pytest.approx(expected)
+    tokens, lp = sample_next(logits, 0.5, 2, 1.0, gen, "raw_logprobs")
+    assert lp.item() == pytest.approx(raw[0, tokens.item()].item())
+    with pytest.raises(ValueError, match="logprobs_mode"):
+        sample_next(logits, 1.0, 0, 1.0, gen, "logits")
+
+
+def test_sampling_frequencies_follow_the_tempered_distribution():
+    logits = torch.tensor([[0.0, 1.0, 2.0]]).expand(20000, 3)
+    gen = torch.Generator().manual_seed(0)
+    tokens, _ = sample_next(logits, 2.0, 0, 1.0, gen)
+    freq = torch.bincount(tokens, minlength=3).float() / tokens.numel()
+    expected = torch.tensor([0.0, 0.5, 1.0]).softmax(-1)
+    # 4 standard errors of a proportion with n = 20000
+    assert torch.all((freq - expected).abs() < 4 * torch.sqrt(expected * (1 - expected) / 20000))
+
+
+def test_same_generator_seed_same_tokens():
+    logits = torch.randn(64, 10, generator=torch.Generator().manual_seed(1))
+    a = sample_next(logits, 1.0, 0, 0.9, torch.Generator().manual_seed(3))
+    b = sample_next(logits, 1.0, 0, 0.9, torch.Generator().manual_seed(3))
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert math.isfinite(a[1].sum().item())

@@ -1,0 +1,106 @@
+"""GSM8K, MATH-500 and user files: splits, field mapping, templates, verification."""
+
+import json
+
+import pytest
+
+from rlvr.models import build_char_tokenizer
+from rlvr.tasks import Task, get_task
+from rlvr.tasks.data import gsm8k_answer, map_fields, read_records
+from rlvr.tasks.templates import R1_ZERO, render_prompt
+
+
+def test_gsm8k_from_shared_data():
+    task = get_task("gsm8k")
+    assert isinstance(task, Task)
+    train, held = task.train_examples(50, seed=1), task.eval_examples(50, seed=0)
+    assert len(train) == len(held) == 50
+    assert not {e.fields["question"] for e in train} & {e.fields["question"] for e in held}
+    assert task.eval_examples(50, seed=0) == held  # fixed by the seed
+    assert task.train_examples(50, seed=2) != train
+    assert len(task.eval_examples(0, seed=0)) == 1319  # n <= 0: everything
+    assert all(e.prompt.endswith("Assistant: <think>") and e.answer.lstrip("-").replace(".", "").isdigit()
+               for e in held)
+
+
+def test_gsm8k_verifier_and_format():
+    task = get_task("gsm8k")
+    ex = task.eval_examples(1, seed=0)[0]
+    right = f"work</think> <answer>{ex.answer}</answer>"
+    wrong = f"work</think> <answer>{int(ex.answer) + 1}</answer>"
+    assert task.correct_batch([right, wrong, "no answer"], [ex] * 3) == [True, False, False]
+    assert task.is_correct(right, ex) and task.format_ok(right, ex) and not task.format_ok("no tags", ex)
+    scores = task.reward_fn().score_batch([ex.prompt] * 2, [right, f"The answer is {ex.answer}"], [ex] * 2)
+    assert scores.scores == [1.0, 0.0]  # R1-Zero: a right answer out of format scores 0
+    assert task.answer_key(right, ex) == task.answer_key(f"x</think><answer>{ex.answer}.0</answer>", ex)
+
+
+def test_math500_is_an_eval_set_with_latex_answers():
+    task = get_task("math500", template="plain")
+    held = task.eval_examples(0, seed=0)
+    assert len(held) == 500 and held[0].prompt.startswith("Question: ")
+    assert "\\boxed{}" in held[0].prompt
+    with pytest.raises(ValueError, match="evaluation set"):
+        task.train_examples(10, seed=0)
+    ex = next(e for e in held if e.answer == "\\frac{14}{3}")
+    assert task.is_correct("so $f = \\boxed{\\dfrac{14}{3}}$", ex)
+    assert task.reward_fn()(ex.prompt, "\\boxed{4\\frac{2}{3}}", ex.as_dict()).score == 1.0
+
+
+def test_user_jsonl_with_field_mapping_and_boxed_answers(tmp_path):
+    path = tmp_path / "mine.jsonl"
+    rows = [{"problem": f"What is {i} + {i}?", "solution": f"It is \\boxed{{{2 * i}}}."} for i in range(40)]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    task = get_task("math_file", path=str(path), question_field="problem", answer_field="solution",
+                    answer_format="boxed", eval_fraction=0.25)
+    train, held = task.train_examples(0, seed=3), task.eval_examples(0, seed=9)
+    assert len(train) == 30 and len(held) == 10
+    assert not {e.answer for e in train} & {e.answer for e in held}  # a fixed split, whatever the seed
+    assert {e.answer for e in task.eval_examples(0, seed=1)} == {e.answer for e in held}
+    assert all(e.answer == str(2 * int(e.fields["question"].split()[2])) for e in train)
+
+
+def test_bad_files_and_options(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "q", "answer": "1"}\nnot json\n')
+    with pytest.raises(ValueError, match="bad.jsonl:2"):
+        read_records(bad)
+    with pytest.raises(FileNotFoundError):
+        read_records(tmp_path / "missing.jsonl")
+    (tmp_path / "x.csv").write_text("question,answer\n")
+    with pytest.raises(ValueError, match="unsupported"):
+        read_records(tmp_path / "x.csv")
+    with pytest.raises(KeyError, match="missing field"):
+        map_fields([{"q": 1}], {"question": "problem"})
+    with pytest.raises(ValueError, match="answer_format"):
+        get_task("math_file", path=str(bad), answer_format="latex")
+    with pytest.raises(ValueError, match="####"):
+        gsm8k_answer("no marker")
+
+
+def test_parquet_needs_pyarrow_only_when_used(tmp_path):
+    path = tmp_path / "data.parquet"
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        path.write_bytes(b"PAR1")
+        with pytest.raises(ImportError, match="pip install pyarrow"):
+            read_records(path)
+    else:
+        pq.write_table(pa.table({"question": ["1+1?"], "answer": ["2"]}), path)
+        assert read_records(path) == [{"question": "1+1?", "answer": "2"}]
+
+
+def test_templates():
+    assert render_prompt("r1_zero", " 2+2? ") == R1_ZERO.format(question="2+2?")
+    assert render_prompt("Q: {question}\nA:", "2+2?") == "Q: 2+2?\nA:"
+    tok = build_char_tokenizer()
+    chat = render_prompt("chat", "2+2?", tok)
+    assert chat.startswith("<bos>2+2?") and "\\boxed{}" in chat
+    with pytest.raises(ValueError, match="tokenizer"):
+        render_prompt("chat", "2+2?")
+    with pytest.raises(ValueError, match="unknown template"):
+        get_task("gsm8k", template="fancy")
+    task = get_task("gsm8k", template="chat", tokenizer=tok)
+    assert task.eval_examples(1, 0)[0].prompt.startswith("<bos>")

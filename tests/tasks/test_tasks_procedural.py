@@ -1,0 +1,50 @@
+"""Countdown and reasoning-gym tasks."""
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlvr.tasks import Task, get_task
+from rlvr.tasks.countdown import make_problem
+from rlvr.rewards.countdown import countdown_equal
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(0, 10**6), st.integers(2, 6), st.integers(2, 200))
+def test_countdown_problems_are_solvable(seed, n_numbers, max_number):
+    numbers, target, solution = make_problem(random.Random(seed), n_numbers, max_number)
+    assert len(numbers) == n_numbers and all(1 <= n <= max_number for n in numbers)
+    assert 0 < target <= 1000 and countdown_equal(solution, numbers, target)
+
+
+def test_countdown_task():
+    task = get_task("countdown", n_numbers=3, max_number=20)
+    assert isinstance(task, Task)
+    train, held = task.train_examples(200, seed=0), task.eval_examples(30, seed=0)
+    key = lambda e: (tuple(sorted(e.fields["numbers"])), e.fields["target"])  # noqa: E731
+    assert not {key(e) for e in train} & {key(e) for e in held}
+    ex = held[0]
+    right = f"hmm</think> <answer>{ex.fields['solution']}</answer>"
+    assert task.is_correct(right, ex) and task.reward_fn()(ex.prompt, right, ex.as_dict()) == 1.0
+    assert not task.is_correct("</think> <answer>1 + 1</answer>", ex)
+    assert task.answer_key(right, ex) == ex.answer
+    with pytest.raises(ValueError):
+        get_task("countdown", n_numbers=1)
+
+
+def test_reasoning_gym_by_name_with_its_scorer():
+    task = get_task("reasoning_gym", dataset="basic_arithmetic", template="plain")
+    assert isinstance(task, Task)
+    train, held = task.train_examples(5, seed=0), task.eval_examples(5, seed=0)
+    assert [e.prompt for e in train] != [e.prompt for e in held]
+    assert "<answer>" in train[0].prompt
+    ex = train[0]
+    reward = task.reward_fn()
+    assert reward(ex.prompt, f"so <answer>{ex.answer}</answer>", ex.as_dict()).score == 1.0
+    assert reward(ex.prompt, "so <answer>banana</answer>", ex.as_dict()).score == 0.0
+    assert reward(ex.prompt, "no answer stated", ex.as_dict()).components == {"stated": 0.0}
+    assert task.is_correct(f"The answer is {ex.answer}.", ex)
+    with pytest.raises(ValueError, match="choose from"):
+        get_task("reasoning_gym", dataset="not_a_dataset")

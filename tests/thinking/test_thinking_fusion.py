@@ -1,0 +1,64 @@
+import json
+
+import pytest
+from hypothesis import given, strategies as st
+
+from rlvr.thinking.fusion import (
+    build_fusion_data,
+    no_thinking_completion,
+    split_thinking,
+    thinking_completion,
+    write_fusion_jsonl,
+)
+
+
+def test_formats_by_hand():
+    assert thinking_completion("  2 + 2 is 4 ", "4") == "<think>\n2 + 2 is 4\n</think>\n\n4"
+    assert no_thinking_completion("4") == "<think>\n\n</think>\n\n4"  # Qwen3: empty thinking block kept
+    assert split_thinking("<think>\nr\n</think>\n\nA") == ("r", "A")
+    assert split_thinking("<think>\n\n</think>\n\nA") == ("", "A")
+    assert split_thinking("<think>unfinished") == ("unfinished", "")
+    assert split_thinking(" plain answer ") == ("", "plain answer")
+
+
+@given(st.text(st.characters(blacklist_characters="<>"), min_size=1).filter(str.strip),
+       st.text(st.characters(blacklist_characters="<>")))
+def test_split_inverts_the_formats(thinking, answer):
+    assert split_thinking(thinking_completion(thinking, answer)) == (thinking.strip(), answer.strip())
+    assert split_thinking(no_thinking_completion(answer)) == ("", answer.strip())
+
+
+def test_build_pairs_and_write(tmp_path):
+    records = [{"prompt": "What is 2+2?", "thinking": "2+2=4", "answer": "4"},
+               {"prompt": "Sort 3 1", "thinking": "1 < 3", "answer": "1 3", "direct": "1 3"}]
+    rows = build_fusion_data(records)
+    assert [(r["mode"], r["source_index"]) for r in rows] == [("think", 0), ("no_think", 0), ("think", 1),
+                                                              ("no_think", 1)]
+    assert rows[0]["prompt"] == "What is 2+2? /think" and rows[1]["prompt"] == "What is 2+2? /no_think"
+    assert rows[0]["completion"] == "<think>\n2+2=4\n</think>\n\n4"
+    assert rows[1]["completion"] == "<think>\n\n</think>\n\n4"
+    assert rows[1]["messages"] == [{"role": "user", "content": "What is 2+2? /no_think"},
+                                   {"role": "assistant", "content": "<think>\n\n</think>\n\n4"}]
+    path = write_fusion_jsonl(rows, tmp_path / "fusion.jsonl")
+    assert [json.loads(line) for line in path.read_text().splitlines()] == rows
+
+
+def test_from_completions_and_unflagged_share():
+    records = [{"q": f"q{i}", "c": f"<think>r{i}</think>a{i}"} for i in range(400)]
+    rows = build_fusion_data(records, prompt_key="q", completion_key="c", unflagged_think=0.25, seed=1)
+    think = [r for r in rows if r["mode"] == "think"]
+    assert think[0]["completion"] == "<think>\nr0\n</think>\n\na0"
+    unflagged = sum(not r["prompt"].endswith("/think") for r in think) / len(think)
+    assert abs(unflagged - 0.25) < 4 * (0.25 * 0.75 / 400) ** 0.5
+    assert all(r["prompt"].endswith("/no_think") for r in rows if r["mode"] == "no_think")
+
+
+def test_bad_records():
+    with pytest.raises(ValueError, match="record 0 needs a string field 'thinking'"):
+        build_fusion_data([{"prompt": "p", "answer": "a"}])
+    with pytest.raises(ValueError, match="empty reasoning"):
+        build_fusion_data([{"prompt": "p", "thinking": " ", "answer": "a"}])
+    with pytest.raises(ValueError, match="no answer"):
+        build_fusion_data([{"prompt": "p", "c": "<think>r"}], completion_key="c")
+    with pytest.raises(ValueError, match="unflagged_think"):
+        build_fusion_data([], unflagged_think=2)
