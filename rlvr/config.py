@@ -42,6 +42,9 @@ class ModelConfig:
 class TaskConfig:
     name: str = f("sort", "Task by name (rlvr.tasks.get_task): sort, arithmetic, or any registered task.")
     options: dict = f({}, "Keyword options for the task factory, e.g. {length: 4, reward: sparse}.")
+    rewards: list = f([], "Extra reward terms added to the task's verifier, each {name, weight, options} "
+                          "from rlvr.rewards.REWARDS, e.g. [{name: overlong, weight: 1.0, options: "
+                          "{max_len: 16, buffer: 4}}] for DAPO's soft overlong punishment.")
     train_size: int = f(20000, "Number of training prompts drawn once; the loop cycles through them "
                                "in a fresh seeded order every epoch.")
     eval_size: int = f(100, "Size of the fixed held-out set (disjoint from training).")
@@ -383,6 +386,12 @@ def check_registries(cfg: Config) -> None:
     except ValueError as err:
         raise ConfigError(f"algorithm: {err}") from None
     try:
-        get_task(cfg.task.name, **cfg.task.options)
+        task = get_task(cfg.task.name, **cfg.task.options)
     except (TypeError, ValueError) as err:
         raise ConfigError(f"task.options: {err}") from None
+    from rlvr.train.evaluate import build_reward
+
+    try:
+        build_reward(task, cfg.task.rewards)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"task.rewards: {err}") from None

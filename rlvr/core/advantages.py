@@ -58,7 +58,7 @@ def grpo_advantages(
     rewards: Tensor, group_size: int, scale_by_std: bool = True, eps: float = 1e-6
 ) -> Tensor:
     """A_i = (r_i - mean(group)) / (std(group) + eps), std unbiased as `torch.std` (GRPO, Shao et al.
-    2024, DeepSeekMath eq. 3). `scale_by_std=False` is Dr. GRPO's unbiased variant."""
+    2024, DeepSeekMath). `scale_by_std=False` is Dr. GRPO's unbiased variant."""
     r = _groups(rewards, group_size, minimum=2 if scale_by_std else 1)  # (N/G, G)
     centered = _center(r)
     if scale_by_std:

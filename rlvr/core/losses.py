@@ -4,6 +4,7 @@
 0-d detached tensors, averaged over valid tokens (over sequences for sequence-level quantities).
 Advantages may be per sequence, `(B,)` or `(B, 1)`, or per token, `(B, T)`; nothing else broadcasts.
 Old log-probs, advantages and returns are detached here: they must be constants for the gradient.
+Padding positions may hold any finite value (`token_logprobs` always gives finite ones).
 
 Registry signature (`POLICY_LOSSES`, one for every entry, so callers never sniff kwargs):
     fn(logprobs, old_logprobs, advantages, mask, *, clip_low=None, clip_high=None, tau=None)
@@ -124,7 +125,7 @@ def sequence_clipped_surrogate_loss(
         s_b = (pi(y_b) / pi_old(y_b)) ** (1 / |y_b|) = exp(mean_t log(pi / pi_old)),
     clipped as in PPO with the paper's eps_low = 3e-4, eps_high = 4e-4.
 
-    Written per token as GSPO-token (paper eq. 13): s_bt = sg[s_b] * pi_bt / sg[pi_bt] has value s_b
+    Written per token as the paper's GSPO-token: s_bt = sg[s_b] * pi_bt / sg[pi_bt] has value s_b
     and gradient s_b * grad log pi_bt. With per-sequence advantages and `seq_mean_token_mean`
     aggregation this is exactly GSPO's loss and gradient. Metrics: `clip_frac_low/high` and
     `approx_kl` over valid tokens, `seq_ratio_mean/max` over sequences.
@@ -154,7 +155,7 @@ def kimi_loss(
     tau: float,
     group_size: int | None = None,
 ) -> tuple[Tensor, Metrics]:
-    """Kimi k1.5 online mirror descent (Kimi Team 2025, sec. 2.3.2, the gradient after eq. 3):
+    """Kimi k1.5 online mirror descent (Kimi Team 2025, policy optimization):
         per sample  -(r - r_bar) * log pi(y) + (tau / 2) * (log pi(y) / pi_old(y))^2,
     r_bar the mean reward of the prompt's samples (no std scaling). `group_size` G: samples of one
     prompt are contiguous; None uses the batch mean (one prompt, or advantages already centered).

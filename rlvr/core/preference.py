@@ -79,7 +79,7 @@ def ipo_loss(
     ref_rejected_logps: Tensor,
     beta: float = 0.1,
 ) -> tuple[Tensor, Metrics]:
-    """IPO (Azar et al. 2023, eq. 17, tau = beta): (h - 1 / (2 beta))^2 with
+    """IPO (Azar et al. 2023, with tau = beta): (h - 1 / (2 beta))^2 with
     h = log(pi(y_w) / pi_ref(y_w)) - log(pi(y_l) / pi_ref(y_l)) on summed log-probs, as in the paper
     (TRL averages over tokens instead). Metrics use the DPO implicit reward beta * log-ratio."""
     _check_pairs(policy_chosen_logps=policy_chosen_logps, policy_rejected_logps=policy_rejected_logps,
@@ -99,7 +99,7 @@ def simpo_loss(
     beta: float = 2.0,
     gamma: float = 1.0,
 ) -> tuple[Tensor, Metrics]:
-    """SimPO (Meng et al. 2024, eq. 6): -log sigmoid(beta/|y_w| log pi(y_w) - beta/|y_l| log pi(y_l)
+    """SimPO (Meng et al. 2024): -log sigmoid(beta/|y_w| log pi(y_w) - beta/|y_l| log pi(y_l)
     - gamma): length-averaged log-prob as the reward, no reference model, target margin gamma
     (defaults: the paper's beta = 2, gamma / beta = 0.5)."""
     _check_pairs(policy_chosen_logps=policy_chosen_logps, policy_rejected_logps=policy_rejected_logps)
@@ -120,7 +120,7 @@ def ln_dpo_loss(
     rejected_lengths: Tensor,
     beta: float,
 ) -> tuple[Tensor, Metrics]:
-    """Length-normalised DPO (LN-DPO, the ablation in Meng et al. 2024, sec. 4): DPO with each
+    """Length-normalised DPO (LN-DPO, the ablation in Meng et al. 2024): DPO with each
     log-ratio divided by its response length, r = beta / |y| * (log pi(y) - log pi_ref(y)), keeping
     the reference. No default beta: the normalised margins are ~|y| times smaller than DPO's."""
     _check_pairs(policy_chosen_logps=policy_chosen_logps, policy_rejected_logps=policy_rejected_logps,

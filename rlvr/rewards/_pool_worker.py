@@ -1,8 +1,8 @@
 """Entry point of a `WorkerPool` worker: `python -m rlvr.rewards._pool_worker RX_FD TX_FD`.
 
-Protocol: the parent sends its sys.path, then pickle((fn, initializer, timeout)); the worker
-answers ("ready", None); then each list of items gets one (status, value) message per item, in
-order; None ends the worker.
+Protocol: the parent sends pickle((fn, initializer, timeout)) (its sys.path comes as PYTHONPATH);
+the worker answers ("ready", None); then each list of items gets one (status, value) message per
+item, in order; None ends the worker.
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ def _run_item(fn, item, timeout: float) -> tuple[str, object]:
 
 def main(rx_fd: int, tx_fd: int) -> None:
     rx, tx = Connection(rx_fd, writable=False), Connection(tx_fd, readable=False)
-    sys.path[:] = rx.recv()
     fn, initializer, timeout = pickle.loads(rx.recv_bytes())
     signal.signal(signal.SIGALRM, _on_alarm)
     if initializer is not None:

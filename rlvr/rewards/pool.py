@@ -71,13 +71,14 @@ class WorkerPool:
     def _spawn(self) -> _Worker:
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
+        # The worker imports exactly what this process can: rlvr itself and fn's module.
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         proc = subprocess.Popen(
             [sys.executable, "-m", "rlvr.rewards._pool_worker", str(to_child_r), str(from_child_w)],
-            pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL)
+            pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL, env=env)
         os.close(to_child_r)
         os.close(from_child_w)
         tx = Connection(to_child_w, readable=False)
-        tx.send(list(sys.path))  # first, so that the worker can import fn's module
         tx.send_bytes(self._hello)
         return _Worker(proc, Connection(from_child_r, writable=False), tx)
 

@@ -111,6 +111,7 @@ class MathTask:
     # --- verification ----------------------------------------------------------------------------
 
     def reward_fn(self) -> MathReward:
+        get_grader().start()  # its workers import sympy while the caller loads the model
         gate = ("strict" if self.strict_format else "lenient") if self.template == "r1_zero" else None
         return MathReward(format_gate=gate)
 

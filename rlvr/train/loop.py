@@ -24,7 +24,7 @@ from rlvr.models import save_model
 from rlvr.rollout.base import SamplingParams
 from rlvr.train.batch import build_batch, cached_logprobs, policy_logprobs
 from rlvr.train.checkpoint import save_checkpoint
-from rlvr.train.evaluate import evaluate, score_completions
+from rlvr.train.evaluate import evaluate_heldout, score_completions
 from rlvr.train.setup import Run, derive_seed, prepare_run
 
 ROLLOUT, EVAL_SAMPLING, SHUFFLE = 0, 1, 2  # purposes of derived seeds
@@ -46,7 +46,7 @@ def _means(stats: list[dict[str, torch.Tensor]]) -> dict[str, float]:
 
 def _evaluate(run: Run, step: int) -> dict[str, float]:
     cfg = run.cfg
-    metrics, rows = evaluate(run.engine, run.task, run.eval_examples, cfg.rollout.max_new_tokens,
+    metrics, rows = evaluate_heldout(run.engine, run.task, run.eval_examples, cfg.rollout.max_new_tokens,
                              cfg.eval.samples, cfg.eval.temperature, derive_seed(cfg.seed, step, EVAL_SAMPLING),
                              cfg.log.samples_per_eval)
     run.logger.log_samples(step, rows)
@@ -88,7 +88,8 @@ def train(cfg: Config, resume: bool = False, run: Run | None = None) -> RunResul
             t_rollout = time.perf_counter() - tic
 
             # --- rewards ---
-            scores = score_completions(run.task, run.reward_fn, completions, group_examples)
+            scores = score_completions(run.reward, run.task, completions, group_examples, G, step,
+                                       cfg.rollout.max_new_tokens)
             rewards = torch.tensor(scores.rewards, dtype=torch.float32)  # (N,)
 
             # --- advantages ---
@@ -133,7 +134,7 @@ def train(cfg: Config, resume: bool = False, run: Run | None = None) -> RunResul
             record = {
                 "reward": rewards.mean().item(), "reward_std": rewards.std().item(),
                 "accuracy": sum(scores.correct) / len(scores.correct),
-                **{f"reward/{k}": sum(v) / len(v) for k, v in scores.components.items()},
+                **scores.components,
                 "completion_length": lengths.mean().item(),
                 "truncated": sum(c.finish_reason == "length" for c in completions) / len(completions),
                 **_means(stats), "lr": run.scheduler.get_last_lr()[0],

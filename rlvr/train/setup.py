@@ -15,11 +15,13 @@ from rlvr.algorithms.grpo import GroupPolicyGradient
 from rlvr.algorithms.sft import pairs_from_jsonl, pairs_from_task, train_sft
 from rlvr.config import Config, ConfigError, save_config
 from rlvr.logging.sinks import MetricsLogger
+from rlvr.rewards import CombinedReward
 from rlvr.models import load_model, load_tokenizer, make_tiny_model_dir, save_model
 from rlvr.rollout.hf_engine import HFEngine
 from rlvr.tasks import Example, Task, get_task
 from rlvr.train.checkpoint import latest_checkpoint, load_state, set_rng_state
 from rlvr.train.data import PromptStream
+from rlvr.train.evaluate import build_reward
 from rlvr.train.optim import build_optimizer, build_scheduler
 
 
@@ -28,7 +30,7 @@ class Run:
     cfg: Config
     run_dir: Path
     task: Task
-    reward_fn: Any
+    reward: CombinedReward
     policy: Any
     tokenizer: Any
     engine: HFEngine
@@ -109,6 +111,6 @@ def prepare_run(cfg: Config, resume: bool = False, on_sft=None) -> Run:
         set_rng_state(state["rng"])
         start_step = int(state["step"])
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    return Run(cfg, run_dir, task, task.reward_fn(), policy, tokenizer, HFEngine(policy, tokenizer), reference,
+    return Run(cfg, run_dir, task, build_reward(task, cfg.task.rewards), policy, tokenizer, HFEngine(policy, tokenizer), reference,
                algo, optimizer, scheduler, stream, task.eval_examples(cfg.task.eval_size, cfg.task.eval_seed),
                MetricsLogger(run_dir, cfg.log.tensorboard, start_step if checkpoint else None), start_step, pad_id)

@@ -1,6 +1,6 @@
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from rlvr.data.curriculum import CurriculumSampler, curriculum_buckets, curriculum_order, easy_to_hard
 from rlvr.data.sampler import FailureRateSampler, PromptSampler
@@ -29,6 +29,7 @@ def test_sampling_frequency_follows_failure_rate():
     assert abs((draws == 0).mean() - 0.01) < 4 * (0.01 * 0.99 / 4000) ** 0.5
 
 
+@settings(deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 4), st.floats(0, 1)), max_size=40), st.integers(1, 5))
 def test_state_dict_resumes_exactly(updates, k):
     a = FailureRateSampler(5, seed=3)
@@ -64,6 +65,7 @@ def test_curriculum_by_hand(tmp_path):
     assert (tmp_path / "curriculum.md").exists()
 
 
+@settings(deadline=None)
 @given(st.lists(st.floats(0, 1), min_size=1, max_size=40), st.integers(1, 8))
 def test_buckets_partition_in_difficulty_order(difficulty, n_buckets):
     n_buckets = min(n_buckets, len(difficulty))

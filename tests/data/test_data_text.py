@@ -1,5 +1,5 @@
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from rlvr.data.text import get_text, ngrams, normalize_text, read_jsonl, words, write_jsonl
 from rlvr.tasks.base import Example
@@ -11,6 +11,7 @@ def test_normalize_by_hand():
     assert words("A  b_c") == ("a", "b", "c")
 
 
+@settings(deadline=None)
 @given(st.text())
 def test_normalize_is_idempotent_and_case_insensitive(text):
     once = normalize_text(text)
@@ -19,6 +20,7 @@ def test_normalize_is_idempotent_and_case_insensitive(text):
     assert "  " not in once and once == once.strip()
 
 
+@settings(deadline=None)
 @given(st.lists(st.sampled_from("abc"), max_size=12), st.integers(1, 5))
 def test_ngrams_count_and_content(seq, n):
     grams = list(ngrams(seq, n))

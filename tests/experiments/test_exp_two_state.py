@@ -1,7 +1,7 @@
 from fractions import Fraction as F
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from rlvr.experiments.two_state import check_against_core, format_two_state, two_state_example
 
@@ -25,6 +25,7 @@ def test_core_reproduces_the_exact_gradients():
     assert check_against_core(two_state_example()) < 1e-12
 
 
+@settings(deadline=None)
 @given(st.lists(st.lists(st.integers(-20, 20), min_size=2, max_size=2), min_size=1, max_size=3))
 def test_baseline_is_unbiased_and_never_increases_variance(rewards):
     r = two_state_example(tuple(map(tuple, rewards)))

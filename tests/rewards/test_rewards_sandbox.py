@@ -1,6 +1,7 @@
 """The code verifier and its sandbox. Every hostile program of issue 3 scores 0, ends within its
 timeout and leaves this process and the host as they were. The fork bomb runs last."""
 
+import json
 import os
 import socket
 import time
@@ -51,9 +52,10 @@ def test_code_extraction_and_batched_reward():
 
 
 def test_environment_is_scrubbed_and_private():
-    r = run_python("import os\nprint(sorted(os.environ))\nprint(os.getcwd())", stdin="", limits=LIMITS)
+    r = run_python("import json, os\nprint(json.dumps(sorted(os.environ)))\nprint(os.getcwd())", stdin="",
+                   limits=LIMITS)
     assert r.done and r.exit_code == 0
-    names = eval(r.stdout.splitlines()[0])  # our own output, from a trusted test program
+    names = json.loads(r.stdout.splitlines()[0])
     assert set(names) <= {"PATH", "HOME", "TMPDIR", "LANG", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                           "MKL_NUM_THREADS", "LC_CTYPE"}
     assert r.stdout.splitlines()[1] != os.getcwd()

@@ -1,7 +1,7 @@
 import json
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from rlvr.thinking.fusion import (
     build_fusion_data,
@@ -21,6 +21,7 @@ def test_formats_by_hand():
     assert split_thinking(" plain answer ") == ("", "plain answer")
 
 
+@settings(deadline=None)
 @given(st.text(st.characters(blacklist_characters="<>"), min_size=1).filter(str.strip),
        st.text(st.characters(blacklist_characters="<>")))
 def test_split_inverts_the_formats(thinking, answer):

@@ -1,0 +1,165 @@
+"""Sampling a training batch: n completions per prompt, scored; DAPO's dynamic sampling and overlong
+filtering.
+
+Dynamic sampling (DAPO, Yu et al. 2025, sec. 3.2): a group whose rewards are all equal has zero
+group-relative advantage, so it adds no policy gradient and only dilutes the batch. Such groups are
+dropped and more prompts are sampled, for at most `max_extra_rounds` extra rounds, until the batch
+holds `num_groups` informative groups. Rounds after the first ask for the missing groups divided by
+the keep rate seen so far (at most one full batch), so a batch that is half flat is usually refilled
+in one extra round. If the cap is reached first, the batch is topped up with flat groups (their
+advantage is 0 under any group-centred estimator), so every step trains on the configured shapes;
+`sampling/padded_groups` says how often that happened.
+
+Overlong filtering (DAPO sec. 3.4): a truncated completion is not wrong, only unfinished, so it
+should not be penalised. Here its advantage is set to 0, which removes its policy-gradient term; for
+every aggregation but `token_mean` this equals masking its loss (TRL's `mask_truncated_completions`),
+under `token_mean` its tokens still count in the denominator and a KL term in the loss still applies.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from rlvr.rollout.base import Completion, RolloutEngine, SamplingParams
+from rlvr.train.evaluate import Scores, score_completions
+
+METRICS = ("reward", "accuracy")  # what must vary within a group for it to be kept
+ERRORS = "reward/errors"  # a count, not a mean
+
+
+def informative_groups(values: Tensor, group_size: int) -> Tensor:
+    """values (N,), groups of `group_size` contiguous -> (N / G,) bool, True where not all equal.
+
+    Exact equality: it is the condition under which the core's group-centred advantages are exactly 0.
+    """
+    if values.dim() != 1 or group_size < 1 or values.shape[0] % group_size:
+        raise ValueError(f"need values (N,) with N divisible by group_size, got {tuple(values.shape)}, {group_size}")
+    groups = values.reshape(-1, group_size)  # (N/G, G)
+    return (groups != groups[:, :1]).any(dim=1)
+
+
+def next_round_size(missing: int, kept: int, sampled: int, cap: int) -> int:
+    """Prompts to sample next: missing / (keep rate so far), rounded up, within [missing, cap]."""
+    if missing < 1 or cap < missing or kept < 0 or sampled < kept:
+        raise ValueError(f"need 1 <= missing <= cap and 0 <= kept <= sampled, got {missing}, {cap}, {kept}, {sampled}")
+    if kept == 0:
+        return cap
+    return min(cap, max(missing, math.ceil(missing * sampled / kept)))
+
+
+def choose_groups(informative: Sequence[bool], num_groups: int) -> list[int]:
+    """Indices of the groups to train on: informative ones first (in sampling order), then flat ones
+    to fill up to `num_groups`."""
+    if len(informative) < num_groups:
+        raise ValueError(f"{len(informative)} groups sampled, {num_groups} needed")
+    good = [i for i, ok in enumerate(informative) if ok][:num_groups]
+    flat = [i for i, ok in enumerate(informative) if not ok][: num_groups - len(good)]
+    return good + flat
+
+
+@dataclass
+class Rollout:
+    """Completions of the batch (n samples of a prompt contiguous), their examples and scores."""
+
+    completions: list[Completion]
+    examples: list[Any]
+    scores: Scores
+    stats: dict[str, float] = field(default_factory=dict)
+
+    def groups(self, index: Sequence[int], group_size: int) -> "Rollout":
+        """The rows of groups `index`; reward components stay those of every sampled completion."""
+        rows = [g * group_size + j for g in index for j in range(group_size)]
+        s = self.scores
+        picked = Scores([s.rewards[r] for r in rows], [s.correct[r] for r in rows], dict(s.components))
+        return Rollout([self.completions[r] for r in rows], [self.examples[r] for r in rows], picked, dict(self.stats))
+
+    @staticmethod
+    def concat(parts: Sequence["Rollout"]) -> "Rollout":
+        """Rounds joined; component means weighted by completions, the error count summed."""
+        sizes = [len(p.completions) for p in parts]
+        components = {}
+        for key in sorted({k for p in parts for k in p.scores.components}):
+            seen = [(p.scores.components[key], n) for p, n in zip(parts, sizes) if key in p.scores.components]
+            components[key] = (sum(v for v, _ in seen) if key == ERRORS
+                               else sum(v * n for v, n in seen) / sum(n for _, n in seen))
+        scores = Scores([r for p in parts for r in p.scores.rewards], [c for p in parts for c in p.scores.correct],
+                        components)
+        return Rollout([c for p in parts for c in p.completions], [e for p in parts for e in p.examples], scores)
+
+
+def round_seed(seed: int, step: int, purpose: int, round_index: int) -> int:
+    """Round 0 draws exactly the seed of a run without dynamic sampling; extra rounds get their own."""
+    key = [seed, step, purpose] if round_index == 0 else [seed, step, purpose, round_index]
+    return int(np.random.SeedSequence(key).generate_state(1)[0])
+
+
+@dataclass
+class RolloutSampler:
+    """Draws prompts, samples `group_size` completions of each, scores them, and with `dynamic` keeps
+    sampling until the batch is full of informative groups."""
+
+    engine: RolloutEngine
+    stream: Any  # rlvr.train.data.PromptStream
+    task: Any
+    reward: Any  # rlvr.rewards.CombinedReward: the task's verifier plus the configured extra terms
+    sampling: SamplingParams
+    group_size: int
+    num_groups: int
+    seed: int
+    purpose: int = 0
+    dynamic: bool = False
+    max_extra_rounds: int = 0
+    metric: str = "reward"
+
+    def __post_init__(self) -> None:
+        if self.metric not in METRICS:
+            raise ValueError(f"unknown dynamic-sampling metric {self.metric!r}; choose from {list(METRICS)}")
+        if self.max_extra_rounds < 0:
+            raise ValueError(f"max_extra_rounds must be >= 0, got {self.max_extra_rounds}")
+
+    def _round(self, num_prompts: int, step: int, round_index: int) -> Rollout:
+        examples = self.stream.next(num_prompts)
+        sampling = replace(self.sampling, seed=round_seed(self.seed, step, self.purpose, round_index))
+        completions = self.engine.generate([ex.prompt for ex in examples], self.group_size, sampling)
+        group_examples = [ex for ex in examples for _ in range(self.group_size)]
+        scores = score_completions(self.reward, self.task, completions, group_examples, self.group_size, step,
+                                   self.sampling.max_new_tokens)
+        return Rollout(completions, group_examples, scores)
+
+    def _informative(self, rollout: Rollout) -> list[bool]:
+        values = rollout.scores.rewards if self.metric == "reward" else [float(c) for c in rollout.scores.correct]
+        return informative_groups(torch.tensor(values, dtype=torch.float64), self.group_size).tolist()
+
+    def sample(self, step: int) -> Rollout:
+        """The step's batch of `num_groups` groups; `stats` holds the sampling/* metrics."""
+        first = self._round(self.num_groups, step, 0)
+        if not self.dynamic:
+            return first
+        parts, flags = [first], self._informative(first)
+        rounds = 0
+        while sum(flags) < self.num_groups and rounds < self.max_extra_rounds:
+            rounds += 1
+            size = next_round_size(self.num_groups - sum(flags), sum(flags), len(flags), self.num_groups)
+            parts.append(self._round(size, step, rounds))
+            flags += self._informative(parts[-1])
+        chosen = choose_groups(flags, self.num_groups)
+        batch = Rollout.concat(parts).groups(chosen, self.group_size)
+        batch.stats = {"sampling/rounds": 1.0 + rounds, "sampling/sampled_groups": float(len(flags)),
+                       "sampling/informative_share": sum(flags) / len(flags),
+                       "sampling/padded_groups": float(sum(not flags[i] for i in chosen))}
+        return batch
+
+
+def overlong_filter(advantages: Tensor, truncated: Tensor) -> Tensor:
+    """Zero the advantage of truncated completions: advantages (B,) or (B, W), truncated (B,) bool."""
+    if truncated.dtype != torch.bool or truncated.dim() != 1 or truncated.shape[0] != advantages.shape[0]:
+        raise ValueError(f"truncated must be a bool (B,) tensor for advantages {tuple(advantages.shape)}, "
+                         f"got {truncated.dtype} {tuple(truncated.shape)}")
+    keep = ~truncated
+    return advantages * (keep if advantages.dim() == 1 else keep[:, None])

@@ -1,0 +1,227 @@
+"""PPO for language models: a value model, per-token KL-shaped rewards, GAE and a clipped value loss.
+
+The policy side is the group family's loss unchanged (`GroupPolicyGradient`: clipped surrogate,
+aggregation, optional KL in the loss); only the advantages differ. They are per token (B, W):
+
+    R_t = -kl_coef * KL_t (+ score on the last token)      Ziegler et al. 2019; Ouyang et al. 2022 eq. 2
+    A_t, G_t = GAE(R, V, gamma, lam)                        Schulman et al. 2016, eq. 16
+    A_t <- whiten(A_t) over the batch (optional)            OpenAI lm-human-preferences, TRL
+    L = L_policy(A) + vf_coef * 0.5 max((V - G)^2, (V_old + clip(V - V_old) - G)^2)
+
+With no value model (V = 0), gamma = lam = 1 this is REINFORCE++ (Hu et al. 2025, eq. 8-10): A_t =
+score - kl_coef * sum_{i>=t} KL_i, normalised over the global batch. So `advantage: gae` is PPO and
+`advantage: reinforce_pp` is its critic-free sibling; both live here, and only `gae` builds a value
+model ("the value model only exists when the algorithm needs it").
+
+Value model layout: V(s) is read at the positions whose logits predict the completion tokens, so
+`values[:, w]` is the value of the state before label `w`, aligned with the (B, W) log-probs of
+`rlvr.train.batch`. `shared` puts a linear head on the policy's own last hidden state (one forward
+pass for both heads, Ziegler et al. 2019 style); `separate` is a critic with its own trunk loaded
+from a Hugging Face folder (InstructGPT, TRL's PPOTrainer), trained by the same optimizer step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from rlvr.core import (
+    aggregate_loss,
+    clipped_value_loss,
+    entropy_from_logits,
+    gae,
+    kl_shaped_rewards,
+    masked_mean,
+    masked_whiten,
+    token_logprobs,
+)
+
+TOKEN_ADVANTAGES = ("gae", "reinforce_pp")  # per-token estimators of this module; the rest are group ones
+VALUE_MODELS = ("shared", "separate")
+
+
+def token_level_advantages(
+    scores: Tensor,
+    mask: Tensor,
+    values: Tensor | None = None,
+    logprobs: Tensor | None = None,
+    ref_logprobs: Tensor | None = None,
+    kl_coef: float = 0.0,
+    kl_estimator: str = "k1",
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    whiten: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """Per-token advantages and returns, both (B, W), 0 on masked positions.
+
+    scores (B,) sequence rewards; mask (B, W); values (B, W) V(s_t) of the sampling-time value model
+    (None: V = 0, no critic); logprobs / ref_logprobs (B, W) of pi_old and pi_ref, needed iff
+    kl_coef > 0. Returns are the GAE lambda-returns before whitening (the value target).
+    """
+    if kl_coef < 0:
+        raise ValueError(f"kl_coef must be >= 0, got {kl_coef}")
+    if kl_coef > 0 and (logprobs is None or ref_logprobs is None):
+        raise ValueError("kl_coef > 0 needs the sampling policy's and the reference's log-probs")
+    with torch.no_grad():
+        if kl_coef == 0:  # the score alone, on the last token
+            logprobs = ref_logprobs = torch.zeros(mask.shape, dtype=torch.float32)
+        rewards = kl_shaped_rewards(scores.float(), logprobs.detach(), ref_logprobs.detach(), mask, kl_coef,
+                                    kl_estimator)  # (B, W)
+        values = torch.zeros_like(rewards) if values is None else values.detach()
+        advantages, returns = gae(rewards, values, mask, gamma, lam)  # (B, W) each
+        if whiten:
+            advantages = masked_whiten(advantages, mask)
+    return advantages, returns
+
+
+class ValueHead(nn.Module):
+    """hidden (B, S, H) -> values (B, S). Zero-initialised: V = 0 before training, so the first
+    advantages are the plain returns rather than returns minus random noise."""
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.proj = nn.Linear(hidden_size, 1)
+        nn.init.zeros_(self.proj.weight)
+        nn.init.zeros_(self.proj.bias)
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        return self.proj(hidden.float()).squeeze(-1)
+
+
+class ValueModel(nn.Module):
+    """A value head on a trunk. `trunk=None`: the head reads the policy's hidden states (shared);
+    else `trunk` is a Hugging Face base model (a causal LM's `base_model`) of its own (separate).
+    The shared policy is never registered here, so its parameters are not counted twice."""
+
+    def __init__(self, head: ValueHead, trunk: nn.Module | None = None) -> None:
+        super().__init__()
+        self.head, self.trunk = head, trunk
+
+    @property
+    def shared(self) -> bool:
+        return self.trunk is None
+
+    def values(self, batch) -> Tensor:
+        """V (B, W) of a `RolloutBatch` from the separate trunk."""
+        if self.trunk is None:
+            raise ValueError("a shared value head reads the policy's hidden states; use forward_with_values")
+        hidden = self.trunk(input_ids=batch.input_ids, attention_mask=batch.attention_mask.long(),
+                            use_cache=False).last_hidden_state  # (B, L, H)
+        return self.head(hidden[:, batch.start : -1])  # (B, W)
+
+
+def build_value_model(kind: str, policy: nn.Module, critic_path: str | Path | None = None) -> ValueModel:
+    """`shared`: a head on `policy`; `separate`: a critic trunk loaded from `critic_path` (a Hugging
+    Face causal-LM folder, usually the RL start model) plus a fresh head."""
+    if kind not in VALUE_MODELS:
+        raise ValueError(f"unknown value model {kind!r}; choose from {list(VALUE_MODELS)}")
+    if kind == "shared":
+        _check_plain_lm_head(policy)
+        return ValueModel(ValueHead(policy.config.hidden_size))
+    if critic_path is None:
+        raise ValueError("a separate value model needs a critic path (a Hugging Face model folder)")
+    from rlvr.models import load_model
+
+    trunk = load_model(critic_path).base_model
+    return ValueModel(ValueHead(trunk.config.hidden_size), trunk)
+
+
+def _check_plain_lm_head(policy: nn.Module) -> None:
+    """The shared forward computes logits as lm_head(last hidden state); models that post-process
+    logits (e.g. Gemma 2's final soft-capping) would be trained on other log-probs than they sample."""
+    if getattr(policy.config, "final_logit_softcapping", None):
+        raise ValueError("a shared value head needs plain lm_head logits; this model soft-caps them, "
+                         "use value.model=separate")
+
+
+def forward_with_values(policy: nn.Module, value_model: ValueModel, batch, temperature: float,
+                        with_entropy: bool = False) -> tuple[Tensor, Tensor | None, Tensor]:
+    """(log pi (B, W), entropy (B, W) or None, V (B, W)) of a `RolloutBatch`.
+
+    Shared: one pass through the policy trunk feeds both the LM head and the value head. Separate:
+    the policy as `rlvr.train.batch.policy_logprobs` computes it, then the critic's own pass.
+    """
+    from rlvr.train.batch import policy_logprobs
+
+    if not value_model.shared:
+        logprobs, entropy = policy_logprobs(policy, batch, temperature, with_entropy)
+        return logprobs, entropy, value_model.values(batch)
+    hidden = policy.base_model(input_ids=batch.input_ids, attention_mask=batch.attention_mask.long(),
+                               use_cache=False).last_hidden_state[:, batch.start : -1]  # (B, W, H)
+    logits = policy.get_output_embeddings()(hidden)  # (B, W, V)
+    if temperature > 0 and temperature != 1.0:
+        logits = logits / temperature
+    logprobs = token_logprobs(logits, batch.input_ids[:, batch.start + 1 :])  # (B, W)
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            entropy = entropy_from_logits(logits.detach())
+    return logprobs, entropy, value_model.head(hidden)
+
+
+@torch.no_grad()
+def sampling_values(policy: nn.Module, value_model: ValueModel, batch, micro_batch_size: int) -> Tensor:
+    """V_old (B, W) of the whole batch at sampling time, in micro-batches, without gradient."""
+    out = torch.zeros(batch.mask.shape, dtype=torch.float32)
+    for lo in range(0, len(batch), micro_batch_size):
+        part = batch.select(slice(lo, lo + micro_batch_size))
+        _, _, values = forward_with_values(policy, value_model, part, 1.0)
+        out[lo : lo + micro_batch_size, : values.shape[1]] = values
+    return out
+
+
+@dataclass
+class TokenAdvantages:
+    """Settings of the per-token estimators (`gae` with a value model, `reinforce_pp` without)."""
+
+    estimator: str = "gae"
+    gamma: float = 1.0
+    lam: float = 0.95
+    whiten: bool = True
+    kl_coef: float = 0.0
+    kl_estimator: str = "k1"
+    value_coef: float = 0.1
+    value_clip: float = 0.2
+
+    def __post_init__(self) -> None:
+        if self.estimator not in TOKEN_ADVANTAGES:
+            raise ValueError(f"unknown token-level advantage {self.estimator!r}; choose from {list(TOKEN_ADVANTAGES)}")
+        for name in ("gamma", "lam"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        if self.kl_coef < 0 or self.value_coef < 0 or not self.value_clip > 0:
+            raise ValueError(f"need kl_coef >= 0, value_coef >= 0, value_clip > 0; got {self.kl_coef}, "
+                             f"{self.value_coef}, {self.value_clip}")
+        if self.estimator == "reinforce_pp" and (self.gamma, self.lam) != (1.0, 1.0):
+            raise ValueError("reinforce_pp is the undiscounted return-to-go: gamma = lam = 1")
+
+    @property
+    def needs_value_model(self) -> bool:
+        return self.estimator == "gae"
+
+    def annotate(self, batch, policy: nn.Module, value_model: ValueModel | None, micro_batch_size: int) -> None:
+        """Fill `batch.advantages` (B, W), `batch.returns` and `batch.old_values` in place.
+
+        KL shaping reads `batch.old_logprobs` (pi_old) and `batch.ref_logprobs`, so the caller caches
+        them first whenever kl_coef > 0.
+        """
+        values = None
+        if value_model is not None:
+            values = sampling_values(policy, value_model, batch, micro_batch_size)  # (B, W)
+        batch.advantages, batch.returns = token_level_advantages(
+            batch.rewards, batch.mask, values, batch.old_logprobs, batch.ref_logprobs, self.kl_coef,
+            self.kl_estimator, self.gamma, self.lam, self.whiten)
+        batch.old_values = values
+
+    def value_loss(self, values: Tensor, batch, aggregation: str, constant: float | None,
+                   denominator: Tensor | int) -> tuple[Tensor, dict[str, Tensor]]:
+        """vf_coef * aggregated clipped value loss of one micro-batch, aggregated like the policy loss
+        (same mode and minibatch denominator, so gradient accumulation stays exact)."""
+        per_token, metrics = clipped_value_loss(values, batch.old_values, batch.returns, self.value_clip, batch.mask)
+        loss = aggregate_loss(per_token, batch.mask, aggregation, constant, denominator=denominator)
+        metrics["value_loss"] = masked_mean(per_token.detach(), batch.mask)  # per token, whatever the split
+        metrics["value_mean"] = masked_mean(values.detach(), batch.mask)
+        return self.value_coef * loss, metrics
