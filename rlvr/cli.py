@@ -14,8 +14,12 @@ import importlib
 import os
 import sys
 
-COMMAND_MODULES = [
-    "rlvr.train.commands",  # demo, train, sft, eval
+COMMAND_MODULES = [  # each provides add_parser(subparsers) (or add_parsers, for several commands)
+    "rlvr.train.commands",  # demo, train, sft
+    "rlvr.eval.cli",  # eval
+    "rlvr.algorithms.cli",  # dpo, reward-model, rft
+    "rlvr.data.cli",  # data decontaminate | dedup | ...
+    "rlvr.experiments.cli",  # experiment sort-toy | two-state
 ]
 
 
@@ -27,7 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"rlvr {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
-        importlib.import_module(name).add_parser(subparsers)
+        module = importlib.import_module(name)
+        (getattr(module, "add_parser", None) or module.add_parsers)(subparsers)
     return parser
 
 
@@ -47,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"rlvr {args.command}: error: {err}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # `rlvr train --help-config | head`
+        return 0
     except KeyboardInterrupt:
         print(f"rlvr {args.command}: interrupted", file=sys.stderr)
         return 130

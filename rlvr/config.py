@@ -125,7 +125,7 @@ class EvalConfig:
     every: int = f(10, "Evaluate the held-out set every this many steps (and at step 0 and the end; "
                        "0 = only at the start and the end).")
     samples: int = f(4, "Sampled completions per held-out prompt, for sampled reward/accuracy and "
-                        "pass@k (unbiased estimator of Chen et al. 2021), k = 1 .. samples.")
+                        "pass@k (unbiased estimator of Chen et al. 2021), k = 1 .. samples (0 = greedy only).")
     temperature: float = f(1.0, "Temperature of the sampled evaluation (greedy is always run too).")
 
 
@@ -173,12 +173,13 @@ def _check_positive(cfg: Config) -> None:
                        ("train.group_size", cfg.train.group_size), ("algorithm.mu", cfg.algorithm.mu),
                        ("task.train_size", cfg.task.train_size), ("task.eval_size", cfg.task.eval_size),
                        ("rollout.max_new_tokens", cfg.rollout.max_new_tokens), ("optim.lr", cfg.optim.lr),
-                       ("eval.samples", cfg.eval.samples), ("checkpoint.keep", cfg.checkpoint.keep),
+                       ("checkpoint.keep", cfg.checkpoint.keep),
                        ("sft.batch_size", cfg.sft.batch_size)]:
         if value <= 0:
             raise ConfigError(f"{key} must be > 0, got {value}")
     for key, value in [("sft.steps", cfg.sft.steps), ("eval.every", cfg.eval.every),
                        ("checkpoint.every", cfg.checkpoint.every), ("threads", cfg.threads),
+                       ("eval.samples", cfg.eval.samples),
                        ("optim.warmup_steps", cfg.optim.warmup_steps), ("beta", cfg.algorithm.beta),
                        ("rollout.temperature", cfg.rollout.temperature)]:
         if value < 0:
@@ -209,6 +210,8 @@ def _check_files(cfg: Config) -> None:
 
 def validate(cfg: Config) -> Config:
     """Raise ConfigError (one line) on anything that would fail later; return cfg unchanged."""
+    from rlvr.train.validate import check_registries  # imports torch and the registries: only now
+
     _check_positive(cfg)
     _check_batches(cfg)
     _check_files(cfg)
@@ -259,8 +262,9 @@ _TRUE, _FALSE = {"true", "yes", "on", "1"}, {"false", "no", "off", "0"}
 
 
 def _unknown(key: str, name: str, choices: list[str]) -> ConfigError:
+    prefix = key[: len(key) - len(name)]  # "train." for "train.stpes"
     close = difflib.get_close_matches(name, choices, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else f"; valid keys: {', '.join(choices)}"
+    hint = f"; did you mean {prefix + close[0]!r}?" if close else f"; valid keys: {', '.join(choices)}"
     return ConfigError(f"unknown config key {key!r}{hint}")
 
 
@@ -346,52 +350,3 @@ def apply_overrides(cfg: Any, overrides: list[str]) -> None:
                 setattr(obj, part, _coerce(value, hints[part], key, cli=True))
             else:
                 obj = getattr(obj, part)
-
-
-# --- registry names: checked here so a typo fails before any model is loaded ---------------------
-
-def _check_name(key: str, name: str, lookup: Any) -> None:
-    try:
-        lookup(name)
-    except (KeyError, ValueError) as err:
-        raise ConfigError(f"{key}: {str(err).strip(chr(34) + chr(39))}") from None
-
-
-def _check_member(key: str, name: str, registry: Any) -> None:
-    if name not in registry:
-        raise ConfigError(f"{key}: unknown name {name!r}; choose from {sorted(registry)}")
-
-
-def check_registries(cfg: Config) -> None:
-    from rlvr import core
-    from rlvr.models import PRESETS
-    from rlvr.models.tiny import ARCHS
-    from rlvr.tasks import TASKS, get_task
-    from rlvr.train.optim import check_schedule
-
-    a = cfg.algorithm
-    _check_name("algorithm.advantage", a.advantage, core.get_advantage_fn)
-    _check_name("algorithm.policy_loss", a.policy_loss, core.get_policy_loss)
-    _check_name("algorithm.kl_estimator", a.kl_estimator, core.get_kl_estimator)
-    _check_member("algorithm.aggregation", a.aggregation, core.AGGREGATION_MODES)
-    _check_name("optim.schedule", cfg.optim.schedule, check_schedule)
-    if not cfg.model.path:
-        _check_member("model.tiny_arch", cfg.model.tiny_arch, ARCHS)
-        _check_member("model.tiny_preset", cfg.model.tiny_preset, PRESETS)
-    _check_member("task.name", cfg.task.name, TASKS)
-    from rlvr.algorithms.grpo import GroupPolicyGradient
-
-    try:
-        GroupPolicyGradient.from_config(cfg.algorithm, cfg.rollout.max_new_tokens)
-    except ValueError as err:
-        raise ConfigError(f"algorithm: {err}") from None
-    try:
-        task = get_task(cfg.task.name, **cfg.task.options)
-    except (TypeError, ValueError) as err:
-        raise ConfigError(f"task.options: {err}") from None
-    from rlvr.train.evaluate import build_reward
-
-    try:
-        build_reward(task, cfg.task.rewards)
-    except (TypeError, ValueError) as err:
-        raise ConfigError(f"task.rewards: {err}") from None

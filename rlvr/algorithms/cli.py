@@ -86,7 +86,10 @@ def _run_pairs(args: argparse.Namespace, command: str, cls: type,
     except (ValueError, FileNotFoundError, NotADirectoryError) as err:
         return _fail(command, err)
     on_step = (lambda row: print(json.dumps(row))) if args.verbose else None
-    metrics = train(model, tokenizer, pairs, config, eval_pairs=eval_pairs, on_step=on_step)
+    try:  # data errors found while encoding (a pair over max_length) are input errors too
+        metrics = train(model, tokenizer, pairs, config, eval_pairs=eval_pairs, on_step=on_step)
+    except ValueError as err:
+        return _fail(command, err)
     _save(Path(args.out), model, tokenizer, metrics)
     print(f"rlvr {command}: {_report(metrics)}; saved to {Path(args.out) / 'model'}")
     return 0
@@ -134,9 +137,8 @@ def _rft(args: argparse.Namespace) -> int:
         model, tokenizer = load_model_and_tokenizer(args.model)
     except (ValueError, TypeError, FileNotFoundError, NotADirectoryError) as err:
         return _fail("rft", err)
-    verify = lambda text, ex: task.is_correct(text, ex)
-    metrics = train_rft(model, tokenizer, HFEngine(model, tokenizer), examples, verify, config, eval_examples,
-                        on_round=lambda row: print(json.dumps(row)))
+    metrics = train_rft(model, tokenizer, HFEngine(model, tokenizer), examples, task.is_correct, config,
+                        eval_examples, on_round=lambda row: print(json.dumps(row)))
     _save(Path(args.out), model, tokenizer, metrics)
     before, after = metrics.get("eval_accuracy_before"), metrics["rounds"][-1].get("eval_accuracy")
     summary = f"greedy accuracy {before:.3f} -> {after:.3f}; " if before is not None else ""

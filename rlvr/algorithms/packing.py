@@ -4,9 +4,10 @@ Reasoning traces vary wildly in length; padding every sequence to the longest wa
 batch's compute on pad tokens. Packing concatenates documents into rows of `max_len` tokens, and two
 things keep the result identical to running each document on its own:
 
-1. attention never crosses a document boundary: a block-diagonal causal mask (eager / sdpa
-   attention), or per-document position ids that flash-attention's varlen kernels turn into
-   `cu_seqlens` (the `DataCollatorWithFlattening` route of transformers);
+1. attention never crosses a document boundary: per-document causal attention over one flattened
+   row (`rlvr.algorithms.varlen`, the default for eager / sdpa), per-document position ids that
+   flash-attention's varlen kernels turn into `cu_seqlens` (transformers'
+   `DataCollatorWithFlattening` route), or a dense block-diagonal causal mask;
 2. positions restart at 0 in every document, so rotary embeddings see the same positions.
 
 Labels are shifted inside each document: the last token of one document never predicts the first of
@@ -23,6 +24,7 @@ from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rlvr.algorithms.common import OfflineConfig, config_field, encode_prompt_completion, train_epochs
+from rlvr.algorithms.varlen import SEGMENTS_KWARG, segment_bounds, varlen_attention
 from rlvr.core import masked_sum, token_logprobs
 
 PAD_DOC = -1  # document id of the padding at the end of a row
@@ -89,7 +91,7 @@ def first_fit_decreasing(lengths: Sequence[int], capacity: int) -> list[list[int
     return [sorted(b) for b in bins]
 
 
-def _pack_row(docs: Sequence[Document], max_len: int, pad_id: int) -> tuple[list[int], ...]:
+def _pack_row(docs: Sequence[Document], width: int, pad_id: int) -> tuple[list[int], ...]:
     ids, pos, doc, lab, lab_mask = [], [], [], [], []
     for d, document in enumerate(docs):
         n = len(document.input_ids)
@@ -99,19 +101,22 @@ def _pack_row(docs: Sequence[Document], max_len: int, pad_id: int) -> tuple[list
         # shift inside the document: position t predicts t + 1; the last token predicts nothing
         lab += list(document.input_ids[1:]) + [pad_id]
         lab_mask += list(document.loss_mask[1:]) + [False]
-    pad = max_len - len(ids)
+    pad = width - len(ids)
     return (ids + [pad_id] * pad, pos + list(range(pad)), doc + [PAD_DOC] * pad,
             lab + [pad_id] * pad, lab_mask + [False] * pad)
 
 
 def pack_documents(docs: Sequence[Document], max_len: int, pad_id: int) -> PackedBatch:
-    """Pack `docs` into as few rows of `max_len` tokens as first-fit decreasing finds."""
+    """Pack `docs` into as few rows of at most `max_len` tokens as first-fit decreasing finds.
+    Rows are padded to the fullest row, not to `max_len`: padding is computed like any token."""
     if not docs:
         raise ValueError("pack_documents: no documents to pack")
     if max_len < 2:
         raise ValueError(f"max_len must be >= 2, got {max_len}")
-    bins = first_fit_decreasing([len(d.input_ids) for d in docs], max_len)
-    rows = [_pack_row([docs[i] for i in b], max_len, pad_id) for b in bins]
+    lengths = [len(d.input_ids) for d in docs]
+    bins = first_fit_decreasing(lengths, max_len)
+    width = max(sum(lengths[i] for i in b) for b in bins)
+    rows = [_pack_row([docs[i] for i in b], width, pad_id) for b in bins]
     ids, pos, doc, lab, lab_mask = (list(col) for col in zip(*rows))
     return PackedBatch(
         input_ids=torch.tensor(ids), position_ids=torch.tensor(pos), doc_ids=torch.tensor(doc),
@@ -128,36 +133,53 @@ def block_causal_mask(doc_ids: Tensor) -> Tensor:
     return (same_doc & causal)[:, None]
 
 
+ROUTES = ("auto", "varlen", "mask", "position_ids")
+
+
+def resolve_route(model: PreTrainedModel, route: str) -> str:
+    """"auto" -> "varlen" for eager / sdpa models (no dense mask, see rlvr.algorithms.varlen),
+    "position_ids" for the rest (flash-attention: transformers' own varlen path)."""
+    if route not in ROUTES:
+        raise ValueError(f"unknown packing route {route!r}; choose from {list(ROUTES)}")
+    if route != "auto":
+        return route
+    return "varlen" if model.config._attn_implementation in ("eager", "sdpa") else "position_ids"
+
+
+def _mask_logits(model: PreTrainedModel, input_ids: Tensor, position_ids: Tensor, doc_ids: Tensor) -> Tensor:
+    allowed = block_causal_mask(doc_ids)  # (R, 1, L, L)
+    if model.config._attn_implementation == "eager":  # eager adds the mask to the scores: additive form
+        mask = torch.zeros(allowed.shape, dtype=model.dtype, device=model.device)
+        mask = mask.masked_fill(~allowed, torch.finfo(model.dtype).min)
+    else:
+        mask = allowed
+    return model(input_ids=input_ids, attention_mask=mask, position_ids=position_ids, use_cache=False).logits
+
+
 def packed_logits(model: PreTrainedModel, batch: PackedBatch, route: str = "auto") -> Tensor:
     """Forward a packed batch -> logits (R, L, V), each document seeing only itself.
 
-    route: "mask" passes a 4D block-diagonal mask (eager / sdpa attention); "position_ids" flattens
-    the rows into one and passes only per-document position ids, from which transformers derives
-    the document boundaries (flash-attention varlen, or its own block mask for eager / sdpa);
-    "auto" picks "mask" for eager / sdpa and "position_ids" otherwise.
+    Routes: "varlen" flattens the rows into one and runs causal attention per document
+    (`rlvr.algorithms.varlen`): no mask tensor, attention cost sum_i len_i^2. "mask" passes a 4D
+    block-diagonal mask (eager / sdpa): cost R * L^2, every masked score is still computed.
+    "position_ids" flattens the rows and passes only per-document position ids, from which
+    transformers derives the boundaries (flash-attention varlen; for eager / sdpa it builds one
+    (RL x RL) mask, so do not use it there). "auto": see `resolve_route`.
     """
-    impl = model.config._attn_implementation
-    if route == "auto":
-        route = "mask" if impl in ("eager", "sdpa") else "position_ids"
+    route = resolve_route(model, route)
     input_ids = batch.input_ids.to(model.device)
     position_ids = batch.position_ids.to(model.device)
     if route == "mask":
-        allowed = block_causal_mask(batch.doc_ids.to(model.device))  # (R, 1, L, L)
-        if impl == "eager":  # eager adds the mask to the scores: it needs the additive form
-            dtype = model.dtype
-            mask = torch.zeros(allowed.shape, dtype=dtype, device=model.device)
-            mask = mask.masked_fill(~allowed, torch.finfo(dtype).min)
-        else:
-            mask = allowed
-        return model(input_ids=input_ids, attention_mask=mask, position_ids=position_ids,
-                     use_cache=False).logits
-    if route == "position_ids":
-        R, L = input_ids.shape
-        # one row only: the varlen path of transformers requires batch size 1
-        logits = model(input_ids=input_ids.reshape(1, R * L), position_ids=position_ids.reshape(1, R * L),
-                       use_cache=False).logits
-        return logits.reshape(R, L, -1)
-    raise ValueError(f"unknown packing route {route!r}; choose from ['auto', 'mask', 'position_ids']")
+        return _mask_logits(model, input_ids, position_ids, batch.doc_ids.to(model.device))
+    R, L = input_ids.shape
+    flat_ids, flat_pos = input_ids.reshape(1, R * L), position_ids.reshape(1, R * L)
+    if route == "varlen":
+        with varlen_attention(model):
+            logits = model(input_ids=flat_ids, position_ids=flat_pos, use_cache=False,
+                           **{SEGMENTS_KWARG: segment_bounds(batch.position_ids.reshape(-1))}).logits
+    else:  # one row only: the varlen path of transformers requires batch size 1
+        logits = model(input_ids=flat_ids, position_ids=flat_pos, use_cache=False).logits
+    return logits.reshape(R, L, -1)
 
 
 def packed_nll(model: PreTrainedModel, batch: PackedBatch, route: str = "auto") -> tuple[Tensor, Tensor]:
@@ -176,9 +198,18 @@ def packed_nll(model: PreTrainedModel, batch: PackedBatch, route: str = "auto") 
 class PackedSFTConfig(OfflineConfig):
     lr: float = config_field(1e-5, "Peak AdamW learning rate.")
     batch_size: int = config_field(32, "Documents per optimizer step (packed into rows of max_len).")
-    max_len: int = config_field(1024, "Tokens per packed row; a longer document is an error.")
-    route: str = config_field("auto", "How documents are kept apart: auto, mask (4D block-diagonal "
-                                      "mask) or position_ids (varlen, flash-attention style).")
+    max_len: int = config_field(4096, "Tokens per packed row; a longer document is an error. Long "
+                                      "rows cost nothing extra with the varlen and flash routes.")
+    route: str = config_field("auto", "How documents are kept apart: varlen (per-document attention), "
+                                      "mask (4D block-diagonal mask), position_ids (flash-attention "
+                                      "varlen) or auto (varlen for eager/sdpa, else position_ids).")
+
+    def validate(self) -> None:
+        super().validate()
+        if self.max_len < 2:
+            raise ValueError(f"max_len must be >= 2, got {self.max_len}")
+        if self.route not in ROUTES:
+            raise ValueError(f"unknown packing route {self.route!r}; choose from {list(ROUTES)}")
 
 
 def _target_count(doc: Document) -> int:

@@ -56,6 +56,8 @@ def as_pairs(rows: Sequence[PreferencePair | Mapping[str, Any]]) -> list[Prefere
         if not isinstance(row, PreferencePair):
             row = check_fields(row, FIELDS, f"pair {i}")
             row = PreferencePair(row["prompt"], row["chosen"], row["rejected"])
+        if row.chosen == row.rejected:  # margin 0 forever: no signal, and usually a data bug
+            raise ValueError(f"pair {i}: chosen and rejected are identical ({row.chosen[:40]!r})")
         out.append(row)
     return out
 

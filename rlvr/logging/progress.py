@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 _FIELDS = [  # (metric key, shown as, format)
+    ("sft_loss", "loss", "{:.3f}"),
     ("reward", "reward", "{:.3f}"),
     ("accuracy", "acc", "{:.2f}"),
     ("eval/greedy_accuracy", "held-out acc", "{:.2f}"),

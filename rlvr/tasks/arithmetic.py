@@ -19,16 +19,15 @@ from rlvr.tasks.base import Example, register_task
 
 REWARDS = ("exact", "digits")
 OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
-_INT = re.compile(r"-?\d+")
+_INT = re.compile(r"0|-?[1-9]\d*")  # canonical integers only: no leading zeros, no "-0"
 _EVAL_BUCKETS = 10
 
 
 def parse_int(completion: str) -> str | None:
-    """The completion as a canonical integer string, or None unless it is exactly one integer."""
+    """The stripped completion if it is exactly one integer in canonical form ("122", "-9"), else
+    None: exact match means the answer as a person would write it, so "0122" does not count."""
     text = completion.strip()
-    if not _INT.fullmatch(text):
-        return None
-    return str(int(text))
+    return text if _INT.fullmatch(text) else None
 
 
 def digit_credit(answer: str | None, target: str) -> float:

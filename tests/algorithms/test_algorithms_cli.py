@@ -57,6 +57,7 @@ def test_rft_command(workdir, capsys):
     (["dpo", "--data", "{dir}/bad.jsonl"], r"missing field\(s\) \['rejected'\]"),
     (["dpo", "--data", "{dir}/nope.jsonl"], "does not exist"),
     (["dpo", "--data", "{dir}/pairs.jsonl", "--loss", "ln_dpo"], "no default beta"),
+    (["dpo", "--data", "{dir}/pairs.jsonl", "--max-length", "5"], "more than max_length=5"),
     (["reward-model", "--data", "{dir}/pairs.jsonl", "--batch-size", "0"], "batch_size must be > 0"),
     (["rft", "--task", "nosuchtask"], "unknown task 'nosuchtask'"),
     (["rft", "--task-option", "length"], "expects key=value"),

@@ -21,7 +21,8 @@ def _write(path, lines):
 
 
 def test_read_jsonl_reads_rows_and_skips_blank_lines(tmp_path):
-    path = _write(tmp_path / "d.jsonl", [json.dumps({"a": "x", "b": "y", "extra": 1}), "", json.dumps({"a": "z", "b": "w"})])
+    rows = [json.dumps({"a": "x", "b": "y", "extra": 1}), "", json.dumps({"a": "z", "b": "w"})]
+    path = _write(tmp_path / "d.jsonl", rows)
     assert read_jsonl(path, ["a", "b"], "test") == [{"a": "x", "b": "y", "extra": 1}, {"a": "z", "b": "w"}]
 
 

@@ -5,6 +5,7 @@ import copy
 
 import pytest
 import torch
+from transformers import AutoModelForCausalLM
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -12,8 +13,10 @@ from offline_data import sort_pairs, tiny_model, tokenizer
 from rlvr.algorithms.common import completion_logprobs, encode_prompt_completion
 from rlvr.algorithms.packing import (
     PAD_DOC, Document, PackedSFTConfig, block_causal_mask, encode_documents, first_fit_decreasing,
-    pack_documents, packed_logits, packed_nll, train_sft_packed,
+    pack_documents, packed_logits, packed_nll, resolve_route, train_sft_packed,
 )
+from rlvr.algorithms.varlen import segment_bounds, varlen_sdpa_attention
+from rlvr.models import tiny_config
 
 PAIRS = [("sort 3 1 2=", "1 2 3"), ("sort 9 0=", "0 9"), ("sort 5 5 1 7 2 2 0=", "0 1 2 2 5 5 7"), ("s=", "1")]
 
@@ -47,14 +50,18 @@ def test_too_long_document_is_an_error():
 def test_pack_documents_layout_by_hand():
     a = Document((10, 11, 12), (False, True, True))
     b = Document((20, 21), (False, True))
-    batch = pack_documents([a, b], max_len=7, pad_id=0)
-    assert batch.input_ids.tolist() == [[10, 11, 12, 20, 21, 0, 0]]
-    assert batch.position_ids.tolist() == [[0, 1, 2, 0, 1, 0, 1]]
-    assert batch.doc_ids.tolist() == [[0, 0, 0, 1, 1, PAD_DOC, PAD_DOC]]
+    c = Document((30, 31, 32, 33), (False, False, True, True))
+    # first fit decreasing into rows of 5: c -> row 0, a -> row 1, b -> row 1 (3 + 2 = 5);
+    # rows are as wide as the fullest one (5), so row 0 gets one pad token
+    batch = pack_documents([a, b, c], max_len=5, pad_id=0)
+    assert batch.input_ids.tolist() == [[30, 31, 32, 33, 0], [10, 11, 12, 20, 21]]
+    assert batch.position_ids.tolist() == [[0, 1, 2, 3, 0], [0, 1, 2, 0, 1]]
+    assert batch.doc_ids.tolist() == [[0, 0, 0, 0, PAD_DOC], [0, 0, 0, 1, 1]]
     # position t predicts t + 1 inside its document; 12 never predicts 20, padding predicts nothing
-    assert batch.labels.tolist() == [[11, 12, 0, 21, 0, 0, 0]]
-    assert batch.label_mask.tolist() == [[True, True, False, True, False, False, False]]
-    assert batch.num_targets.item() == 3
+    assert batch.labels.tolist() == [[31, 32, 33, 0, 0], [11, 12, 0, 21, 0]]
+    assert batch.label_mask.tolist() == [[False, True, True, False, False], [True, True, False, True, False]]
+    assert batch.num_targets.item() == 5
+    assert pack_documents([a], max_len=100, pad_id=0).input_ids.shape == (1, 3)  # never padded to max_len
 
 
 def test_block_causal_mask_by_hand():
@@ -111,7 +118,7 @@ def _per_document_logits(model, batch):
 
 
 @pytest.mark.parametrize("arch", ["qwen2", "llama"])
-@pytest.mark.parametrize("route", ["mask", "position_ids"])
+@pytest.mark.parametrize("route", ["varlen", "mask", "position_ids"])
 def test_packed_logits_equal_unpacked_float64(arch, route):
     tok = tokenizer()
     model = tiny_model(tok, arch).double()
@@ -124,23 +131,60 @@ def test_packed_logits_equal_unpacked_float64(arch, route):
 
 
 @pytest.mark.parametrize("impl", ["eager", "sdpa"])
-def test_packed_logits_equal_unpacked_float32(impl):
+@pytest.mark.parametrize("route", ["auto", "mask"])
+def test_packed_logits_equal_unpacked_float32(impl, route):
     tok = tokenizer()
     model = tiny_model(tok)
     model.config._attn_implementation = impl
     batch = pack_documents(encode_documents(tok, PAIRS), max_len=40, pad_id=tok.pad_token_id)
     with torch.no_grad():
-        logits = packed_logits(model, batch)  # auto: the 4D mask for eager (additive) and sdpa (bool)
+        logits = packed_logits(model, batch, route)  # mask: additive for eager, bool for sdpa
         for r, sel, alone in _per_document_logits(model, batch):
             torch.testing.assert_close(logits[r][sel], alone, rtol=0, atol=1e-5)
+    assert model.config._attn_implementation == impl  # the varlen swap is undone
 
 
-def test_packed_nll_and_gradient_equal_padded_batch():
+def test_auto_route():
+    tok = tokenizer()
+    model = tiny_model(tok)
+    for impl, expected in [("sdpa", "varlen"), ("eager", "varlen"), ("flash_attention_2", "position_ids")]:
+        model.config._attn_implementation = impl
+        assert resolve_route(model, "auto") == expected
+    assert resolve_route(model, "mask") == "mask"
+
+
+def test_varlen_with_grouped_query_attention():
+    tok = tokenizer()
+    config = tiny_config(tok, arch="llama", hidden_size=64, num_layers=2, num_heads=4, intermediate_size=128)
+    config.num_key_value_heads = 2  # two query heads share each key/value head
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float64, attn_implementation="sdpa")
+    batch = pack_documents(encode_documents(tok, PAIRS), max_len=40, pad_id=tok.pad_token_id)
+    with torch.no_grad():
+        logits = packed_logits(model, batch, "varlen")
+        for r, sel, alone in _per_document_logits(model, batch):
+            torch.testing.assert_close(logits[r][sel], alone, rtol=0, atol=1e-12)
+
+
+def test_segment_bounds_and_varlen_errors():
+    assert segment_bounds(torch.tensor([0, 1, 2, 0, 1, 0])) == [0, 3, 5, 6]
+    with pytest.raises(ValueError, match="must start at 0"):
+        segment_bounds(torch.tensor([1, 2, 0]))
+    q = torch.zeros(1, 2, 4, 8)
+    with pytest.raises(ValueError, match="needs `packed_segments`"):
+        varlen_sdpa_attention(torch.nn.Module(), q, q, q, None)
+    with pytest.raises(ValueError, match="one flattened row"):
+        varlen_sdpa_attention(torch.nn.Module(), q.expand(2, -1, -1, -1), q, q, None, packed_segments=[0, 4])
+    with pytest.raises(ValueError, match="sliding window"):
+        varlen_sdpa_attention(torch.nn.Module(), q, q, q, None, sliding_window=2, packed_segments=[0, 1, 4])
+
+
+@pytest.mark.parametrize("route", ["varlen", "mask"])
+def test_packed_nll_and_gradient_equal_padded_batch(route):
     tok = tokenizer()
     packed_model = tiny_model(tok).double()
     padded_model = copy.deepcopy(packed_model)
     batch = pack_documents(encode_documents(tok, PAIRS), max_len=40, pad_id=tok.pad_token_id)
-    nll, count = packed_nll(packed_model, batch)
+    nll, count = packed_nll(packed_model, batch, route)
     nll.backward()
     encoded = [encode_prompt_completion(tok, p, c) for p, c in PAIRS]
     logps, lengths = completion_logprobs(padded_model, [p for p, _ in encoded], [c for _, c in encoded],
@@ -156,7 +200,9 @@ def test_unknown_route_is_an_error():
     tok = tokenizer()
     batch = pack_documents(encode_documents(tok, PAIRS[:1]), 40, tok.pad_token_id)
     with pytest.raises(ValueError, match="unknown packing route"):
-        packed_logits(tiny_model(tok), batch, "varlen")
+        packed_logits(tiny_model(tok), batch, "dense")
+    with pytest.raises(ValueError, match="unknown packing route"):
+        PackedSFTConfig(route="dense").validate()
 
 
 # --- packed SFT -------------------------------------------------------------------------------------

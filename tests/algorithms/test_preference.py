@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from offline_data import sort_pairs, tiny_model, tokenizer
-from rlvr.algorithms.common import completion_logprobs, encode_prompt_completion
+from rlvr.algorithms.common import completion_logprobs
 from rlvr.algorithms.preference import (
     PreferenceConfig, PreferencePair, as_pairs, encode_pairs, evaluate_preference, cache_reference,
     load_preference_pairs, train_preference,
@@ -42,6 +42,8 @@ def test_as_pairs_checks_dicts():
         as_pairs([PreferencePair("a", "b", "c"), {"prompt": "a", "rejected": "c"}])
     with pytest.raises(ValueError, match="no preference pairs"):
         as_pairs([])
+    with pytest.raises(ValueError, match="pair 0: chosen and rejected are identical"):
+        as_pairs([PreferencePair("a", "b", "b")])
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -57,7 +57,8 @@ def test_rejection_sample_without_dedup_and_with_a_cap():
     cfg = RFTConfig(num_samples=4, dedup=False)
     pairs, _ = rejection_sample(ScriptedEngine(SCRIPT), EXAMPLES, VERIFY, cfg)
     assert [c for p, c in pairs if p == "sort 2 1="] == ["1 2", "1 2", "1  2"]
-    capped, stats = rejection_sample(ScriptedEngine(SCRIPT), EXAMPLES, VERIFY, RFTConfig(num_samples=4, max_per_prompt=1))
+    cfg = RFTConfig(num_samples=4, max_per_prompt=1)
+    capped, stats = rejection_sample(ScriptedEngine(SCRIPT), EXAMPLES, VERIFY, cfg)
     assert capped == [("sort 2 1=", "1 2"), ("sort 5 4=", "4 5")] and stats["kept"] == 2.0
 
 
@@ -71,6 +72,13 @@ def test_filter_correct_properties(texts, dedup, cap):
     assert all(VERIFY(t, ex) for t in kept)  # only verified samples survive
     expected = list(dict.fromkeys(correct)) if dedup else correct  # sampling order kept
     assert kept == (expected if cap is None else expected[:cap])
+
+
+def test_greedy_accuracy_samples_once_at_temperature_zero():
+    engine = ScriptedEngine(SCRIPT)
+    assert greedy_accuracy(engine, EXAMPLES, VERIFY, max_new_tokens=6) == 2 / 3  # "1 2", "3", "4 5"
+    (_, n, sampling), = engine.calls
+    assert n == 1 and sampling.temperature == 0.0 and sampling.max_new_tokens == 6
 
 
 def test_engine_returning_the_wrong_count_is_an_error():

@@ -1,0 +1,68 @@
+"""`rlvr presets`, `rlvr compare`, `rlvr recipe`: the algorithm family from the command line.
+
+    rlvr presets                                              # every named algorithm and what it changes
+    rlvr compare configs/compare/length_bias.yaml --variants grpo_len dr_grpo_len --out runs/cmp
+    rlvr recipe configs/recipes/r1.yaml --out runs/r1 --set train.steps=50
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def _presets(args: argparse.Namespace) -> int:
+    from rlvr.algorithms.presets import format_presets
+
+    print(format_presets())
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from rlvr.algorithms.compare import parse_variant, plot_comparison, run_comparison, summarize
+
+    variants = [parse_variant(spec) for spec in args.variants]
+    histories = run_comparison(args.config, variants, args.out, args.overrides)
+    table = summarize(histories)
+    out = Path(args.out)
+    png = plot_comparison(histories, out / "comparison.png", title=args.title or "")
+    (out / "summary.md").write_text(table + "\n")
+    print(table)
+    print(f"plot: {png}\nruns: {', '.join(str(out / label) for label in histories)}")
+    return 0
+
+
+def _recipe(args: argparse.Namespace) -> int:
+    from rlvr.algorithms.recipes import load_recipe, run_recipe
+
+    records = run_recipe(load_recipe(args.recipe, args.overrides), args.out)
+    final = next((r["model"] for r in reversed(records) if r.get("model")), None)
+    print(f"recipe finished: {len(records)} stages in {args.out}" + (f"; final model {final}" if final else ""))
+    return 0
+
+
+def _sets(parser: argparse.ArgumentParser, help_text: str) -> None:
+    parser.add_argument("--set", dest="overrides", action="extend", nargs="+", default=[], metavar="KEY=VALUE",
+                        help=help_text)
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("presets", help="list the named algorithm presets (grpo, dr_grpo, dapo, ppo, ...)")
+    p.set_defaults(func=_presets)
+
+    c = subparsers.add_parser("compare", help="train several algorithm variants on the same task and seed, "
+                                              "plot reward, held-out accuracy and completion length together")
+    c.add_argument("config", nargs="?", default=None, help="base training config (YAML) shared by every variant")
+    c.add_argument("--variants", nargs="+", required=True, metavar="VARIANT",
+                   help="preset names, YAML override files, or LABEL:KEY=VALUE,KEY=VALUE")
+    c.add_argument("--out", default="runs/compare", help="folder: one run per variant, comparison.png, summary.md")
+    c.add_argument("--title", default=None, help="figure title")
+    _sets(c, "override a config key for every variant (after the variant's own keys); repeatable")
+    c.set_defaults(func=_compare)
+
+    r = subparsers.add_parser("recipe", help="run a multi-stage recipe (R1, Kimi k1.5, Qwen3, ...) stage by stage")
+    r.add_argument("recipe", help="recipe YAML (configs/recipes/*.yaml)")
+    r.add_argument("--out", default="runs/recipe", help="folder: one sub-folder per stage; finished stages are "
+                                                        "skipped when run again")
+    _sets(r, "KEY=VALUE changes the shared base config, STAGE.KEY=VALUE one stage's option; repeatable")
+    r.set_defaults(func=_recipe)

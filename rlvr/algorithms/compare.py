@@ -1,0 +1,158 @@
+"""Run several algorithm variants on the same task, model and seed, and draw them on one figure.
+
+    rlvr compare configs/compare/length_bias.yaml --variants grpo dr_grpo --out runs/compare
+
+A variant is a preset name (`rlvr presets`), a YAML file of config overrides, or `LABEL:KEY=VALUE,...`
+(e.g. `seqmean:algorithm.aggregation=seq_mean_token_mean`). Precedence: base config < variant <
+`--set`, so `--set train.steps=20` applies to every variant. Each variant trains in `OUT/<label>`
+with its own metrics.jsonl; `OUT/comparison.png` shows training reward, held-out greedy accuracy
+and completion length against step, one line per variant, and `OUT/summary.md` the table printed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import yaml
+
+from rlvr.algorithms.presets import PRESETS, preset_overrides
+from rlvr.config import ConfigError
+
+PANELS = (  # (metric key, title, y label)
+    ("reward", "Training reward", "mean over the batch"),
+    ("eval/greedy_accuracy", "Held-out accuracy", "greedy exact match"),
+    ("completion_length", "Completion length", "tokens (training batch mean)"),
+)
+_LABEL = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+@dataclass
+class Variant:
+    label: str
+    overrides: list[str]  # `--set` strings
+
+
+def _flatten(tree: dict[str, Any]) -> list[str]:
+    """{"algorithm": {"beta": 0}, "seed": 1} -> ["algorithm.beta=0", "seed=1"]: config files are
+    sections of keys; mappings and lists inside a section (task.options, ...) are written as JSON,
+    which `--set` reads as YAML."""
+    out = []
+    for key, value in tree.items():
+        items = value.items() if isinstance(value, dict) else [(None, value)]
+        for sub, leaf in items:
+            name = key if sub is None else f"{key}.{sub}"
+            text = "null" if leaf is None else json.dumps(leaf) if isinstance(leaf, (dict, list, bool)) else leaf
+            out.append(f"{name}={text}")
+    return out
+
+
+def parse_variant(spec: str) -> Variant:
+    """A preset name, a YAML file of overrides, or LABEL:KEY=VALUE,KEY=VALUE."""
+    if spec in PRESETS:
+        return Variant(spec, [f"algorithm.preset={spec}", *preset_overrides(spec)])
+    path = Path(spec)
+    if spec.endswith((".yaml", ".yml")):
+        if not path.is_file():
+            raise ConfigError(f"variant file {spec!r} does not exist")
+        tree = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(tree, dict):
+            raise ConfigError(f"variant file {spec!r}: expected a mapping of config sections")
+        return Variant(path.stem, _flatten(tree))
+    label, sep, body = spec.partition(":")
+    if not sep or not _LABEL.match(label) or not body:
+        raise ConfigError(f"variant {spec!r}: expected a preset ({', '.join(sorted(PRESETS))}), a .yaml file, "
+                         "or LABEL:KEY=VALUE,KEY=VALUE")
+    sets = [item.strip() for item in body.split(",")]
+    if not all("=" in item for item in sets):
+        raise ConfigError(f"variant {spec!r}: every item after ':' must be KEY=VALUE")
+    return Variant(label, sets)
+
+
+def check_variants(variants: Sequence[Variant]) -> None:
+    labels = [v.label for v in variants]
+    if len(variants) < 2:
+        raise ConfigError("compare needs at least two variants")
+    if len(set(labels)) != len(labels):
+        raise ConfigError(f"variant labels must be unique, got {labels}")
+
+
+def run_comparison(base: str | Path | None, variants: Sequence[Variant], out_dir: str | Path,
+                   overrides: Sequence[str] = (), train: Callable | None = None
+                   ) -> dict[str, list[dict[str, Any]]]:
+    """Train every variant (configs validated first, all of them, before any run) and return
+    {label: metrics records}. `train` defaults to `rlvr.train.loop.train`."""
+    from rlvr.config import load_config
+    from rlvr.logging.sinks import read_jsonl
+
+    check_variants(variants)
+    out_dir = Path(out_dir)
+    configs = {v.label: load_config(base, [*v.overrides, *overrides, f"out_dir={out_dir / v.label}"])
+               for v in variants}
+    seeds = {cfg.seed for cfg in configs.values()}
+    if len(seeds) != 1:
+        raise ConfigError(f"variants must share one seed for a fair comparison, got {sorted(seeds)}")
+    if train is None:
+        from rlvr.train.loop import train
+    histories = {}
+    for label, cfg in configs.items():
+        train(cfg)
+        histories[label] = read_jsonl(Path(cfg.out_dir) / "metrics.jsonl")
+    return histories
+
+
+def _series(records: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
+    points = [(r["step"], float(r[key])) for r in records if isinstance(r.get(key), (int, float))]
+    return [p[0] for p in points], [p[1] for p in points]
+
+
+def plot_comparison(histories: dict[str, list[dict[str, Any]]], path: str | Path, title: str = "") -> Path:
+    """One row of panels (PANELS), one line per variant, saved as PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(5.0 * len(PANELS), 3.8), dpi=100)
+    for ax, (key, panel_title, ylabel) in zip(axes, PANELS):
+        for label, records in histories.items():
+            steps, values = _series(records, key)
+            if steps:
+                ax.plot(steps, values, label=label, marker="o" if len(steps) <= 30 else None, markersize=3)
+        ax.set_title(panel_title)
+        ax.set_xlabel("RL step")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+    axes[0].legend(loc="best", fontsize=9)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def _window_mean(records: list[dict[str, Any]], key: str, first: bool, k: int = 5) -> float:
+    _, values = _series([r for r in records if r["step"] > 0], key)
+    part = values[:k] if first else values[-k:]
+    return sum(part) / len(part) if part else float("nan")
+
+
+def summarize(histories: dict[str, list[dict[str, Any]]]) -> str:
+    """Markdown table: held-out greedy accuracy before/after, training reward and completion length
+    averaged over the first and the last 5 steps (single steps are noisy)."""
+    rows = ["| variant | held-out acc. start -> end | reward first5 -> last5 | length first5 -> last5 |",
+            "|---|---|---|---|"]
+    for label, records in histories.items():
+        _, acc = _series(records, "eval/greedy_accuracy")
+        acc_text = f"{acc[0]:.3f} -> {acc[-1]:.3f}" if acc else "n/a"
+        reward = f"{_window_mean(records, 'reward', True):.3f} -> {_window_mean(records, 'reward', False):.3f}"
+        length = (f"{_window_mean(records, 'completion_length', True):.1f} -> "
+                  f"{_window_mean(records, 'completion_length', False):.1f}")
+        rows.append(f"| {label} | {acc_text} | {reward} | {length} |")
+    return "\n".join(rows)

@@ -1,0 +1,197 @@
+"""What each kind of recipe stage does (see `rlvr.algorithms.recipes` for the file format).
+
+Every stage function returns a record {model: the folder it produced (absent: unchanged), pool: a
+training-prompt file (filter only), metrics: {...}}; every model-changing stage reports the held-out
+greedy exact-match accuracy of the model it produced, so a recipe's progress is one column.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from rlvr.config import Config
+from rlvr.models import load_model, load_tokenizer, save_model
+from rlvr.rollout.base import SamplingParams
+from rlvr.tasks import Example, get_task
+
+
+def initial_model(base: Config, out_dir: Path) -> Path:
+    """`base.model.path`, or a tiny model built in `out_dir` (warm-started if `base.sft.steps`)."""
+    from rlvr.train.setup import start_model
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return start_model(base, out_dir, get_task(base.task.name, **base.task.options))
+
+
+def _task(base: Config):
+    return get_task(base.task.name, **base.task.options)
+
+
+def _engine(model, tokenizer):
+    from rlvr.rollout.hf_engine import HFEngine
+
+    return HFEngine(model, tokenizer)
+
+
+def _sample(base: Config, model, tokenizer, examples: list[Example], n: int, temperature: float):
+    sampling = SamplingParams(temperature=temperature, max_new_tokens=base.rollout.max_new_tokens, seed=base.seed)
+    return _engine(model, tokenizer).generate([ex.prompt for ex in examples], n, sampling)
+
+
+def _heldout(base: Config, model, tokenizer) -> dict[str, float]:
+    from rlvr.algorithms.rft import greedy_accuracy
+
+    task = _task(base)
+    examples = task.eval_examples(base.task.eval_size, base.task.eval_seed)
+    acc = greedy_accuracy(_engine(model, tokenizer), examples, task.is_correct, base.rollout.max_new_tokens)
+    return {"heldout_greedy_accuracy": acc}
+
+
+def _sft_and_save(base: Config, opts: dict[str, Any], model, tokenizer, pairs, stage_dir: Path,
+                  metrics: dict[str, Any]) -> dict[str, Any]:
+    from rlvr.algorithms.sft import train_sft
+
+    if not pairs:
+        raise ValueError("this SFT stage has no training pairs (set data, demonstrations, or sample more)")
+    loss = train_sft(model, tokenizer, pairs, opts["steps"], opts["batch_size"], opts["lr"], base.seed)
+    path = save_model(model, tokenizer, stage_dir / "model")
+    return {"model": str(path), "metrics": {**metrics, "pairs": len(pairs), "final_loss": loss,
+                                            **_heldout(base, model, tokenizer)}}
+
+
+def _demonstrations(base: Config, opts: dict[str, Any], salt: int) -> list[tuple[str, str]]:
+    from rlvr.algorithms.sft import pairs_from_jsonl, pairs_from_task
+
+    pairs = pairs_from_jsonl(opts["data"]) if opts.get("data") else []
+    if opts.get("demonstrations"):
+        pairs += pairs_from_task(_task(base), opts["demonstrations"], base.seed + salt)
+    return pairs
+
+
+def run_rl(cfg: Config, stage_dir: Path) -> dict[str, Any]:
+    from rlvr.train.loop import train
+
+    result = train(cfg)
+    key = "eval/greedy_accuracy"
+    return {"model": str(result.run_dir / "final_model"),
+            "metrics": {"heldout_greedy_accuracy_before": result.first_eval.get(key),
+                        "heldout_greedy_accuracy": result.final_eval.get(key), "steps": result.steps}}
+
+
+def run_sft(base: Config, opts: dict[str, Any], model_path: Path, stage_dir: Path) -> dict[str, Any]:
+    """Supervised fine-tuning on a jsonl of {prompt, completion} and/or task demonstrations."""
+    model, tokenizer = load_model(model_path), load_tokenizer(model_path)
+    return _sft_and_save(base, opts, model, tokenizer, _demonstrations(base, opts, 1), stage_dir, {})
+
+
+def run_rejection_sft(base: Config, opts: dict[str, Any], model_path: Path, stage_dir: Path) -> dict[str, Any]:
+    """DeepSeek-R1 sec. 2.3.3: sample from the current model, keep verified-correct completions
+    (deduplicated), mix in other SFT data (`data`, `demonstrations`), fine-tune on the mixture."""
+    model, tokenizer = load_model(model_path), load_tokenizer(model_path)
+    task = _task(base)
+    examples = task.train_examples(opts["prompts"], base.seed + 2)
+    completions = _sample(base, model, tokenizer, examples, opts["samples"], opts["temperature"])
+    owners = [ex for ex in examples for _ in range(opts["samples"])]
+    kept = list(dict.fromkeys((ex.prompt, c.text) for c, ex in zip(completions, owners) if task.is_correct(c.text, ex)))
+    pairs = kept + _demonstrations(base, opts, 2)
+    metrics = {"sampled": len(completions), "kept_correct": len(kept)}
+    return _sft_and_save(base, opts, model, tokenizer, pairs, stage_dir, metrics)
+
+
+def preference_pairs(task, examples: list[Example], completions, n: int) -> list[dict[str, str]]:
+    """Per prompt with a wrong sample: chosen = a correct sample (else the reference answer),
+    rejected = a wrong sample. The verifier decides, so no human labels are needed."""
+    pairs = []
+    for i, ex in enumerate(examples):
+        group = [c.text for c in completions[i * n : (i + 1) * n]]
+        right = [t for t in group if task.is_correct(t, ex)]
+        wrong = [t for t in group if not task.is_correct(t, ex)]
+        if wrong:
+            pairs.append({"prompt": ex.prompt, "chosen": right[0] if right else ex.answer, "rejected": wrong[0]})
+    return pairs
+
+
+def run_dpo(base: Config, opts: dict[str, Any], model_path: Path, stage_dir: Path) -> dict[str, Any]:
+    """Preference optimisation on verifier-labelled pairs of the current model's own samples."""
+    from rlvr.algorithms.preference import PreferenceConfig, train_preference
+
+    model, tokenizer = load_model(model_path), load_tokenizer(model_path)
+    task = _task(base)
+    examples = task.train_examples(opts["prompts"], base.seed + 3)
+    completions = _sample(base, model, tokenizer, examples, opts["samples"], opts["temperature"])
+    pairs = preference_pairs(task, examples, completions, opts["samples"])
+    if len(pairs) < 2:
+        raise ValueError(f"the dpo stage found {len(pairs)} prompts with a wrong sample; it needs at least 2")
+    cfg = PreferenceConfig(loss=opts["loss"], beta=opts["beta"], lr=opts["lr"], epochs=opts["epochs"],
+                           batch_size=opts["batch_size"], seed=base.seed)
+    result = train_preference(model, tokenizer, pairs, cfg)
+    path = save_model(model, tokenizer, stage_dir / "model")
+    metrics = {"pairs": len(pairs), "preference_accuracy_before": result["eval_before"].get("accuracy"),
+               "preference_accuracy": result["eval_after"].get("accuracy"), **_heldout(base, model, tokenizer)}
+    return {"model": str(path), "metrics": metrics}
+
+
+def run_filter(base: Config, opts: dict[str, Any], model_path: Path, stage_dir: Path) -> dict[str, Any]:
+    """Best-of-N difficulty filter of the training prompts with the current model; the kept prompts
+    become the training set of later RL stages (Kimi k1.5 sec. 2.1, Qwen3 sec. 4.2)."""
+    from rlvr.data.difficulty import best_of_n_filter
+    from rlvr.tasks.subset import write_examples
+
+    model, tokenizer = load_model(model_path), load_tokenizer(model_path)
+    task = _task(base)
+    examples = task.train_examples(opts["prompts"] or base.task.train_size, base.seed)
+    sampling = SamplingParams(temperature=opts["temperature"], max_new_tokens=base.rollout.max_new_tokens,
+                              seed=base.seed)
+    result = best_of_n_filter(examples, _engine(model, tokenizer), task.is_correct, n=opts["samples"], k=opts["k"],
+                              mode=opts["mode"], drop_unsolved=opts["drop_unsolved"], sampling=sampling,
+                              report_dir=stage_dir)
+    if not result.kept:
+        raise ValueError(f"the difficulty filter kept no prompt ({result.summary()})")
+    pool = write_examples(result.kept, stage_dir / "kept.jsonl")
+    return {"pool": str(pool), "metrics": {"kept": len(result.kept), "input": result.n_input,
+                                           **{f"removed_{k}": v for k, v in result.removed_by_reason().items()}}}
+
+
+def run_fusion_sft(base: Config, opts: dict[str, Any], model_path: Path, stage_dir: Path) -> dict[str, Any]:
+    """Qwen3 sec. 4.3 thinking-mode fusion: SFT on `/think` and `/no_think` variants of the same prompts.
+    Records come from `data` (jsonl of prompt, thinking, answer) or, for a toy task, from its
+    demonstrations with the reasoning written by the `thinking` template ({prompt}, {answer})."""
+    from rlvr.tasks.data import read_records
+    from rlvr.thinking.fusion import build_fusion_data, write_fusion_jsonl
+
+    if opts["data"]:
+        records = read_records(opts["data"])
+    else:
+        examples = _task(base).train_examples(opts["demonstrations"], base.seed + 4)
+        records = [{"prompt": ex.prompt, "answer": ex.answer,
+                    "thinking": opts["thinking"].format(prompt=ex.prompt, answer=ex.answer)} for ex in examples]
+    rows = build_fusion_data(records, unflagged_think=opts["unflagged_think"], seed=base.seed)
+    write_fusion_jsonl(rows, stage_dir / "fusion.jsonl")
+    model, tokenizer = load_model(model_path), load_tokenizer(model_path)
+    pairs = [(r["prompt"], r["completion"]) for r in rows]
+    return _sft_and_save(base, opts, model, tokenizer, pairs, stage_dir, {"fusion_rows": len(rows)})
+
+
+def run_budget_eval(base: Config, opts: dict[str, Any], model_path: Path, stage_dir: Path) -> dict[str, Any]:
+    """Held-out accuracy against a thinking-token budget (Qwen3 sec. 4.3), `/think` prompts."""
+    from rlvr.thinking.fusion import THINK_FLAG
+    from rlvr.thinking.sweep import budget_sweep, plot_budget_sweep
+
+    model, tokenizer = load_model(model_path), load_tokenizer(model_path)
+    task = _task(base)
+    heldout = task.eval_examples(opts["examples"] or base.task.eval_size, base.task.eval_seed)
+    examples = [Example(f"{ex.prompt.rstrip()} {THINK_FLAG}", ex.answer, ex.fields) for ex in heldout]
+    answer_tokens = opts["answer_tokens"] or base.rollout.max_new_tokens
+    points = budget_sweep(_engine(model, tokenizer), task, examples, [int(b) for b in opts["budgets"]],
+                          sampling=SamplingParams(temperature=0.0, max_new_tokens=answer_tokens),
+                          answer_tokens=answer_tokens)
+    plot_budget_sweep(points, stage_dir / "thinking_budget.png", title="accuracy against thinking budget")
+    (stage_dir / "thinking_budget.jsonl").write_text("".join(json.dumps(asdict(p)) + "\n" for p in points))
+    return {"metrics": {f"accuracy@{p.budget}": p.accuracy for p in points}}
+
+
+STAGE_FUNCTIONS = {"rl": run_rl, "sft": run_sft, "rejection_sft": run_rejection_sft, "dpo": run_dpo,
+                   "filter": run_filter, "fusion_sft": run_fusion_sft, "budget_eval": run_budget_eval}

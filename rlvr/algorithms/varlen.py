@@ -1,0 +1,71 @@
+"""Variable-length ("varlen") causal attention for packed documents, on any device, with torch sdpa.
+
+Flash-attention's varlen kernels take one long row and the document boundaries (`cu_seqlens`) and
+compute attention only inside each document. Without them (CPU, or no flash-attn installed), the
+usual fallback is a dense (L x L) block-diagonal mask: correct, but it still computes every masked
+score, so packing long rows costs L^2 per row instead of sum_i len_i^2, and packing stops paying
+off. This module registers the same varlen semantics with transformers' `AttentionInterface`: one
+causal `scaled_dot_product_attention` call per document, no mask tensor at all.
+
+Used by `rlvr.algorithms.packing.packed_logits(route="varlen")`; the model's configured attention
+is swapped in only for that forward pass and restored afterwards.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from transformers import AttentionInterface, PreTrainedModel
+
+VARLEN_ATTENTION = "rlvr_varlen_sdpa"
+SEGMENTS_KWARG = "packed_segments"  # forwarded by transformers from model(...) down to attention
+
+
+def varlen_sdpa_attention(module: torch.nn.Module, query: Tensor, key: Tensor, value: Tensor,
+                          attention_mask: Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                          sliding_window: int | None = None, **kwargs) -> tuple[Tensor, None]:
+    """query (1, H, N, D), key/value (1, Hkv, N, D) -> output (1, N, H, D), causal inside each segment.
+
+    `kwargs[SEGMENTS_KWARG]` holds the segment start offsets followed by N (like `cu_seqlens`).
+    """
+    bounds: Sequence[int] | None = kwargs.get(SEGMENTS_KWARG)
+    if bounds is None:
+        raise ValueError(f"{VARLEN_ATTENTION} needs `{SEGMENTS_KWARG}` (segment boundaries); "
+                         "call the model through rlvr.algorithms.packing.packed_logits")
+    if query.shape[0] != 1:
+        raise ValueError(f"{VARLEN_ATTENTION} takes one flattened row, got batch size {query.shape[0]}")
+    longest = max(e - s for s, e in zip(bounds[:-1], bounds[1:]))
+    if sliding_window is not None and longest > sliding_window:
+        raise ValueError(f"a packed document has {longest} tokens, more than the model's sliding window "
+                         f"({sliding_window}); varlen attention does not implement the window")
+    gqa = key.shape[1] != query.shape[1]
+    outs = [F.scaled_dot_product_attention(query[:, :, s:e], key[:, :, s:e], value[:, :, s:e], is_causal=True,
+                                           dropout_p=dropout, scale=scaling, enable_gqa=gqa)
+            for s, e in zip(bounds[:-1], bounds[1:])]  # each (1, H, len, D)
+    return torch.cat(outs, dim=2).transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register(VARLEN_ATTENTION, varlen_sdpa_attention)
+
+
+def segment_bounds(position_ids: Tensor) -> list[int]:
+    """Flattened position ids (N,) that restart at 0 in every segment -> [start_0, start_1, ..., N]."""
+    starts = (position_ids == 0).nonzero().flatten().tolist()
+    if not starts or starts[0] != 0:
+        raise ValueError("position ids must start at 0 and restart at 0 in every packed document")
+    return starts + [position_ids.numel()]
+
+
+@contextmanager
+def varlen_attention(model: PreTrainedModel) -> Iterator[None]:
+    """Run `model` with varlen attention inside the block; its own implementation is restored after."""
+    previous = model.config._attn_implementation
+    model.config._attn_implementation = VARLEN_ATTENTION
+    try:
+        yield
+    finally:
+        model.config._attn_implementation = previous

@@ -1,0 +1,71 @@
+"""A task restricted to a saved subset of its training prompts (e.g. after difficulty filtering).
+
+    task: {name: subset, options: {path: runs/r/kept.jsonl, task: sort, options: {length: 4}}}
+
+Training examples come from the jsonl (rows written by `write_examples`); the held-out set, the
+verifier and exact-match correctness stay those of the underlying task, so curves stay comparable.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from rlvr.tasks.base import Example, get_task, register_task
+
+
+def write_examples(examples: Sequence[Example], path: str | Path) -> Path:
+    """Examples as jsonl rows {prompt, answer, fields}, which `subset` reads back unchanged."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"prompt": ex.prompt, "answer": ex.answer, "fields": ex.fields}) + "\n"
+                            for ex in examples))
+    return path
+
+
+def read_examples(path: str | Path) -> list[Example]:
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"subset: example file {str(path)!r} does not exist")
+    out = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) or "answer" not in row:
+            raise ValueError(f"{path}:{n}: expected {{prompt, answer, fields}}, got {line[:80]!r}")
+        out.append(Example(row["prompt"], str(row["answer"]), dict(row.get("fields") or {})))
+    if not out:
+        raise ValueError(f"subset: {path} holds no examples")
+    return out
+
+
+@register_task("subset")
+@dataclass
+class SubsetTask:
+    path: str
+    task: str = "sort"
+    options: dict = field(default_factory=dict)
+    name: str = "subset"
+
+    def __post_init__(self) -> None:
+        self.base: Any = get_task(self.task, **self.options)
+        self.examples = read_examples(self.path)
+
+    def train_examples(self, n: int, seed: int) -> list[Example]:
+        """The saved examples (a seeded sample of n when n is smaller)."""
+        if n >= len(self.examples):
+            return list(self.examples)
+        return random.Random(seed).sample(self.examples, n)
+
+    def eval_examples(self, n: int, seed: int) -> list[Example]:
+        return self.base.eval_examples(n, seed)
+
+    def reward_fn(self):
+        return self.base.reward_fn()
+
+    def is_correct(self, completion: str, example: Example) -> bool:
+        return self.base.is_correct(completion, example)

@@ -1,0 +1,53 @@
+"""Checks of registry names in a Config (task, advantage, loss, KL, aggregation, schedule, rewards),
+so that a typo fails with one line before any model is loaded."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlvr import core
+from rlvr.algorithms.grpo import GroupPolicyGradient
+from rlvr.config import Config, ConfigError
+from rlvr.models import PRESETS
+from rlvr.models.tiny import ARCHS
+from rlvr.tasks import TASKS, get_task
+from rlvr.train.evaluate import build_reward
+from rlvr.train.optim import check_schedule
+
+
+def _check_name(key: str, name: str, lookup: Any) -> None:
+    try:
+        lookup(name)
+    except (KeyError, ValueError) as err:
+        raise ConfigError(f"{key}: {str(err).strip(chr(34) + chr(39))}") from None
+
+
+def _check_member(key: str, name: str, registry: Any) -> None:
+    if name not in registry:
+        raise ConfigError(f"{key}: unknown name {name!r}; choose from {sorted(registry)}")
+
+
+def check_registries(cfg: Config) -> None:
+    """Raise ConfigError naming the key of the first unknown name or bad option."""
+    a = cfg.algorithm
+    _check_name("algorithm.advantage", a.advantage, core.get_advantage_fn)
+    _check_name("algorithm.policy_loss", a.policy_loss, core.get_policy_loss)
+    _check_name("algorithm.kl_estimator", a.kl_estimator, core.get_kl_estimator)
+    _check_member("algorithm.aggregation", a.aggregation, core.AGGREGATION_MODES)
+    _check_name("optim.schedule", cfg.optim.schedule, check_schedule)
+    if not cfg.model.path:
+        _check_member("model.tiny_arch", cfg.model.tiny_arch, ARCHS)
+        _check_member("model.tiny_preset", cfg.model.tiny_preset, PRESETS)
+    _check_member("task.name", cfg.task.name, TASKS)
+    try:
+        GroupPolicyGradient.from_config(cfg.algorithm, cfg.rollout.max_new_tokens)
+    except ValueError as err:
+        raise ConfigError(f"algorithm: {err}") from None
+    try:
+        task = get_task(cfg.task.name, **cfg.task.options)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"task.options: {err}") from None
+    try:
+        build_reward(task, cfg.task.rewards)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"task.rewards: {err}") from None

@@ -1,0 +1,86 @@
+"""`rlvr compare`: variant parsing, the shared-seed run, the figure and the summary table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rlvr.algorithms.compare import Variant, _flatten, parse_variant, plot_comparison, run_comparison, summarize
+from rlvr.cli import main
+from variant_helpers import TINY
+
+
+def test_parse_variant_forms(tmp_path):
+    preset = parse_variant("dr_grpo")
+    assert preset.label == "dr_grpo" and "algorithm.preset=dr_grpo" in preset.overrides
+    inline = parse_variant("seqmean:algorithm.aggregation=seq_mean_token_mean, algorithm.beta=0")
+    assert inline == Variant("seqmean", ["algorithm.aggregation=seq_mean_token_mean", "algorithm.beta=0"])
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump({"algorithm": {"advantage": "rloo"}, "task": {"options": {"length": 5}}}))
+    assert parse_variant(str(path)) == Variant("mine", ["algorithm.advantage=rloo", 'task.options={"length": 5}'])
+    for bad in ["nopreset", "a b:x=1", "lbl:novalue", str(tmp_path / "missing.yaml")]:
+        with pytest.raises(ValueError):
+            parse_variant(bad)
+
+
+def test_flatten_writes_sections_and_json_values():
+    assert _flatten({"seed": 3, "algorithm": {"loss_constant": None, "dynamic_sampling": True},
+                     "task": {"rewards": [{"name": "format"}]}}) == [
+        "seed=3", "algorithm.loss_constant=null", "algorithm.dynamic_sampling=true",
+        'task.rewards=[{"name": "format"}]']
+
+
+def _fake_train(lengths):
+    """A stand-in for the loop: writes a metrics.jsonl whose length curve depends on the variant."""
+
+    def train(cfg):
+        slope = lengths[cfg.algorithm.aggregation]
+        rows = [{"step": 0, "eval/greedy_accuracy": 0.1}]
+        rows += [{"step": s, "reward": 0.1 * s, "completion_length": 5 + slope * s} for s in range(1, 11)]
+        rows[-1]["eval/greedy_accuracy"] = 0.5
+        Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
+        (Path(cfg.out_dir) / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    return train
+
+
+def test_run_comparison_shares_the_seed_and_summarises(tmp_path):
+    variants = [parse_variant("a:algorithm.aggregation=seq_mean_token_mean"),
+                parse_variant("b:algorithm.aggregation=seq_sum_constant")]
+    histories = run_comparison(None, variants, tmp_path, ["seed=5"],
+                               train=_fake_train({"seq_mean_token_mean": 1.0, "seq_sum_constant": 0.0}))
+    assert list(histories) == ["a", "b"]
+    table = summarize(histories)
+    # first five steps: lengths 6..10 (mean 8) / last five: 11..15 (mean 13); rewards 0.3 -> 0.8
+    assert "| a | 0.100 -> 0.500 | 0.300 -> 0.800 | 8.0 -> 13.0 |" in table
+    assert "| b | 0.100 -> 0.500 | 0.300 -> 0.800 | 5.0 -> 5.0 |" in table
+    png = plot_comparison(histories, tmp_path / "cmp.png", title="t")
+    assert png.stat().st_size > 10_000
+
+
+def test_run_comparison_rejects_bad_variant_sets(tmp_path):
+    one = parse_variant("a:seed=1")
+    with pytest.raises(ValueError, match="at least two"):
+        run_comparison(None, [one], tmp_path, train=_fake_train({}))
+    with pytest.raises(ValueError, match="unique"):
+        run_comparison(None, [one, one], tmp_path, train=_fake_train({}))
+    with pytest.raises(ValueError, match="share one seed"):
+        run_comparison(None, [one, parse_variant("b:seed=2")], tmp_path, train=_fake_train({}))
+
+
+def test_compare_command_end_to_end(tmp_path, capsys):
+    code = main(["compare", "--variants", "grpo", "dr_grpo", "--out", str(tmp_path), "--set", *TINY])
+    out = capsys.readouterr().out
+    assert code == 0 and "| grpo |" in out and "| dr_grpo |" in out
+    assert (tmp_path / "comparison.png").is_file() and (tmp_path / "summary.md").is_file()
+    for label in ("grpo", "dr_grpo"):
+        saved = yaml.safe_load((tmp_path / label / "config.yaml").read_text())
+        assert saved["seed"] == 0 and saved["algorithm"]["preset"] == label
+
+
+def test_compare_command_bad_variant_exits_2(tmp_path, capsys):
+    assert main(["compare", "--variants", "grpo", "bogus", "--out", str(tmp_path)]) == 2
+    assert "bogus" in capsys.readouterr().err

@@ -1,0 +1,120 @@
+"""Recipes: the file format, override routing, stage resume, and every shipped recipe end to end on
+the tiny model (offline, a few steps per stage)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rlvr.algorithms.recipe_stages import preference_pairs
+from rlvr.algorithms.recipes import load_recipe, rl_config, run_recipe
+from rlvr.cli import main
+from rlvr.config import ConfigError, load_config
+from rlvr.rollout.base import Completion
+from rlvr.tasks import Example, get_task
+from rlvr.tasks.subset import read_examples, write_examples
+from variant_helpers import TINY, changed
+
+RECIPES = Path(__file__).resolve().parents[2] / "configs" / "recipes"
+# per recipe: stage options shrunk to a smoke test (TINY shrinks the shared base config)
+SMALL = {
+    "r1_zero": [],
+    "dr_grpo": ["sft.steps=2"],
+    "dapo": ["sft.steps=2", "task.rewards=[{name: overlong, options: {cache_len: 2}}]"],
+    "r1": ["cold_start.steps=2", "cold_start.demonstrations=16", "mixed_sft.steps=2", "mixed_sft.prompts=4",
+           "mixed_sft.demonstrations=8", "preference.prompts=8", "preference.samples=2",
+           "reasoning_rl.train.steps=2"],
+    "kimi_k15": ["warmup_sft.steps=2", "curation.prompts=16", "curation.samples=2", "rl.train.steps=2",
+                 "rl.task.rewards=[{name: kimi_length, options: {start_step: 1}}]"],
+    "qwen3": ["cold_start.steps=2", "difficulty_filter.prompts=16", "difficulty_filter.samples=2",
+              "difficulty_filter.k=2", "reasoning_rl.train.steps=2", "fusion.steps=2", "fusion.demonstrations=8",
+              "budget.budgets=[2,4]", "task.eval_size=4", "rollout.max_new_tokens=12"],
+}
+
+
+def test_every_recipe_is_tested_and_cites_its_paper():
+    assert sorted(p.stem for p in RECIPES.glob("*.yaml")) == sorted(SMALL)
+    for path in RECIPES.glob("*.yaml"):
+        text = path.read_text()
+        assert text.startswith("#") and "20" in text.splitlines()[0], path.name  # author and year first
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_recipe_runs_end_to_end(name, tmp_path):
+    code = main(["recipe", str(RECIPES / f"{name}.yaml"), "--out", str(tmp_path), "--set", *TINY, *SMALL[name]])
+    assert code == 0
+    records = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("*/stage.json"))]
+    final = Path(next(r["model"] for r in reversed(records) if r.get("model")))
+    assert changed(tmp_path / "init_model", final)
+
+
+def test_plain_config_is_one_rl_stage_and_sets_route_to_base_or_stage(tmp_path):
+    plain = load_recipe(RECIPES / "dapo.yaml", ["train.steps=3"])
+    assert [(s.name, s.kind) for s in plain.stages] == [("rl", "rl")] and plain.base_overrides == ["train.steps=3"]
+    r1 = load_recipe(RECIPES / "r1.yaml", ["seed=4", "cold_start.steps=7", "reasoning_rl.train.steps=9"])
+    stages = {s.name: s for s in r1.stages}
+    assert stages["cold_start"].options["steps"] == 7 and r1.base_overrides == ["seed=4"]
+    cfg = rl_config(r1, stages["reasoning_rl"], tmp_path / "m", tmp_path / "run", None)
+    assert (cfg.train.steps, cfg.seed, cfg.sft.steps, cfg.algorithm.preset) == (9, 4, 0, "grpo")
+    assert cfg.task.rewards[0]["name"] == "language" and cfg.model.path == str(tmp_path / "m")
+
+
+def test_recipe_errors_are_one_line_config_errors(tmp_path):
+    cases = {
+        "stages: [{name: a, kind: bake}]": "unknown kind 'bake'",
+        "stages: [{name: a, kind: sft, stepz: 3}]": "unknown options",
+        "stages: [{name: a, kind: sft}, {name: a, kind: sft}]": "unique",
+        "stages: [{name: train, kind: sft}]": "differ from config sections",
+        "base: {}\nstages: []": "non-empty",
+        "stages: [{name: a, kind: sft}]\nbase: {algorithm: {advantage: nope}}": "advantage",
+    }
+    for i, (text, match) in enumerate(cases.items()):
+        path = tmp_path / f"r{i}.yaml"
+        path.write_text(text)
+        with pytest.raises(ConfigError, match=match):
+            load_recipe(path)
+    with pytest.raises(ConfigError, match="no option 'stepz'"):
+        load_recipe(RECIPES / "r1.yaml", ["cold_start.stepz=3"])
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_recipe(tmp_path / "missing.yaml")
+
+
+def test_finished_stages_are_skipped_on_a_second_run(tmp_path):
+    path = tmp_path / "two.yaml"
+    path.write_text(yaml.safe_dump({"stages": [{"name": "a", "kind": "sft", "steps": 1, "demonstrations": 4},
+                                               {"name": "b", "kind": "sft", "steps": 1, "demonstrations": 4}]}))
+    recipe = load_recipe(path, TINY)
+    first = run_recipe(recipe, tmp_path / "out", log=lambda _: None)
+    lines = []
+    second = run_recipe(recipe, tmp_path / "out", log=lines.append)
+    assert first == second and sum("skipped" in line for line in lines) == 2
+    assert second[1]["model"].endswith("02_b/model")
+
+
+def test_preference_pairs_by_hand():
+    task = get_task("sort", length=3)
+    ex = Example("sort 3 1 2=", "1 2 3", {"digits": [3, 1, 2]})
+    texts = ["1 2 3", "3 2 1", "1 2 3", "1 2 3"]  # prompt 1: a right and a wrong; prompt 2: both right
+    comps = [Completion(ex.prompt, [1], [2], [0.0], t, "stop") for t in texts]
+    assert preference_pairs(task, [ex, ex], comps, 2) == [{"prompt": ex.prompt, "chosen": "1 2 3", "rejected": "3 2 1"}]
+    wrong_only = [Completion(ex.prompt, [1], [2], [0.0], "9", "stop")] * 2
+    assert preference_pairs(task, [ex], wrong_only, 2)[0]["chosen"] == "1 2 3"  # the reference answer
+
+
+def test_subset_task_round_trips_examples_and_keeps_the_base_verifier(tmp_path):
+    base = get_task("sort", length=3)
+    kept = base.train_examples(5, 0)
+    path = write_examples(kept, tmp_path / "kept.jsonl")
+    assert read_examples(path) == kept
+    cfg = load_config(None, ["task.name=subset", f"task.options={json.dumps({'path': str(path), 'options': {'length': 3}})}"])
+    sub = get_task(cfg.task.name, **cfg.task.options)
+    assert sub.train_examples(100, 0) == kept and len(sub.train_examples(2, 0)) == 2
+    assert sub.eval_examples(3, 0) == base.eval_examples(3, 0)
+    assert sub.is_correct(kept[0].answer, kept[0])
+    (tmp_path / "bad.jsonl").write_text('{"answer": "1"}\n')
+    with pytest.raises(ValueError, match="expected"):
+        read_examples(tmp_path / "bad.jsonl")

@@ -1,0 +1,98 @@
+"""Config loading, --set overrides and validation: every error is one ConfigError line."""
+
+import pytest
+import yaml
+
+from rlvr.config import Config, ConfigError, apply_overrides, config_help, load_config, save_config
+
+
+def write(tmp_path, data) -> str:
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def test_defaults_load_and_overrides_are_typed(tmp_path):
+    cfg = load_config(write(tmp_path, {"train": {"steps": 3}}),
+                      ["optim.lr=1e-3", "log.progress=false", "task.options.length=5",
+                       "model.path=null", "algorithm.loss_constant=16", "optim.betas=[0.9, 0.95]"])
+    assert cfg.train.steps == 3
+    assert cfg.optim.lr == 1e-3 and isinstance(cfg.optim.lr, float)
+    assert cfg.log.progress is False
+    assert cfg.task.options == {"length": 5}
+    assert cfg.algorithm.loss_constant == 16.0
+    assert cfg.optim.betas == [0.9, 0.95]
+
+
+def test_yaml_exponent_without_dot_is_a_float(tmp_path):
+    # YAML 1.1 reads 1e-3 as a string; a float field accepts it anyway.
+    assert load_config(write(tmp_path, {"optim": {"lr": "1e-3"}})).optim.lr == 1e-3
+
+
+def test_saved_config_round_trips(tmp_path):
+    cfg = load_config(None, ["train.steps=7", "task.options.reward=positional"])
+    save_config(cfg, tmp_path / "config.yaml")
+    assert load_config(tmp_path / "config.yaml") == cfg
+
+
+@pytest.mark.parametrize("data, overrides, message", [
+    ({"trian": {"steps": 1}}, [], "unknown config key 'trian'; did you mean 'train'"),
+    ({"train": {"stpes": 1}}, [], "unknown config key 'train.stpes'; did you mean 'train.steps'"),
+    ({}, ["optim.lrr=1"], "unknown config key 'optim.lrr'; did you mean 'optim.lr'"),
+    ({"train": {"steps": "ten"}}, [], "train.steps: expected int, got 'ten' (str)"),
+    ({"train": {"steps": 1.5}}, [], "train.steps: expected int"),
+    ({"log": {"progress": "yes"}}, [], "log.progress: expected bool"),
+    ({}, ["train.steps=abc"], "train.steps: expected int, got abc"),
+    ({}, ["train.steps"], "--set expects key=value"),
+    ({}, ["train=3"], "train is a section"),
+    ({"train": 3}, [], "train: expected a section"),
+    ({"train": {"batch_size": 12, "group_size": 8}}, [], "must be divisible by train.group_size"),
+    ({"train": {"batch_size": 16, "group_size": 8, "mini_batch_size": 12}}, [], "train.mini_batch_size (12)"),
+    ({"train": {"batch_size": 16, "group_size": 4, "mini_batch_size": 8, "micro_batch_size": 3}}, [],
+     "train.micro_batch_size (3)"),
+    ({"train": {"steps": 0}}, [], "train.steps must be > 0"),
+    ({"model": {"path": "/does/not/exist"}}, [], "model.path: no Hugging Face model folder"),
+    ({"sft": {"data": "/nope.jsonl"}}, [], "sft.data: file '/nope.jsonl' does not exist"),
+    ({"algorithm": {"advantage": "grpoo"}}, [], "algorithm.advantage: unknown advantage 'grpoo'"),
+    ({"algorithm": {"policy_loss": "ppo"}}, [], "algorithm.policy_loss: unknown policy loss 'ppo'"),
+    ({"algorithm": {"kl_estimator": "k4"}}, [], "algorithm.kl_estimator: unknown KL estimator 'k4'"),
+    ({"algorithm": {"aggregation": "mean"}}, [], "algorithm.aggregation: unknown name 'mean'"),
+    ({"algorithm": {"policy_loss": "kimi"}}, [], "needs tau"),
+    ({"algorithm": {"clip_low": 1.5}}, [], "algorithm:"),
+    ({"optim": {"schedule": "step"}}, [], "optim.schedule: unknown schedule 'step'"),
+    ({"task": {"name": "sorting"}}, [], "task.name: unknown name 'sorting'"),
+    ({"task": {"options": {"lenght": 4}}}, [], "task.options:"),
+    ({"task": {"rewards": [{"name": "nope"}]}}, [], "task.rewards: unknown reward 'nope'"),
+    ({"model": {"tiny_preset": "huge"}}, [], "model.tiny_preset: unknown name 'huge'"),
+])
+def test_config_errors_are_one_line(tmp_path, data, overrides, message):
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, data), overrides)
+    text = str(err.value)
+    assert message in text
+    assert "\n" not in text
+
+
+def test_missing_and_malformed_files(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train: [1, 2\n")
+    with pytest.raises(ConfigError, match="invalid YAML"):
+        load_config(bad)
+    bad.write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_config(bad)
+
+
+def test_every_field_has_help():
+    lines = config_help()
+    assert len(lines) > 40
+    assert all(line.split(": ", 1)[1].strip() for line in lines), [l for l in lines if l.endswith(": ")]
+    assert any(line.startswith("algorithm.aggregation ") and "Dr. GRPO" in line for line in lines)
+
+
+def test_apply_overrides_into_free_form_dict():
+    cfg = Config()
+    apply_overrides(cfg, ["task.options.nested.x=1"])
+    assert cfg.task.options == {"nested": {"x": 1}}
