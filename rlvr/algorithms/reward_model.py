@@ -80,11 +80,13 @@ def load_reward_model(path: str | Path, dtype: torch.dtype = torch.float32) -> P
         return reward_model_from_lm(load_model(path, dtype))
     if config.num_labels != 1:
         raise ValueError(f"{str(path)!r} is a classifier with {config.num_labels} labels, not a reward model")
-    hf_logging.disable_progress_bar()
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # no per-shard bar inside a training run's own display
     try:
         rm = AutoModelForSequenceClassification.from_pretrained(path, dtype=dtype, local_files_only=True)
     finally:
-        hf_logging.enable_progress_bar()
+        if bars:
+            hf_logging.enable_progress_bar()
     return rm.eval()
 
 

@@ -43,10 +43,13 @@ def varlen_sdpa_attention(module: torch.nn.Module, query: Tensor, key: Tensor, v
         raise ValueError(f"a packed document has {longest} tokens, more than the model's sliding window "
                          f"({sliding_window}); varlen attention does not implement the window")
     gqa = key.shape[1] != query.shape[1]
-    outs = [F.scaled_dot_product_attention(query[:, :, s:e], key[:, :, s:e], value[:, :, s:e], is_causal=True,
-                                           dropout_p=dropout, scale=scaling, enable_gqa=gqa)
-            for s, e in zip(bounds[:-1], bounds[1:])]  # each (1, H, len, D)
-    return torch.cat(outs, dim=2).transpose(1, 2).contiguous(), None
+    lengths = [e - s for s, e in zip(bounds[:-1], bounds[1:])]
+    # split, not slicing: the backward of a split is one cat, while each slice's backward would
+    # write a zero-filled gradient of the full (1, H, N, D) tensor
+    outs = [F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout, scale=scaling,
+                                           enable_gqa=gqa)
+            for q, k, v in zip(query.split(lengths, 2), key.split(lengths, 2), value.split(lengths, 2))]
+    return torch.cat(outs, dim=2).transpose(1, 2).contiguous(), None  # (1, N, H, D)
 
 
 AttentionInterface.register(VARLEN_ATTENTION, varlen_sdpa_attention)

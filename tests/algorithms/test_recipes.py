@@ -58,6 +58,8 @@ def test_plain_config_is_one_rl_stage_and_sets_route_to_base_or_stage(tmp_path):
     r1 = load_recipe(RECIPES / "r1.yaml", ["seed=4", "cold_start.steps=7", "reasoning_rl.train.steps=9"])
     stages = {s.name: s for s in r1.stages}
     assert stages["cold_start"].options["steps"] == 7 and r1.base_overrides == ["seed=4"]
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")  # validation checks the folder exists, not its weights
     cfg = rl_config(r1, stages["reasoning_rl"], tmp_path / "m", tmp_path / "run", None)
     assert (cfg.train.steps, cfg.seed, cfg.sft.steps, cfg.algorithm.preset) == (9, 4, 0, "grpo")
     assert cfg.task.rewards[0]["name"] == "language" and cfg.model.path == str(tmp_path / "m")

@@ -12,7 +12,7 @@ import yaml
 from rlvr.algorithms.presets import PRESETS, deep_merge, format_presets, get_preset, nested, preset_overrides
 from rlvr.config import ConfigError, load_config
 from rlvr.train.loop import train
-from variant_helpers import TINY, changed
+from variant_helpers import TINY, changed, start_dir
 
 
 def test_every_preset_has_a_citation_a_summary_and_valid_keys():
@@ -69,7 +69,7 @@ def test_preset_trains_end_to_end(name, tmp_path):
     steps = [r for r in records if r["step"] > 0]
     assert len(steps) == cfg.train.steps
     assert all(math.isfinite(r["loss"]) and math.isfinite(r["reward"]) for r in steps)
-    assert changed(tmp_path / "init_model", tmp_path / "final_model"), name
+    assert changed(start_dir(tmp_path), tmp_path / "final_model"), name
     assert yaml.safe_load((tmp_path / "config.yaml").read_text())["algorithm"]["preset"] == name
     assert "eval/greedy_accuracy" in result.final_eval
 
@@ -80,13 +80,20 @@ def test_ppo_separate_critic_trains_and_logs_value_metrics(tmp_path):
     train(cfg)
     last = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
     assert math.isfinite(last["value_loss"]) and 0 <= last["value_clip_frac"] <= 1
-    assert changed(tmp_path / "init_model", tmp_path / "final_model")
+    assert changed(start_dir(tmp_path), tmp_path / "final_model")
 
 
 def test_dapo_dynamic_sampling_logs_its_rounds(tmp_path):
-    cfg = load_config(None, ["algorithm.preset=dapo", *TINY, "task.options={length: 3, reward: positional}",
-                             f"out_dir={tmp_path}"])
+    cfg = load_config(None, ["algorithm.preset=dapo", *TINY, f"out_dir={tmp_path}"])
     train(cfg)
     steps = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()][1:]
     assert all(1 <= r["sampling/rounds"] <= 1 + cfg.algorithm.dynamic_sampling_rounds for r in steps)
     assert all(0 <= r["sampling/informative_share"] <= 1 for r in steps)
+
+
+def test_presets_command_lists_every_preset(capsys):
+    from rlvr.cli import main
+
+    assert main(["presets"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"{name}:" in out for name in PRESETS)
