@@ -20,6 +20,7 @@ COMMAND_MODULES = [  # each provides add_parser(subparsers) (or add_parsers, for
     "rlvr.algorithms.cli",  # dpo, reward-model, rft
     "rlvr.data.cli",  # data decontaminate | dedup | ...
     "rlvr.experiments.cli",  # experiment sort-toy | two-state
+    "rlvr.algorithms.commands",  # presets, compare, recipe
 ]
 
 

@@ -96,6 +96,32 @@ class AlgorithmConfig:
                                 "(Kimi k1.5, sec. 2.3.2); other losses ignore it.")
     mu: int = f(1, "Inner PPO epochs over each rollout batch (GRPO's mu). With mu=1 and one minibatch "
                    "the old log-probs are the current ones detached: no extra forward pass.")
+    preset: str | None = f(None, "A named algorithm (`rlvr presets`: grpo, dr_grpo, dapo, rloo, reinforce_pp, "
+                                 "gspo, max_only, kimi, ppo) whose keys become this config's defaults; keys in "
+                                 "the file and --set still win.")
+    kl_reward_coef: float = f(0.0, "KL in the reward instead of the loss: -coef * KL_t on every token, the score "
+                                   "on the last (Ziegler et al. 2019; InstructGPT). Needs advantage gae or "
+                                   "reinforce_pp.")
+    gamma: float = f(1.0, "Discount of the per-token advantages (gae, reinforce_pp).")
+    lam: float = f(1.0, "GAE lambda (Schulman et al. 2016): 1 = returns minus V; lower leans on the value "
+                        "model (PPO-RLHF: 0.95). reinforce_pp needs 1.")
+    whiten_advantages: bool = f(True, "Normalise per-token advantages over the batch's tokens (gae, reinforce_pp).")
+    dynamic_sampling: bool = f(False, "DAPO: drop groups whose rewards are all equal (no gradient) and sample "
+                                      "more prompts to refill the batch.")
+    dynamic_sampling_rounds: int = f(3, "Most extra sampling rounds per step; past it, flat groups fill the batch.")
+    dynamic_sampling_metric: str = f("reward", "What must vary in a kept group: reward, or accuracy (the DAPO "
+                                               "paper; ignores shaping terms such as the overlong penalty).")
+    overlong_filter: bool = f(False, "DAPO: truncated completions carry no policy gradient (advantage 0).")
+
+
+@dataclass
+class ValueConfig:
+    model: str = f("separate", "Value model of advantage=gae (no other advantage builds one): separate (a critic "
+                               "with its own trunk, from `path`) or shared (a head on the policy's last hidden state).")
+    path: str | None = f(None, "Hugging Face folder of the separate critic's trunk; empty = the RL start model.")
+    coef: float = f(0.1, "Weight of the clipped value loss in the total loss (TRL's vf_coef).")
+    clip: float = f(0.2, "Clip range of the value change in the value loss (TRL's cliprange_value).")
+    lr: float | None = f(None, "Learning rate of the value model; empty = optim.lr.")
 
 
 @dataclass
@@ -153,6 +179,7 @@ class Config:
     sft: SFTConfig = field(default_factory=SFTConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    value: ValueConfig = field(default_factory=ValueConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -233,9 +260,24 @@ def load_config(path: str | Path | None = None, overrides: list[str] = (), base:
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path}: expected a mapping of sections at the top level")
         raw.update(loaded)
-    cfg = from_dict(Config, raw)
+    cfg = from_dict(Config, _with_preset(raw, overrides))
     apply_overrides(cfg, overrides)
     return validate(cfg)
+
+
+def _with_preset(raw: dict, overrides: list[str]) -> dict:
+    """defaults < preset < file < --set: the preset's keys go under the file's (rlvr.algorithms.presets)."""
+    sets = [o.partition("=")[2] for o in overrides if o.partition("=")[0] == "algorithm.preset"]
+    section = raw.get("algorithm")
+    name = sets[-1] if sets else section.get("preset") if isinstance(section, dict) else None
+    if name in (None, "", "null", "none"):
+        return raw
+    from rlvr.algorithms.presets import deep_merge, get_preset, nested
+
+    try:
+        return deep_merge(nested(get_preset(name).overrides), raw)
+    except ValueError as err:
+        raise ConfigError(f"algorithm.preset: {err}") from None
 
 
 def save_config(cfg: Config, path: str | Path) -> None:

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from rlvr.core import aggregate_loss, get_advantage_fn, get_kl_estimator, masked_mean
+from rlvr.algorithms.ppo import TOKEN_ADVANTAGES
 from rlvr.core.losses import get_policy_loss
 
 
@@ -41,7 +42,8 @@ class GroupPolicyGradient:
     beta: float = 0.0
 
     def __post_init__(self) -> None:
-        self._advantage_fn = get_advantage_fn(self.advantage)
+        # per-token estimators (PPO's gae, reinforce_pp) live in rlvr.algorithms.ppo; the loss is this one
+        self._advantage_fn = None if self.advantage in TOKEN_ADVANTAGES else get_advantage_fn(self.advantage)
         self._loss_fn = get_policy_loss(self.policy_loss)
         self._kl_fn = get_kl_estimator(self.kl_estimator)
         if self.aggregation == "seq_sum_constant" and self.loss_constant is None:
@@ -64,6 +66,8 @@ class GroupPolicyGradient:
 
     def advantages(self, rewards: Tensor, group_size: int) -> Tensor:
         """rewards (N,), groups of `group_size` contiguous -> advantages (N,)."""
+        if self._advantage_fn is None:
+            raise ValueError(f"advantage {self.advantage!r} is per token: use rlvr.algorithms.ppo.TokenAdvantages")
         return self._advantage_fn(rewards, group_size)
 
     def loss(self, logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor,

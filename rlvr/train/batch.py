@@ -25,10 +25,12 @@ class RolloutBatch:
     attention_mask: Tensor  # (B, L) bool, True on real tokens
     mask: Tensor  # (B, W) bool, True on completion tokens; W = L - 1 - start label positions
     start: int  # logits of positions start .. L-2 predict the W labels
-    advantages: Tensor  # (B,) per sequence, or (B, W) per token
+    advantages: Tensor | None  # (B,) per sequence, or (B, W) per token
     rewards: Tensor  # (B,)
     old_logprobs: Tensor | None = None  # (B, W) log pi_old, cached when mu > 1 or several minibatches
     ref_logprobs: Tensor | None = None  # (B, W) log pi_ref, when beta > 0
+    returns: Tensor | None = None  # (B, W) value targets (advantage gae)
+    old_values: Tensor | None = None  # (B, W) V at sampling time (advantage gae)
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -68,7 +70,7 @@ def pack(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
     return ids, attn, mask, start
 
 
-def build_batch(completions: Sequence[Completion], advantages: Tensor, rewards: Tensor, pad_id: int
+def build_batch(completions: Sequence[Completion], advantages: Tensor | None, rewards: Tensor, pad_id: int
                 ) -> RolloutBatch:
     """Completions (n samples of a prompt contiguous) -> a right-padded RolloutBatch."""
     ids, attn, mask, start = pack([c.prompt_ids for c in completions], [c.token_ids for c in completions],

@@ -8,7 +8,7 @@ aggregation, KL estimator) is chosen by name in the config and lives in `rlvr.co
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +21,11 @@ from rlvr.logging.plots import plot_metrics
 from rlvr.logging.progress import TrainProgress
 from rlvr.logging.sinks import METRICS, read_jsonl
 from rlvr.models import save_model
-from rlvr.rollout.base import SamplingParams
-from rlvr.train.batch import build_batch, cached_logprobs, policy_logprobs
+from rlvr.train.batch import build_batch, cached_logprobs
 from rlvr.train.checkpoint import save_checkpoint
-from rlvr.train.evaluate import evaluate_heldout, score_completions
-from rlvr.train.setup import Run, derive_seed, prepare_run
-
-ROLLOUT, EVAL_SAMPLING, SHUFFLE = 0, 1, 2  # purposes of derived seeds
+from rlvr.train.evaluate import evaluate_heldout
+from rlvr.train.family import compute_advantages, policy_forward, trainable_parameters
+from rlvr.train.setup import EVAL_SAMPLING, SHUFFLE, Run, derive_seed, prepare_run
 
 
 @dataclass
@@ -62,15 +60,13 @@ def _finish(run: Run) -> None:
 def train(cfg: Config, resume: bool = False, run: Run | None = None) -> RunResult:
     """Run (or resume) the RL loop described by `cfg`; returns the held-out metrics before and after."""
     run = run or prepare_run(cfg, resume)
-    algo, policy, G = run.algo, run.policy, cfg.train.group_size
+    algo, policy = run.algo, run.policy
     T = cfg.rollout.temperature
     mini, micro = cfg.mini_batch_size, cfg.micro_batch_size
     # mu = 1 and one minibatch: a single optimizer step per rollout, taken at the sampling weights, so
     # the old log-probs are the current ones detached (ratio 1, gradient = policy gradient).
     single_step = cfg.algorithm.mu == 1 and mini == cfg.train.batch_size
-    sampling = SamplingParams(temperature=T, top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k,
-                              max_new_tokens=cfg.rollout.max_new_tokens)
-    params = [p for p in policy.parameters() if p.requires_grad]
+    params = trainable_parameters(policy, run.value_model)
     first_eval: dict[str, float] = {}
     last_eval: dict[str, float] = {}
     with TrainProgress(cfg.train.steps, run.start_step, cfg.log.progress) as progress:
@@ -80,25 +76,20 @@ def train(cfg: Config, resume: bool = False, run: Run | None = None) -> RunResul
             progress.update(0, first_eval)
         for step in range(run.start_step + 1, cfg.train.steps + 1):
             tic = time.perf_counter()
-            # --- rollout: n = G samples of each prompt, contiguous ---
-            examples = run.stream.next(cfg.train.batch_size // G)
-            completions = run.engine.generate([ex.prompt for ex in examples], G,
-                                              replace(sampling, seed=derive_seed(cfg.seed, step, ROLLOUT)))
-            group_examples = [ex for ex in examples for _ in range(G)]
+            # --- rollout + rewards: group_size samples of each prompt, contiguous, scored; with DAPO's dynamic
+            # sampling, groups whose rewards are all equal are replaced by new ones ---
+            rollout = run.sampler.sample(step)
+            completions, scores = rollout.completions, rollout.scores
+            rewards = torch.tensor(scores.rewards, dtype=torch.float32)  # (N,)
             t_rollout = time.perf_counter() - tic
 
-            # --- rewards ---
-            scores = score_completions(run.reward, run.task, completions, group_examples, G, step,
-                                       cfg.rollout.max_new_tokens)
-            rewards = torch.tensor(scores.rewards, dtype=torch.float32)  # (N,)
-
-            # --- advantages ---
-            advantages = algo.advantages(rewards, G)  # (N,)
-            batch = build_batch(completions, advantages, rewards, run.pad_id)
-            if not single_step:  # pi_old for every inner step: one no-grad pass, cached
+            # --- advantages: group-relative (N,), or per token (N, W) for PPO and REINFORCE++ ---
+            batch = build_batch(completions, None, rewards, run.pad_id)
+            if not single_step or cfg.algorithm.kl_reward_coef > 0:  # pi_old: inner steps, KL in the reward
                 batch.old_logprobs = cached_logprobs(policy, batch, T, micro)
             if run.reference is not None:
                 batch.ref_logprobs = cached_logprobs(run.reference, batch, T, micro)
+            batch.advantages = compute_advantages(run, batch, completions, micro)
 
             # --- update: mu epochs x minibatches, each an optimizer step over accumulated micro-batches ---
             policy.train()
@@ -112,10 +103,14 @@ def train(cfg: Config, resume: bool = False, run: Run | None = None) -> RunResul
                     run.optimizer.zero_grad(set_to_none=True)
                     for mlo in range(0, mini, micro):
                         mb = minibatch.select(slice(mlo, mlo + micro))
-                        logprobs, entropy = policy_logprobs(policy, mb, T, with_entropy=True)  # (b, W)
+                        logprobs, entropy, values = policy_forward(policy, run.value_model, mb, T)  # (b, W)
                         old = logprobs.detach() if single_step else mb.old_logprobs
                         loss, metrics = algo.loss(logprobs, old, mb.advantages, mb.mask, mb.ref_logprobs,
                                                   denominator)
+                        if values is not None:  # PPO: + value.coef x clipped value loss, aggregated alike
+                            value_loss, value_metrics = run.token_adv.value_loss(
+                                values, mb, algo.aggregation, algo.loss_constant, denominator)
+                            loss, metrics = loss + value_loss, {**metrics, **value_metrics}
                         loss.backward()
                         stats.append({"loss": loss.detach() * (mini / micro), "entropy": masked_mean(entropy, mb.mask),
                                       **metrics})
@@ -134,7 +129,7 @@ def train(cfg: Config, resume: bool = False, run: Run | None = None) -> RunResul
             record = {
                 "reward": rewards.mean().item(), "reward_std": rewards.std().item(),
                 "accuracy": sum(scores.correct) / len(scores.correct),
-                **scores.components,
+                **scores.components, **rollout.stats,
                 "completion_length": lengths.mean().item(),
                 "truncated": sum(c.finish_reason == "length" for c in completions) / len(completions),
                 **_means(stats), "lr": run.scheduler.get_last_lr()[0],
@@ -151,6 +146,8 @@ def train(cfg: Config, resume: bool = False, run: Run | None = None) -> RunResul
             if (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or step == cfg.train.steps:
                 state = {"optimizer": run.optimizer.state_dict(), "scheduler": run.scheduler.state_dict(),
                          "data": run.stream.state_dict()}
+                if run.value_model is not None:
+                    state["value_model"] = run.value_model.state_dict()
                 save_checkpoint(run.run_dir, step, policy, run.tokenizer, state, cfg.checkpoint.keep)
     _finish(run)
     run.logger.close()

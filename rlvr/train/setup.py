@@ -20,6 +20,7 @@ from rlvr.models import load_model, load_tokenizer, make_tiny_model_dir, save_mo
 from rlvr.rollout.hf_engine import HFEngine
 from rlvr.tasks import Example, Task, get_task
 from rlvr.train.checkpoint import latest_checkpoint, load_state, set_rng_state
+from rlvr.train import family
 from rlvr.train.data import PromptStream
 from rlvr.train.evaluate import build_reward
 from rlvr.train.optim import build_optimizer, build_scheduler
@@ -43,6 +44,12 @@ class Run:
     logger: MetricsLogger
     start_step: int
     pad_id: int
+    sampler: Any = None  # rlvr.algorithms.dynamic_sampling.RolloutSampler
+    token_adv: Any = None  # rlvr.algorithms.ppo.TokenAdvantages for per-token advantages (gae, reinforce_pp)
+    value_model: Any = None  # rlvr.algorithms.ppo.ValueModel, only for advantage gae
+
+
+ROLLOUT, EVAL_SAMPLING, SHUFFLE = 0, 1, 2  # purposes of derived seeds
 
 
 def derive_seed(seed: int, step: int, purpose: int) -> int:
@@ -97,9 +104,12 @@ def prepare_run(cfg: Config, resume: bool = False, on_sft=None) -> Run:
     policy_path = checkpoint / "model" if checkpoint else init
     policy, tokenizer = load_model(policy_path), load_tokenizer(policy_path)
     algo = GroupPolicyGradient.from_config(cfg.algorithm, cfg.rollout.max_new_tokens)
-    reference = load_model(init).requires_grad_(False) if algo.needs_reference else None
+    needs_reference = algo.needs_reference or cfg.algorithm.kl_reward_coef > 0
+    reference = load_model(init).requires_grad_(False) if needs_reference else None
     o = cfg.optim
     optimizer = build_optimizer(policy, o.lr, tuple(o.betas), o.eps, o.weight_decay)
+    token_adv = family.token_advantages(cfg)
+    value_model = family.value_model(cfg, token_adv, policy, init, optimizer)
     scheduler = build_scheduler(optimizer, o.schedule, o.warmup_steps, optimizer_steps(cfg), o.min_lr_ratio)
     stream = PromptStream(task.train_examples(cfg.task.train_size, cfg.seed), cfg.seed)
     start_step = 0
@@ -108,9 +118,14 @@ def prepare_run(cfg: Config, resume: bool = False, on_sft=None) -> Run:
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         stream.load_state_dict(state["data"])
+        if value_model is not None:
+            value_model.load_state_dict(state["value_model"])
         set_rng_state(state["rng"])
         start_step = int(state["step"])
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    return Run(cfg, run_dir, task, build_reward(task, cfg.task.rewards), policy, tokenizer, HFEngine(policy, tokenizer), reference,
+    reward, engine = build_reward(task, cfg.task.rewards), HFEngine(policy, tokenizer)
+    sampler = family.rollout_sampler(cfg, engine, stream, task, reward, ROLLOUT)
+    return Run(cfg, run_dir, task, reward, policy, tokenizer, engine, reference,
                algo, optimizer, scheduler, stream, task.eval_examples(cfg.task.eval_size, cfg.task.eval_seed),
-               MetricsLogger(run_dir, cfg.log.tensorboard, start_step if checkpoint else None), start_step, pad_id)
+               MetricsLogger(run_dir, cfg.log.tensorboard, start_step if checkpoint else None), start_step, pad_id,
+               sampler, token_adv, value_model)

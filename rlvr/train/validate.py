@@ -7,6 +7,7 @@ from typing import Any
 
 from rlvr import core
 from rlvr.algorithms.grpo import GroupPolicyGradient
+from rlvr.algorithms.ppo import TOKEN_ADVANTAGES
 from rlvr.config import Config, ConfigError
 from rlvr.models import PRESETS
 from rlvr.models.tiny import ARCHS
@@ -30,7 +31,8 @@ def _check_member(key: str, name: str, registry: Any) -> None:
 def check_registries(cfg: Config) -> None:
     """Raise ConfigError naming the key of the first unknown name or bad option."""
     a = cfg.algorithm
-    _check_name("algorithm.advantage", a.advantage, core.get_advantage_fn)
+    if a.advantage not in TOKEN_ADVANTAGES:
+        _check_name("algorithm.advantage", a.advantage, core.get_advantage_fn)
     _check_name("algorithm.policy_loss", a.policy_loss, core.get_policy_loss)
     _check_name("algorithm.kl_estimator", a.kl_estimator, core.get_kl_estimator)
     _check_member("algorithm.aggregation", a.aggregation, core.AGGREGATION_MODES)
@@ -51,3 +53,6 @@ def check_registries(cfg: Config) -> None:
         build_reward(task, cfg.task.rewards)
     except (TypeError, ValueError) as err:
         raise ConfigError(f"task.rewards: {err}") from None
+    from rlvr.train.family import check_family_options
+
+    check_family_options(cfg)

@@ -14,7 +14,8 @@ TINY = [
     "model.tiny_preset=test", "task.options={length: 3}", "task.train_size=64", "task.eval_size=8",
     "task.rewards=[{name: overlong, options: {cache_len: 6}}]", "sft.steps=20", "sft.lr=3e-3",
     "sft.batch_size=16",
-    "train.steps=2", "train.batch_size=8", "train.group_size=4", "rollout.max_new_tokens=8",
+    "train.steps=2", "train.batch_size=8", "train.group_size=4", "train.mini_batch_size=0",
+    "rollout.max_new_tokens=8",
     "eval.samples=2", "eval.every=0", "optim.lr=1e-3", "log.progress=false", "log.tensorboard=false",
     "log.plots=false", "checkpoint.every=0", "threads=1",
 ]
