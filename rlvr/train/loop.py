@@ -136,11 +136,12 @@ def train(cfg: Config, resume: bool = False, run: Run | None = None) -> RunResul
             }
             if grad_norms:
                 record["grad_norm"] = torch.stack(grad_norms).mean().item()
+            timings = {"s_per_step": time.perf_counter() - tic, "rollout_s": t_rollout, "update_s": t_update}
             if step % max(cfg.eval.every, 1) == 0 and cfg.eval.every or step == cfg.train.steps:
+                tic = time.perf_counter()
                 last_eval = _evaluate(run, step)
                 record.update(last_eval)
-            elapsed = time.perf_counter() - tic
-            timings = {"s_per_step": elapsed, "rollout_s": t_rollout, "update_s": t_update}
+                timings["eval_s"] = time.perf_counter() - tic
             run.logger.log(step, record, timings)
             progress.update(step, {**record, **timings})
             if (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or step == cfg.train.steps:

@@ -58,6 +58,12 @@ def test_invalid_combinations_fail_at_load_time():
         load_config(None, ["algorithm.preset=ppo", "algorithm.policy_loss=kimi", "algorithm.tau=0.1"])
     with pytest.raises(ConfigError, match="value.model"):
         load_config(None, ["algorithm.preset=ppo", "value.model=tied"])
+    with pytest.raises(ConfigError, match="value.path"):
+        load_config(None, ["algorithm.preset=ppo", "value.path=/nonexistent/critic"])
+    with pytest.raises(ConfigError, match="gamma = lam = 1"):
+        load_config(None, ["algorithm.preset=reinforce_pp", "algorithm.lam=0.95"])
+    with pytest.raises(ConfigError, match="dynamic_sampling_metric"):
+        load_config(None, ["algorithm.preset=dapo", "algorithm.dynamic_sampling_metric=loss"])
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
