@@ -66,3 +66,22 @@ def test_a_real_process_prints_no_traceback(tmp_path):
     assert out.stderr.strip().splitlines() == [
         "rlvr train: error: train.batch_size (10) must be divisible by train.group_size (4): every prompt "
         "needs a full group"]
+
+
+def test_sft_from_task_demonstrations_and_from_jsonl(tmp_path, capsys):
+    tiny = ["--set", "model.tiny_preset=test", "--set", "task.eval_size=8", "--set", "threads=1"]
+    code, out, err = run_main(capsys, "sft", "--task", "sort", "--steps", "3", "--out", str(tmp_path / "a"), *tiny)
+    assert code == 0, err
+    assert "held-out greedy exact-match accuracy:" in out
+    first = tmp_path / "a" / "sft_model"
+    assert (first / "model.safetensors").is_file()
+    data = tmp_path / "pairs.jsonl"
+    data.write_text('{"prompt": "sort 2 1=", "completion": "1 2"}\n{"prompt": "sort 9 3=", "completion": "3 9"}\n')
+    code, _, err = run_main(capsys, "sft", "--model", str(first), "--data", str(data), "--steps", "2",
+                            "--out", str(tmp_path / "b"), *tiny)
+    assert code == 0, err
+    assert (tmp_path / "b" / "sft_model" / "config.json").is_file()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "x"}\n')
+    code, _, err = run_main(capsys, "sft", "--data", str(bad), "--steps", "2", "--out", str(tmp_path / "c"), *tiny)
+    assert code == 1 and "missing field(s) ['completion']" in err and err.count("\n") == 1

@@ -1,0 +1,86 @@
+"""The rlvr -> TRL GRPOConfig mapping of benchmarks/bench_trl.py (TRL itself is not needed).
+
+The benchmark is only fair if TRL trains on the same batch shapes, so the mapping's invariants are
+checked here: TRL generates `train.batch_size` completions at once, each optimizer step sees
+`mini_batch_size` of them, split in micro-batches of `micro_batch_size`, and one RL step is
+mu x (batch / mini) optimizer steps.
+"""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlvr.config import load_config
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("bench_trl", ROOT / "benchmarks" / "bench_trl.py")
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
+DEMO = ROOT / "configs" / "demo.yaml"
+
+
+def _cfg(*overrides):
+    return load_config(DEMO, list(overrides))
+
+
+def _shapes_hold(cfg, args, steps):
+    t = cfg.train
+    assert args["per_device_train_batch_size"] * args["steps_per_generation"] == t.batch_size  # one generation
+    assert args["per_device_train_batch_size"] * args["gradient_accumulation_steps"] == cfg.mini_batch_size
+    assert args["per_device_train_batch_size"] == cfg.micro_batch_size
+    assert args["num_generations"] == t.group_size and args["num_iterations"] == cfg.algorithm.mu
+    assert args["max_steps"] == steps * cfg.algorithm.mu * (t.batch_size // cfg.mini_batch_size)
+
+
+def test_demo_config_maps_hyperparameters_one_to_one():
+    cfg = _cfg()
+    args = bench.trl_arguments(cfg, cfg.train.steps)
+    _shapes_hold(cfg, args, cfg.train.steps)
+    a, o = cfg.algorithm, cfg.optim
+    assert args["loss_type"] == "grpo"  # seq_mean_token_mean: each sequence divided by its own length
+    assert args["scale_rewards"] == "group"  # GRPO's group z-score
+    assert (args["epsilon"], args["epsilon_high"], args["beta"]) == (a.clip_low, a.clip_high, a.beta)
+    assert (args["learning_rate"], args["warmup_steps"], args["max_grad_norm"]) == (o.lr, o.warmup_steps,
+                                                                                     o.max_grad_norm)
+    assert (args["adam_beta1"], args["adam_beta2"]) == tuple(o.betas)
+    assert args["lr_scheduler_type"] == "cosine_with_min_lr"
+    assert args["lr_scheduler_kwargs"] == {"min_lr_rate": o.min_lr_ratio}
+    assert args["max_completion_length"] == cfg.rollout.max_new_tokens
+    assert args["temperature"] == cfg.rollout.temperature
+    assert (args["bf16"], args["gradient_checkpointing"], args["use_cpu"]) == (False, False, True)
+
+
+@settings(max_examples=25, deadline=None)
+@given(groups=st.integers(1, 8), group_size=st.integers(2, 8), minis=st.integers(1, 4), micros=st.integers(1, 4),
+       mu=st.integers(1, 3), steps=st.integers(1, 1000))
+def test_batch_shapes_hold_for_any_divisible_split(groups, group_size, minis, micros, mu, steps):
+    batch = groups * group_size * minis * micros
+    cfg = _cfg(f"train.batch_size={batch}", f"train.group_size={group_size}",
+               f"train.mini_batch_size={batch // minis}", f"train.micro_batch_size={batch // minis // micros}",
+               f"algorithm.mu={mu}")
+    _shapes_hold(cfg, bench.trl_arguments(cfg, steps), steps)
+
+
+@pytest.mark.parametrize("aggregation, loss_type", sorted(bench.AGGREGATIONS.items()))
+def test_aggregations_map_to_trl_loss_types(aggregation, loss_type):
+    cfg = _cfg(f"algorithm.aggregation={aggregation}")
+    assert bench.trl_arguments(cfg, 1)["loss_type"] == loss_type
+
+
+@pytest.mark.parametrize("override, named", [
+    ("algorithm.dynamic_sampling=true", "dynamic_sampling"),
+    ("algorithm.advantage=rloo", "advantage"),
+    ("algorithm.kl_estimator=k1", "kl_estimator"),
+    ("algorithm.policy_loss=gspo", "policy_loss"),
+])
+def test_settings_without_a_trl_equivalent_are_refused(override, named):
+    with pytest.raises(ValueError, match=named):
+        bench.trl_arguments(_cfg(override), 1)
+
+
+def test_linear_decay_to_a_floor_is_refused():
+    with pytest.raises(ValueError, match="schedule"):
+        bench.trl_arguments(_cfg("optim.schedule=linear", "optim.min_lr_ratio=0.1"), 1)
