@@ -27,7 +27,8 @@ class TrainClock:
     def __init__(self) -> None:
         self.origin: tuple[float, float] | None = None
         self.paused_wall = self.paused_cpu = 0.0
-        self.steps: list[tuple[int, float, float]] = []  # (RL step, train wall s, train CPU s)
+        self.rollout = [0.0, 0.0]  # wall, CPU seconds spent sampling training completions so far
+        self.steps: list[tuple[int, float, float, float, float]] = []  # (RL step, train wall, CPU, rollout wall, CPU)
         self.evals: list[tuple[int, float, float, float]] = []  # (RL step, wall, CPU, greedy exact accuracy)
 
     def begin(self) -> None:
@@ -48,8 +49,19 @@ class TrainClock:
             self.paused_wall += time.perf_counter() - wall
             self.paused_cpu += time.process_time() - cpu
 
+    def timed_rollout(self, fn):
+        """`fn` with its wall and CPU seconds added to `rollout` (the rest of a step is the update)."""
+        def timed(*args, **kwargs):
+            wall, cpu = time.perf_counter(), time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.rollout[0] += time.perf_counter() - wall
+                self.rollout[1] += time.process_time() - cpu
+        return timed
+
     def step(self, step: int) -> None:
-        self.steps.append((step, *self.now()))
+        self.steps.append((step, *self.now(), *self.rollout))
 
     def evaluated(self, step: int, accuracy: float) -> None:
         """Record an evaluation of the weights after `step`; the clock starts after the step-0 one."""
@@ -134,6 +146,9 @@ def run(spec: dict) -> dict:
     args = GRPOConfig(output_dir=spec["out_dir"], **spec["trl_args"])
     trainer = GRPOTrainer(model=spec["model"], reward_funcs=sort_reward, args=args, train_dataset=dataset,
                           processing_class=tokenizer, callbacks=[_callback(clock, spec, tokenizer, task, held_out)])
+    # rollout = prompts -> completions -> rewards, as rlvr's sampler (evaluation calls neither)
+    trainer._generate = clock.timed_rollout(trainer._generate)
+    trainer._calculate_rewards = clock.timed_rollout(trainer._calculate_rewards)
     trainer.train()
     versions = {"trl": trl.__version__, "transformers": transformers.__version__, "torch": torch.__version__}
     return {**clock.as_dict(), "versions": versions, "threads": torch.get_num_threads()}

@@ -10,10 +10,11 @@
 3. TRL (installed into its own virtualenv `.venv-trl` on first use, versions pinned below) trains the
    same folder with `GRPOTrainer`, with the config mapped by `trl_arguments`, in another child process.
 Both children run one after the other (never together) with the same torch thread count. The table
-gives s/step and CPU-s/step of training (evaluation paused out), the training time until the held-out
-greedy exact-match accuracy (200 prompts, the demo's set) first reaches 0.9, peak RSS of each process,
-and the ratios TRL / rlvr (> 1: rlvr is faster or leaner). CPU seconds are what a loaded, shared machine
-cannot inflate; wall seconds are what a user waits.
+gives s/step and CPU-s/step of training (evaluation paused out; steps 2..N), split into rollout
+(sampling + reward) and update (old/reference log-probs, loss, backward, AdamW), the training time until
+the held-out greedy exact-match accuracy (200 prompts, the demo's set) first reaches 0.9, the peak RSS of
+each process, and the ratios TRL / rlvr (> 1: rlvr is faster or leaner). CPU seconds are what a loaded,
+shared machine cannot inflate; wall seconds are what a user waits.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -121,7 +123,7 @@ def warm_start(cfg) -> Path:
     warm = run_dir / ("sft_model" if cfg.sft.steps else "init_model")
     if (warm / "config.json").is_file() and stamp_file.is_file() and stamp_file.read_text() == stamp:
         return warm
-    subprocess.run(["rm", "-rf", str(run_dir)], check=True)
+    shutil.rmtree(run_dir, ignore_errors=True)
     torch.set_num_threads(cfg.threads or torch.get_num_threads())
     seed_everything(cfg.seed)
     print(f"warm start: {cfg.sft.steps} SFT steps (the demo's) -> {warm}", flush=True)
@@ -134,6 +136,7 @@ def rlvr_child(spec: dict) -> dict:
     """rlvr's loop on the spec's config, timed by a TrainClock hooked onto its evaluation and its
     per-step log call (the loop itself is untouched)."""
     import torch
+    import transformers
 
     import rlvr.train.loop as loop
     from rlvr.config import load_config
@@ -156,27 +159,26 @@ def rlvr_child(spec: dict) -> dict:
             clock.step(step)
 
     loop._evaluate, run.logger.log = timed_evaluate, timed_log
+    run.sampler.sample = clock.timed_rollout(run.sampler.sample)  # prompts -> scored completions
     loop.train(cfg, run=run)
-    import transformers
-
     return {**clock.as_dict(), "versions": {"transformers": transformers.__version__, "torch": torch.__version__},
             "threads": torch.get_num_threads()}
 
 
 def run_child(argv: list[str], threads: int, log_path: Path) -> dict:
-    """Run `argv` to completion; its own peak RSS (MiB) and CPU seconds from wait4, not the children's
-    running maximum that RUSAGE_CHILDREN would give."""
+    """Run `argv` to completion -> its own peak RSS in MiB (wait4's rusage of that process, not the
+    running maximum over all children that RUSAGE_CHILDREN would give)."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
            "CUDA_VISIBLE_DEVICES": "", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
            "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     with open(log_path, "w") as log:
         proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode:
+    code = os.waitstatus_to_exitcode(status)
+    if code:
         tail = "".join(log_path.read_text().splitlines(keepends=True)[-30:])
-        raise SystemExit(f"{argv[1]} failed (exit {proc.returncode}); last lines of {log_path}:\n{tail}")
-    return {"peak_rss_mib": usage.ru_maxrss / 1024, "process_cpu_s": usage.ru_utime + usage.ru_stime}
+        raise SystemExit(f"{argv[1]} failed (exit {code}); last lines of {log_path}:\n{tail}")
+    return {"peak_rss_mib": usage.ru_maxrss / 1024}  # ru_maxrss is in KiB on Linux
 
 
 def trl_python(venv: Path) -> Path:
@@ -199,13 +201,15 @@ def trl_python(venv: Path) -> Path:
 
 def summarize(result: dict, steps: int) -> dict:
     """s/step and CPU-s/step over steps 2..N (step 1 pays one-off warm-up), training time to TARGET."""
-    clock = {s: (wall, cpu) for s, wall, cpu in result["steps"]}
+    clock = {s: rest for s, *rest in result["steps"]}  # step -> (wall, CPU, rollout wall, rollout CPU)
     first, last = min(clock), max(clock)
     if last != steps or last - first < 1:
         raise SystemExit(f"expected steps 1..{steps} in the result, got {first}..{last}")
     n = last - first
     reached = next(((s, wall) for s, wall, _, acc in result["evals"] if acc >= TARGET), None)
-    return {"s_per_step": (clock[last][0] - clock[first][0]) / n, "cpu_per_step": (clock[last][1] - clock[first][1]) / n,
+    per_step = [(b - a) / n for a, b in zip(clock[first], clock[last])]
+    return {"s_per_step": per_step[0], "cpu_per_step": per_step[1], "rollout_cpu_per_step": per_step[3],
+            "update_cpu_per_step": per_step[1] - per_step[3],
             "acc_start": result["evals"][0][3], "acc_final": result["evals"][-1][3],
             "to_target_s": reached[1] if reached else None, "to_target_step": reached[0] if reached else None,
             "peak_rss_mib": result["peak_rss_mib"]}
@@ -227,6 +231,10 @@ def table(rows: dict[str, dict], steps: int) -> str:
              f"{'s/step (wall, training)':34}{r['s_per_step']:>22.3f}{t['s_per_step']:>22.3f}{_fmt(ratio('s_per_step'), '>12.2f')}",
              f"{'CPU-s/step (training)':34}{r['cpu_per_step']:>22.3f}{t['cpu_per_step']:>22.3f}"
              f"{_fmt(ratio('cpu_per_step'), '>12.2f')}",
+             f"{'  rollout: sample + reward':34}{r['rollout_cpu_per_step']:>22.3f}{t['rollout_cpu_per_step']:>22.3f}"
+             f"{_fmt(ratio('rollout_cpu_per_step'), '>12.2f')}",
+             f"{'  update: log-probs, loss, AdamW':34}{r['update_cpu_per_step']:>22.3f}{t['update_cpu_per_step']:>22.3f}"
+             f"{_fmt(ratio('update_cpu_per_step'), '>12.2f')}",
              f"{f'training time to {TARGET} held-out acc':34}{reach['rlvr']:>22}{reach['trl']:>22}"
              f"{_fmt(ratio('to_target_s'), '>12.2f')}",
              f"{'peak RSS (MiB)':34}{r['peak_rss_mib']:>22.0f}{t['peak_rss_mib']:>22.0f}{_fmt(ratio('peak_rss_mib'), '>12.2f')}",
@@ -276,7 +284,7 @@ def main(argv: list[str] | None = None) -> None:
     results_file = work / "results.json"
     results = json.loads(results_file.read_text()) if args.only and results_file.is_file() else {}
     if args.only != "trl":
-        subprocess.run(["rm", "-rf", str(work / "rlvr")], check=True)
+        shutil.rmtree(work / "rlvr", ignore_errors=True)
         spec = work / "rlvr_spec.json"
         spec.write_text(json.dumps({"overrides": overrides}))
         results["rlvr"] = _side("rlvr", [sys.executable, __file__, "--child-rlvr", str(spec), str(work / "rlvr.json")],

@@ -7,18 +7,19 @@ from typing import Any
 
 # file name -> (title, y label, [(metric key, legend label)])
 PLOTS: dict[str, tuple[str, str, list[tuple[str, str]]]] = {
-    "reward.png": ("Training reward", "mean over the rollout batch",
-                   [("reward", "reward"), ("accuracy", "exact-match accuracy")]),
-    "heldout_accuracy.png": ("Held-out accuracy", "exact match",
+    "reward.png": ("Training reward and exact-match accuracy (rollout batch)", "mean over the batch",
+                   [("reward", "reward"), ("accuracy", "exact-match accuracy"),
+                    ("eval/greedy_reward", "held-out greedy reward")]),
+    "heldout_accuracy.png": ("Held-out exact-match accuracy", "exact match",
                              [("eval/greedy_accuracy", "greedy"), ("eval/sampled_accuracy", "sampled"),
-                              ("eval/greedy_reward", "greedy reward")]),
+                              ("eval/pass@4", "pass@4")]),
     "completion_length.png": ("Completion length", "tokens",
                               [("completion_length", "train (mean)"), ("eval/greedy_length", "held-out greedy")]),
-    "kl.png": ("KL(policy || reference)", "per token (estimator k3 unless configured)",
-               [("kl", "kl")]),
-    "loss.png": ("Policy loss", "aggregated loss (not a progress signal: its scale moves with the advantages)",
+    "kl.png": ("KL(policy || reference), per token", "KL estimate", [("kl", "kl")]),
+    "loss.png": ("Policy loss (not a progress signal: it moves with the advantages)", "aggregated loss",
                  [("loss", "loss")]),
 }
+_STYLES = ["-", "--", ":"]  # equal curves (reward == accuracy under a 0/1 reward) stay visible
 
 
 def _series(records: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
@@ -42,12 +43,12 @@ def plot_metrics(records: list[dict[str, Any]], out_dir: Path) -> list[Path]:
         if not series:
             continue
         fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
-        for label, steps, values in series:
+        for (label, steps, values), style in zip(series, _STYLES):
             marker = "o" if len(steps) <= 30 else None
-            ax.plot(steps, values, label=label, marker=marker, markersize=3, linewidth=1.5)
-        ax.set_title(title)
+            ax.plot(steps, values, style, label=label, marker=marker, markersize=3, linewidth=1.5)
+        ax.set_title(title, fontsize=10)
         ax.set_xlabel("RL step")
-        ax.set_ylabel(ylabel, fontsize=8 if len(ylabel) > 40 else 10)
+        ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
         if len(series) > 1:
             ax.legend(loc="best", fontsize=9)

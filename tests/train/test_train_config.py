@@ -96,3 +96,11 @@ def test_apply_overrides_into_free_form_dict():
     cfg = Config()
     apply_overrides(cfg, ["task.options.nested.x=1"])
     assert cfg.task.options == {"nested": {"x": 1}}
+
+
+@pytest.mark.parametrize("name", ["demo.yaml", "sort.yaml", "arith.yaml"])
+def test_shipped_configs_validate(name):
+    from pathlib import Path
+
+    cfg = load_config(Path(__file__).resolve().parents[2] / "configs" / name)
+    assert cfg.train.batch_size % cfg.train.group_size == 0

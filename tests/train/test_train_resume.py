@@ -8,6 +8,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from rlvr.cli import main
+
 pytestmark = pytest.mark.slow
 
 SECTIONS = dict(train={"steps": 8, "batch_size": 16, "group_size": 4}, checkpoint={"every": 1, "keep": 2},
@@ -47,7 +49,7 @@ def test_kill_9_then_resume_equals_uninterrupted(config_factory, rlvr):
     assert samples == (full_dir / "samples.jsonl").read_text().splitlines()
 
 
-def test_resume_needs_a_run_folder(tmp_path, rlvr):
-    out = rlvr("train", "--resume", str(tmp_path / "nothing"))
-    assert out.returncode == 2
-    assert out.stderr.strip().count("\n") == 0 and "not a run folder" in out.stderr
+def test_resume_needs_a_run_folder(tmp_path, capsys):
+    assert main(["train", "--resume", str(tmp_path / "nothing")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not a run folder" in err
