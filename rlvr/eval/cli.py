@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from rlvr.eval.evaluate import evaluate
+from rlvr.thinking.sweep import add_thinking_budget_args, run_budget_eval
 
 _ORDER = ("accuracy", "reward", "mean_length", "format_error_rate", "truncation_rate")
 
@@ -53,6 +54,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--seed", type=int, default=0, help="held-out selection and sampling seed")
     p.add_argument("--batch-size", type=int, default=None, help="max sequences decoded at once")
     p.add_argument("--out", default=None, help="jsonl of graded samples (default: MODEL/eval_TASK.jsonl)")
+    add_thinking_budget_args(p)
     p.set_defaults(func=run)
     return p
 
@@ -108,4 +110,7 @@ def run_eval(args: argparse.Namespace) -> dict[str, dict[str, float]]:
             engine, task, examples, args.n, sampling, ks, out, "sampled")
     print_summary(results, f"{args.task} on {args.model}: {len(examples)} problems")
     print(f"graded samples: {out}")
+    if args.thinking_budget:  # Qwen3's thinking budget: accuracy against budget, table + plot
+        run_budget_eval(args, engine, task, examples, out.parent, sampling=SamplingParams(
+            temperature=0.0, max_new_tokens=args.max_new_tokens, seed=args.seed))
     return results

@@ -28,3 +28,30 @@ def test_eval_command_on_tiny_model(tmp_path, capsys):
         assert metrics["truncation_rate"] == sum(r["finish_reason"] == "length" for r in mine) / len(mine)
         assert metrics["mean_length"] == sum(r["length"] for r in mine) / len(mine)
     assert "pass@2" in capsys.readouterr().out
+
+
+def test_eval_thinking_budget_sweep_writes_table_and_plot(tmp_path, capsys):
+    model = make_tiny_model_dir(tmp_path / "tiny", num_layers=1, hidden_size=32, num_heads=2,
+                                intermediate_size=64)
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    out = tmp_path / "graded.jsonl"
+    args = parser.parse_args(["eval", "--model", str(model), "--task", "countdown", "--task-option",
+                              "template=plain", "--num-examples", "2", "--n", "0", "--max-new-tokens", "4", "--answer-tokens", "3",
+                              "--thinking-budget", "2,5", "--out", str(out)])
+    run_eval(args)
+    rows = [json.loads(line) for line in (tmp_path / "thinking_budget.jsonl").read_text().splitlines()]
+    assert [r["budget"] for r in rows] == [2, 5]
+    assert all(0.0 <= r["accuracy"] <= 1.0 for r in rows)
+    assert (tmp_path / "thinking_budget.png").stat().st_size > 1000
+    assert "budget" in capsys.readouterr().out
+
+
+def test_eval_rejects_a_bad_thinking_budget(capsys):
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    import pytest
+
+    with pytest.raises(SystemExit):
+        parser.parse_args(["eval", "--model", "m", "--task", "gsm8k", "--thinking-budget", "0,x"])
+    assert "thinking budget" in capsys.readouterr().err
