@@ -45,11 +45,14 @@ class TaskConfig:
     rewards: list = f([], "Extra reward terms added to the task's verifier, each {name, weight, options} "
                           "from rlvr.rewards.REWARDS, e.g. [{name: overlong, weight: 1.0, options: "
                           "{max_len: 16, buffer: 4}}] for DAPO's soft overlong punishment.")
-    train_size: int = f(20000, "Number of training prompts drawn once; the loop cycles through them "
-                               "in a fresh seeded order every epoch.")
+    train_size: int = f(20000, "Number of training prompts drawn once; the loop draws its batches from them "
+                               "(prompt_sampler).")
     eval_size: int = f(100, "Size of the fixed held-out set (disjoint from training).")
     eval_seed: int = f(0, "Seed of the held-out set; independent of `seed`, so runs with different seeds "
                           "are scored on the same problems.")
+    prompt_sampler: str = f("uniform", "How training prompts are drawn: uniform (seeded epochs), failure_rate "
+                                       "(Kimi k1.5 prioritized sampling) or curriculum (easy to hard).")
+    sampler_options: dict = f({}, "Options of prompt_sampler, e.g. {decay: 0.9} or {n_buckets: 3, steps_per_stage: 20}.")
 
 
 @dataclass

@@ -80,6 +80,7 @@ def train(cfg: Config, resume: bool = False, run: Run | None = None) -> RunResul
             # sampling, groups whose rewards are all equal are replaced by new ones ---
             rollout = run.sampler.sample(step)
             completions, scores = rollout.completions, rollout.scores
+            run.stream.update(rollout.examples, scores.correct)  # failure-rate sampling learns what fails
             rewards = torch.tensor(scores.rewards, dtype=torch.float32)  # (N,)
             t_rollout = time.perf_counter() - tic
 

@@ -21,7 +21,7 @@ from rlvr.rollout.hf_engine import HFEngine
 from rlvr.tasks import Example, Task, get_task
 from rlvr.train.checkpoint import latest_checkpoint, load_state, set_rng_state
 from rlvr.train import family
-from rlvr.train.data import PromptStream
+from rlvr.train.data import PromptStream, build_prompt_stream
 from rlvr.train.evaluate import build_reward
 from rlvr.train.optim import build_optimizer, build_scheduler
 
@@ -39,7 +39,7 @@ class Run:
     algo: GroupPolicyGradient
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LambdaLR
-    stream: PromptStream
+    stream: PromptStream  # or SampledPromptStream (task.prompt_sampler)
     eval_examples: list[Example]
     logger: MetricsLogger
     start_step: int
@@ -111,7 +111,8 @@ def prepare_run(cfg: Config, resume: bool = False, on_sft=None) -> Run:
     token_adv = family.token_advantages(cfg)
     value_model = family.value_model(cfg, token_adv, policy, init, optimizer)
     scheduler = build_scheduler(optimizer, o.schedule, o.warmup_steps, optimizer_steps(cfg), o.min_lr_ratio)
-    stream = PromptStream(task.train_examples(cfg.task.train_size, cfg.seed), cfg.seed)
+    stream = build_prompt_stream(cfg.task.prompt_sampler, cfg.task.sampler_options,
+                                 task.train_examples(cfg.task.train_size, cfg.seed), cfg.seed)
     start_step = 0
     if checkpoint is not None:
         state = load_state(checkpoint)

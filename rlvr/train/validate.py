@@ -12,6 +12,8 @@ from rlvr.config import Config, ConfigError
 from rlvr.models import PRESETS
 from rlvr.models.tiny import ARCHS
 from rlvr.tasks import TASKS, get_task
+from rlvr.tasks.base import Example
+from rlvr.train.data import PROMPT_SAMPLERS, build_prompt_stream
 from rlvr.train.evaluate import build_reward
 from rlvr.train.optim import check_schedule
 
@@ -53,6 +55,29 @@ def check_registries(cfg: Config) -> None:
         build_reward(task, cfg.task.rewards)
     except (TypeError, ValueError) as err:
         raise ConfigError(f"task.rewards: {err}") from None
+    check_prompt_sampler(cfg, task)
     from rlvr.train.family import check_family_options
 
     check_family_options(cfg)
+
+
+def check_prompt_sampler(cfg: Config, task: Any) -> None:
+    """task.prompt_sampler and its options, tried on a stand-in pool (a curriculum's difficulty field on a few
+    real examples); every sampling round must find enough distinct prompts (a curriculum: in its first bucket)."""
+    t, prompts = cfg.task, cfg.train.batch_size // cfg.train.group_size
+    _check_member("task.prompt_sampler", t.prompt_sampler, PROMPT_SAMPLERS)
+    options = dict(t.sampler_options)
+    if t.prompt_sampler == "curriculum" and options.get("difficulty", "prompt_length") != "prompt_length":
+        sample = task.train_examples(min(t.train_size, 4), cfg.seed)
+        pool = [sample[i % len(sample)] for i in range(t.train_size)]
+    else:
+        pool = [Example("", "")] * t.train_size
+    try:
+        stream = build_prompt_stream(t.prompt_sampler, options, pool, cfg.seed)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"task.sampler_options of {t.prompt_sampler}: {err}") from None
+    first = len(stream.sampler.buckets[0]) if t.prompt_sampler == "curriculum" else t.train_size
+    if t.prompt_sampler != "uniform" and first < prompts:
+        raise ConfigError(f"task.prompt_sampler {t.prompt_sampler!r} draws {prompts} distinct prompts per step "
+                          f"(train.batch_size / group_size) but only {first} are available; raise task.train_size"
+                          f"{' or lower n_buckets' if t.prompt_sampler == 'curriculum' else ''}")
