@@ -52,7 +52,8 @@ class TaskConfig:
                           "are scored on the same problems.")
     prompt_sampler: str = f("uniform", "How training prompts are drawn: uniform (seeded epochs), failure_rate "
                                        "(Kimi k1.5 prioritized sampling) or curriculum (easy to hard).")
-    sampler_options: dict = f({}, "Options of prompt_sampler, e.g. {decay: 0.9} or {n_buckets: 3, steps_per_stage: 20}.")
+    sampler_options: dict = f({}, "Options of prompt_sampler, e.g. {decay: 0.9} or {n_buckets: 3, "
+                                  "steps_per_stage: 20} (docs/training.md).")
 
 
 @dataclass

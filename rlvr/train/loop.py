@@ -76,8 +76,7 @@ def train(cfg: Config, resume: bool = False, run: Run | None = None) -> RunResul
             progress.update(0, first_eval)
         for step in range(run.start_step + 1, cfg.train.steps + 1):
             tic = time.perf_counter()
-            # --- rollout + rewards: group_size samples of each prompt, contiguous, scored; with DAPO's dynamic
-            # sampling, groups whose rewards are all equal are replaced by new ones ---
+            # --- rollout + rewards: group_size scored samples per prompt, contiguous; DAPO refills flat groups ---
             rollout = run.sampler.sample(step)
             completions, scores = rollout.completions, rollout.scores
             run.stream.update(rollout.examples, scores.correct)  # failure-rate sampling learns what fails
