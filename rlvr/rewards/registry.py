@@ -6,6 +6,7 @@ Each entry is a factory taking keyword options. A task brings its own verifier
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable
 
 from rlvr.rewards.code import CodeReward
@@ -34,6 +35,16 @@ def _code(max_workers: int | None = None, **limits: Any) -> CodeReward:
     return CodeReward(SandboxLimits(**limits), max_workers=max_workers)
 
 
+def _reward_model(path: str, batch_size: int = 32, shift: float = 0.0, scale: float = 1.0) -> Any:
+    """A trained Bradley-Terry reward model folder (`rlvr reward-model`) as a reward: RLHF."""
+    from rlvr.algorithms.reward_model import RewardModelReward, load_reward_model  # torch models: on use only
+    from rlvr.models import load_tokenizer
+
+    if not (Path(path) / "config.json").is_file():
+        raise ValueError(f"reward_model path {str(path)!r} is not a model folder (no config.json)")
+    return RewardModelReward(load_reward_model(path), load_tokenizer(path), batch_size, shift, scale)
+
+
 REWARDS: dict[str, Callable[..., Any]] = {
     "math": lambda answer_key="answer": MathReward(answer_key),
     "r1_zero": lambda answer_key="answer", strict=False: MathReward(
@@ -45,6 +56,7 @@ REWARDS: dict[str, Callable[..., Any]] = {
     "overlong": OverlongPenalty,
     "code": _code,
     "countdown": CountdownReward,
+    "reward_model": _reward_model,
 }
 
 

@@ -18,16 +18,20 @@ from rlvr.tasks.base import Example, Task
 
 
 def build_reward(task: Task, extra: Sequence[dict[str, Any]] = ()) -> CombinedReward:
-    """The task's verifier (weight 1, component `task`) plus `extra` terms, each a dict
-    {name: registry name, weight: float, options: {...}} (see rlvr.rewards.REWARDS)."""
-    parts = [(task.reward_fn(), 1.0, "task")]
+    """The task's verifier (component `task`, weight 1 unless a term {name: task, weight: w} says
+    otherwise) plus `extra` terms, each a dict {name: registry name, weight: float, options: {...}}
+    (see rlvr.rewards.REWARDS)."""
+    task_weight, parts = 1.0, []
     for term in extra:
         unknown = set(term) - {"name", "weight", "options"}
         if "name" not in term or unknown:
             raise ValueError(f"a reward term needs `name` (and optionally weight, options); got {term}")
+        if term["name"] == "task":  # re-weights the verifier; weight 0 logs it only (gold beside a proxy RM)
+            task_weight = float(term.get("weight", 1.0))
+            continue
         parts.append((reward_from_name(term["name"], **term.get("options", {})), float(term.get("weight", 1.0)),
                       term["name"]))
-    return CombinedReward(parts)
+    return CombinedReward([(task.reward_fn(), task_weight, "task"), *parts])
 
 
 @dataclass
