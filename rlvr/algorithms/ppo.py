@@ -77,6 +77,9 @@ def token_level_advantages(
     return advantages, returns
 
 
+VALUE_MODEL_FILE = "value_model.safetensors"  # the critic's weights in a run's final_model/
+
+
 class ValueHead(nn.Module):
     """hidden (B, S, H) -> values (B, S). Zero-initialised: V = 0 before training, so the first
     advantages are the plain returns rather than returns minus random noise."""

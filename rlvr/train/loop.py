@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import save_file
 
 from rlvr.algorithms.grpo import accumulation_denominator
+from rlvr.algorithms.ppo import VALUE_MODEL_FILE
 from rlvr.config import Config
 from rlvr.core import masked_mean
 from rlvr.logging.plots import plot_metrics
@@ -53,6 +55,8 @@ def _evaluate(run: Run, step: int) -> dict[str, float]:
 
 def _finish(run: Run) -> None:
     save_model(run.policy, run.tokenizer, run.run_dir / "final_model")
+    if run.value_model is not None:  # PPO's critic (head, and trunk when separate) beside the policy
+        save_file(run.value_model.state_dict(), run.run_dir / "final_model" / VALUE_MODEL_FILE)
     if run.cfg.log.plots:
         plot_metrics(read_jsonl(run.run_dir / METRICS), run.run_dir / "plots")
 

@@ -8,7 +8,9 @@ import math
 
 import pytest
 import yaml
+from safetensors.torch import load_file
 
+from rlvr.algorithms.ppo import VALUE_MODEL_FILE
 from rlvr.algorithms.presets import PRESETS, deep_merge, format_presets, get_preset, nested, preset_overrides
 from rlvr.config import ConfigError, load_config
 from rlvr.train.loop import train
@@ -87,6 +89,8 @@ def test_ppo_separate_critic_trains_and_logs_value_metrics(tmp_path):
     last = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
     assert math.isfinite(last["value_loss"]) and 0 <= last["value_clip_frac"] <= 1
     assert changed(start_dir(tmp_path), tmp_path / "final_model")
+    critic = load_file(tmp_path / "final_model" / VALUE_MODEL_FILE)  # the trained critic is kept too
+    assert any(k.startswith("trunk.") for k in critic) and critic["head.proj.weight"].abs().sum() > 0
 
 
 def test_dapo_dynamic_sampling_logs_its_rounds(tmp_path):
