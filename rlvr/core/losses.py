@@ -12,8 +12,8 @@ Registry signature (`POLICY_LOSSES`, one for every entry, so callers never sniff
 A hyper-parameter left at None takes that loss's paper default (clipped: 0.2; gspo: 3e-4 / 4e-4), and
 `clip_high=None` with a given `clip_low` means symmetric clipping. A loss ignores the ones it does not
 use ("pg" ignores all three, "clipped"/"gspo" ignore `tau`, "kimi" ignores the clips and needs `tau`).
-For "kimi", `advantages` are the rewards (or any group-centered advantages): it subtracts the batch
-mean, which leaves group-centered advantages unchanged.
+For "kimi", `advantages` must already be group-centered (r - r_bar, the `centered` estimator) and are
+used as given: re-centering a shuffled micro-batch would subtract the wrong mean.
 """
 
 from __future__ import annotations
@@ -175,6 +175,12 @@ def kimi_loss(
     r = rewards.detach().reshape(-1)  # (B,)
     groups = r.reshape(1, -1) if group_size is None else _grouped(r, group_size)  # (B/G, G)
     centered = (groups - groups.mean(dim=1, keepdim=True)).reshape(-1)  # (B,) r - r_bar
+    return _kimi_per_token(logprobs, old_logprobs, centered, m, tau)
+
+
+def _kimi_per_token(logprobs: Tensor, old_logprobs: Tensor, centered: Tensor, m: Tensor,
+                    tau: float) -> tuple[Tensor, Metrics]:
+    """Kimi's per-token loss from rewards already centred, `centered (B,)` = r - r_bar."""
     log_ratio = logprobs - old_logprobs.detach()  # (B, T)
     seq_log_ratio = masked_sum(log_ratio, m, dim=-1)  # (B,) S_b
     loss = -centered[:, None] * logprobs + 0.5 * tau * seq_log_ratio[:, None] * log_ratio
@@ -232,7 +238,17 @@ def _gspo(logprobs, old_logprobs, advantages, mask, *, clip_low=None, clip_high=
 def _kimi(logprobs, old_logprobs, advantages, mask, *, clip_low=None, clip_high=None, tau=None):
     if tau is None:
         raise ValueError("policy loss 'kimi' needs tau (the Kimi k1.5 KL-regulariser weight)")
-    return kimi_loss(logprobs, old_logprobs, advantages, mask, tau)
+    # The loop's advantage estimator has already subtracted the per-prompt mean; centring again here
+    # would use the mean of whatever (shuffled) micro-batch arrives, not the prompt's group.
+    check_ndim("logprobs", logprobs, 2)
+    check_same_shape(logprobs=logprobs, old_logprobs=old_logprobs)
+    if not tau >= 0:
+        raise ValueError(f"tau must be >= 0, got {tau}")
+    m = as_bool_mask(mask, logprobs, like_name="logprobs")
+    if tuple(advantages.shape) not in ((logprobs.shape[0],), (logprobs.shape[0], 1)):
+        raise ValueError(f"kimi advantages must be ({logprobs.shape[0]},) or ({logprobs.shape[0]}, 1), "
+                         f"got {tuple(advantages.shape)}")
+    return _kimi_per_token(logprobs, old_logprobs, advantages.detach().reshape(-1), m, tau)
 
 
 POLICY_LOSSES: dict[str, PolicyLoss] = {"pg": _pg, "clipped": _clipped, "gspo": _gspo, "kimi": _kimi}

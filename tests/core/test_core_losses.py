@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from rlvr.core import (
     POLICY_LOSSES,
     aggregate_loss,
+    centered_advantages,
     clipped_surrogate_loss,
     clipped_value_loss,
     get_policy_loss,
@@ -199,3 +200,24 @@ def test_bad_input():
         kimi_loss(logp, old, adv, mask, 0.1, group_size=2)
     with pytest.raises(ValueError, match=r"rewards must be \(3,\)"):
         kimi_loss(logp, old, old, mask, 0.1)
+
+
+def test_kimi_registry_entry_takes_centred_advantages_as_given_so_micro_batches_agree():
+    """The loop centres per prompt before shuffling into micro-batches; the registry's kimi must not
+    centre again (a micro-batch mean is not the prompt's mean): split gradients == full gradient."""
+    g = torch.Generator().manual_seed(0)
+    rewards = torch.tensor([1.0, 0, 0, 0, 1, 1, 1, 0])
+    adv = centered_advantages(rewards, 4)  # (8,) per-prompt r - r_bar
+    logp = torch.randn(8, 5, generator=g, requires_grad=True)
+    old, mask = logp.detach() - 0.05, torch.ones(8, 5, dtype=torch.bool)
+    full, _ = POLICY_LOSSES["kimi"](logp, old, adv, mask, tau=0.1)
+    (grad_full,) = torch.autograd.grad(full.sum(), logp)
+    expected, _ = kimi_loss(logp, old, rewards, mask, 0.1, group_size=4)  # from raw rewards, per prompt
+    torch.testing.assert_close(full, expected)
+    split = torch.zeros_like(logp)
+    for rows in (torch.tensor([0, 4, 5, 6]), torch.tensor([1, 2, 3, 7])):  # a shuffled split
+        part, _ = POLICY_LOSSES["kimi"](logp[rows], old[rows], adv[rows], mask[rows], tau=0.1)
+        split += torch.autograd.grad(part.sum(), logp)[0]
+    torch.testing.assert_close(split, grad_full)
+    with pytest.raises(ValueError, match=r"kimi advantages must be \(8,\)"):
+        POLICY_LOSSES["kimi"](logp, old, adv[:4], mask, tau=0.1)
