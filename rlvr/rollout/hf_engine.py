@@ -132,6 +132,9 @@ class HFEngine:
     # --- decoding ---------------------------------------------------------------------------------
 
     def _forward(self, input_ids: Tensor, positions: Tensor, mask: Tensor, cache) -> Tensor:
+        if self.model.config._attn_implementation == "eager":  # eager adds a 4D mask to the scores
+            mask = torch.zeros(mask.shape, dtype=self.model.dtype, device=mask.device).masked_fill(
+                ~mask, torch.finfo(self.model.dtype).min)
         out = self.model(input_ids=input_ids, position_ids=positions, attention_mask=mask,
                          use_cache=True, logits_to_keep=1, **{self._cache_kwarg: cache})
         return out.logits[:, -1, :]  # (rows, V)
