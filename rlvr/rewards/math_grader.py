@@ -28,6 +28,10 @@ _THOUSANDS = re.compile(r"^-?\d{1,3}(,\d{3})+(\.\d+)?$")
 _PLAIN = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)(e[-+]?\d+)?$", re.IGNORECASE)
 _FRAC = re.compile(r"^(-?)\\[dt]?frac\{(-?\d{1,20})\}\{(\d{1,20})\}$|^(-?)(\d{1,20})/(\d{1,20})$")
 _WORD_UNITS = re.compile(r"^(.*?\d)\s*(?:[a-zA-Z]{2,}\.?\s*)+$")  # "18 dollars", "5 cm" (not "5 x")
+# Trailing words that change the value or make it a bound, never a unit: "2 pi", "5 thousand", "4 or more".
+_VALUE_WORDS = frozenset("""pi thousand thousands million millions billion billions trillion trillions hundred
+    hundreds dozen dozens half halves quarter quarters or and more less than least most at over under plus
+    minus times squared cubed sqrt root roots inf infinity""".split())
 
 
 def _strip_decorations(s: str) -> str:
@@ -47,6 +51,8 @@ def plain_number(s: str) -> Fraction | None:
         return None if int(den) == 0 else Fraction(int(num), int(den)) * (-1 if sign else 1)
     m = _WORD_UNITS.match(s)
     if m:
+        if {w.strip(".").lower() for w in s[m.end(1):].split()} & _VALUE_WORDS:
+            return None  # not a unit: let math-verify judge the whole expression
         s = m.group(1)
     if _THOUSANDS.match(s):
         s = s.replace(",", "")
