@@ -29,6 +29,8 @@ def last_boxed(text: str) -> str | None:
     if start < 0:
         return None
     i = start + (6 if text.startswith("\\boxed", start) else 5)
+    while i < len(text) and text[i] == " " and text[i + 1:i + 2] in (" ", "{"):
+        i += 1  # `\boxed {5}` is a braced box after all
     if i < len(text) and text[i] == " ":  # `\boxed 5`: a single token up to the next space or $
         m = re.match(r" +([^\s$]+)", text[i:])
         return m.group(1) if m else None

@@ -68,3 +68,8 @@ def test_boxed_content_is_a_substring_and_wins_over_any_prefix(s, prefix):
     got = extract_answer(boxed)
     assert got is None or got in s
     assert extract_answer(prefix + " The answer is 9. " + boxed) == got
+
+
+def test_boxed_with_spaces_before_the_brace_is_still_a_braced_box():
+    assert last_boxed(r"so \boxed {5}") == "5" and last_boxed(r"\boxed  {\frac{1}{2}}") == r"\frac{1}{2}"
+    assert last_boxed(r"\boxed 5 apples") == "5"  # unbraced: one token
