@@ -108,3 +108,20 @@ def save_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase | None
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return path
+
+
+def disable_dropout(model: torch.nn.Module) -> torch.nn.Module:
+    """Turn every dropout off, in place (TRL's `disable_dropout_in_model`, plus the float rates that
+    attention layers read from their config): RL's importance ratio compares log-probs from separate
+    forward passes, which dropout would make differ even at equal weights."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+        for name in ("attention_dropout", "dropout"):
+            if isinstance(getattr(module, name, None), float):
+                setattr(module, name, 0.0)
+    config = getattr(model, "config", None)
+    for name, value in (vars(config) if config is not None else {}).items():
+        if isinstance(value, float) and ("dropout" in name or "pdrop" in name):
+            setattr(config, name, 0.0)
+    return model

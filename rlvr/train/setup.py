@@ -16,7 +16,7 @@ from rlvr.algorithms.sft import pairs_from_jsonl, pairs_from_task, train_sft
 from rlvr.config import Config, ConfigError, save_config
 from rlvr.logging.sinks import MetricsLogger
 from rlvr.rewards import CombinedReward
-from rlvr.models import load_model, load_tokenizer, make_tiny_model_dir, save_model
+from rlvr.models import disable_dropout, load_model, load_tokenizer, make_tiny_model_dir, save_model
 from rlvr.rollout.hf_engine import HFEngine
 from rlvr.tasks import Example, Task, get_task
 from rlvr.train.checkpoint import latest_checkpoint, load_state, set_rng_state
@@ -102,7 +102,7 @@ def prepare_run(cfg: Config, resume: bool = False, on_sft=None) -> Run:
     task = get_task(cfg.task.name, **cfg.task.options)
     init = start_model(cfg, run_dir, task, on_sft)
     policy_path = checkpoint / "model" if checkpoint else init
-    policy, tokenizer = load_model(policy_path), load_tokenizer(policy_path)
+    policy, tokenizer = disable_dropout(load_model(policy_path)), load_tokenizer(policy_path)
     algo = GroupPolicyGradient.from_config(cfg.algorithm, cfg.rollout.max_new_tokens)
     needs_reference = algo.needs_reference or cfg.algorithm.kl_reward_coef > 0
     reference = load_model(init).requires_grad_(False) if needs_reference else None

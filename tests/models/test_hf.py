@@ -108,3 +108,20 @@ def test_missing_or_bad_folder_gives_clear_error(tmp_path):
 def test_bad_factory_arguments(tmp_path, kwargs, match):
     with pytest.raises(ValueError, match=match):
         make_tiny_model_dir(tmp_path / "m", **kwargs)
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+def test_disable_dropout_makes_train_mode_forwards_deterministic(arch):
+    from rlvr.models import disable_dropout
+
+    model = build_tiny_model(build_char_tokenizer(), arch=arch, hidden_size=32, num_layers=1, num_heads=2,
+                             intermediate_size=64)
+    model.config.attention_dropout = 0.5
+    for module in model.modules():  # attention layers copy the rate at construction
+        if isinstance(getattr(module, "attention_dropout", None), float):
+            module.attention_dropout = 0.5
+    model.train()
+    ids = torch.arange(4, 20)[None]
+    assert not torch.equal(model(ids).logits, model(ids).logits)  # dropout is live
+    disable_dropout(model).train()
+    assert torch.equal(model(ids).logits, model(ids).logits) and model.config.attention_dropout == 0.0
