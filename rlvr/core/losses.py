@@ -164,18 +164,24 @@ def kimi_loss(
     S_b = sum_t (log pi_t - log pi_old_t) (not detached). Summed over a sequence's tokens
     (`seq_mean_token_sum`) it gives the per-sample loss above exactly, in value and in gradient.
     """
+    m, r = _check_kimi(logprobs, old_logprobs, rewards, "rewards", mask, tau)  # r (B,)
+    groups = r.reshape(1, -1) if group_size is None else _grouped(r, group_size)  # (B/G, G)
+    centered = (groups - groups.mean(dim=1, keepdim=True)).reshape(-1)  # (B,) r - r_bar
+    return _kimi_per_token(logprobs, old_logprobs, centered, m, tau)
+
+
+def _check_kimi(logprobs: Tensor, old_logprobs: Tensor, per_seq: Tensor, name: str, mask: Tensor,
+                tau: float) -> tuple[Tensor, Tensor]:
+    """Validate Kimi's inputs; returns the bool mask (B, T) and `per_seq` detached as (B,)."""
     check_ndim("logprobs", logprobs, 2)
     check_same_shape(logprobs=logprobs, old_logprobs=old_logprobs)
     if not tau >= 0:
         raise ValueError(f"tau must be >= 0, got {tau}")
     m = as_bool_mask(mask, logprobs, like_name="logprobs")
-    if tuple(rewards.shape) not in ((logprobs.shape[0],), (logprobs.shape[0], 1)):
-        raise ValueError(f"rewards must be ({logprobs.shape[0]},) or ({logprobs.shape[0]}, 1), "
-                         f"got {tuple(rewards.shape)}")
-    r = rewards.detach().reshape(-1)  # (B,)
-    groups = r.reshape(1, -1) if group_size is None else _grouped(r, group_size)  # (B/G, G)
-    centered = (groups - groups.mean(dim=1, keepdim=True)).reshape(-1)  # (B,) r - r_bar
-    return _kimi_per_token(logprobs, old_logprobs, centered, m, tau)
+    if tuple(per_seq.shape) not in ((logprobs.shape[0],), (logprobs.shape[0], 1)):
+        raise ValueError(f"{name} must be ({logprobs.shape[0]},) or ({logprobs.shape[0]}, 1), "
+                         f"got {tuple(per_seq.shape)}")
+    return m, per_seq.detach().reshape(-1)
 
 
 def _kimi_per_token(logprobs: Tensor, old_logprobs: Tensor, centered: Tensor, m: Tensor,
@@ -240,15 +246,8 @@ def _kimi(logprobs, old_logprobs, advantages, mask, *, clip_low=None, clip_high=
         raise ValueError("policy loss 'kimi' needs tau (the Kimi k1.5 KL-regulariser weight)")
     # The loop's advantage estimator has already subtracted the per-prompt mean; centring again here
     # would use the mean of whatever (shuffled) micro-batch arrives, not the prompt's group.
-    check_ndim("logprobs", logprobs, 2)
-    check_same_shape(logprobs=logprobs, old_logprobs=old_logprobs)
-    if not tau >= 0:
-        raise ValueError(f"tau must be >= 0, got {tau}")
-    m = as_bool_mask(mask, logprobs, like_name="logprobs")
-    if tuple(advantages.shape) not in ((logprobs.shape[0],), (logprobs.shape[0], 1)):
-        raise ValueError(f"kimi advantages must be ({logprobs.shape[0]},) or ({logprobs.shape[0]}, 1), "
-                         f"got {tuple(advantages.shape)}")
-    return _kimi_per_token(logprobs, old_logprobs, advantages.detach().reshape(-1), m, tau)
+    m, centered = _check_kimi(logprobs, old_logprobs, advantages, "kimi advantages", mask, tau)
+    return _kimi_per_token(logprobs, old_logprobs, centered, m, tau)
 
 
 POLICY_LOSSES: dict[str, PolicyLoss] = {"pg": _pg, "clipped": _clipped, "gspo": _gspo, "kimi": _kimi}
