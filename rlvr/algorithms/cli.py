@@ -152,18 +152,21 @@ def _common(parser: argparse.ArgumentParser, out: str) -> None:
     parser.add_argument("--verbose", action="store_true", help="print every optimizer step as JSON")
 
 
+def _pair_data(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", required=True, help="jsonl of {prompt, chosen, rejected}")
+    parser.add_argument("--eval-data", help="held-out jsonl (default: eval_fraction of --data)")
+
+
 def add_parsers(subparsers: argparse._SubParsersAction) -> None:
     dpo = subparsers.add_parser("dpo", help="offline preference training: DPO, IPO, SimPO, LN-DPO")
     _common(dpo, "runs/dpo")
-    dpo.add_argument("--data", required=True, help="jsonl of {prompt, chosen, rejected}")
-    dpo.add_argument("--eval-data", help="held-out jsonl (default: eval_fraction of --data)")
+    _pair_data(dpo)
     add_config_flags(dpo, PreferenceConfig)
     dpo.set_defaults(func=_dpo)
 
     rm = subparsers.add_parser("reward-model", help="train a Bradley-Terry reward model on preference pairs")
     _common(rm, "runs/reward_model")
-    rm.add_argument("--data", required=True, help="jsonl of {prompt, chosen, rejected}")
-    rm.add_argument("--eval-data", help="held-out jsonl (default: eval_fraction of --data)")
+    _pair_data(rm)
     add_config_flags(rm, RewardModelConfig)
     rm.set_defaults(func=_reward_model)
 

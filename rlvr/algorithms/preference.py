@@ -62,6 +62,16 @@ def as_pairs(rows: Sequence[PreferencePair | Mapping[str, Any]]) -> list[Prefere
     return out
 
 
+def pairs_and_holdout(pairs: Sequence[PreferencePair | Mapping[str, Any]],
+                      eval_pairs: Sequence[PreferencePair | Mapping[str, Any]] | None,
+                      fraction: float, seed: int) -> tuple[list[PreferencePair], list[PreferencePair]]:
+    """(train, held-out) pairs: `eval_pairs` when given, else a seeded `fraction` of `pairs`."""
+    pairs = as_pairs(pairs)
+    if eval_pairs is None:
+        pairs, eval_pairs = split_holdout(pairs, fraction, seed)
+    return pairs, as_pairs(eval_pairs) if eval_pairs else []
+
+
 @dataclass
 class PairConfig(OfflineConfig):
     eval_fraction: float = config_field(0.1, "Share of the pairs held out for evaluation when no "
@@ -187,10 +197,7 @@ def train_preference(
     """
     cfg = config or PreferenceConfig()
     cfg.validate()
-    pairs = as_pairs(pairs)
-    if eval_pairs is None:
-        pairs, eval_pairs = split_holdout(pairs, cfg.eval_fraction, cfg.seed)
-    eval_pairs = as_pairs(eval_pairs) if eval_pairs else []
+    pairs, eval_pairs = pairs_and_holdout(pairs, eval_pairs, cfg.eval_fraction, cfg.seed)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     train_enc = encode_pairs(tokenizer, pairs, cfg.max_length)
     eval_enc = encode_pairs(tokenizer, eval_pairs, cfg.max_length)

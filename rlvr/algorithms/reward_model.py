@@ -29,9 +29,8 @@ from torch import Tensor
 from transformers import AutoConfig, AutoModelForSequenceClassification, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
-from rlvr.algorithms.common import config_field, encode_prompt_completion, pad_right, split_holdout, \
-    train_epochs
-from rlvr.algorithms.preference import PairConfig, PreferencePair, as_pairs
+from rlvr.algorithms.common import config_field, encode_prompt_completion, pad_right, train_epochs
+from rlvr.algorithms.preference import PairConfig, PreferencePair, pairs_and_holdout
 from rlvr.rewards.base import BatchContext, RewardBatch, RewardOutput
 
 
@@ -156,10 +155,7 @@ def train_reward_model(rm: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
     before and after, and the per-step history. Eval mode throughout (no dropout)."""
     cfg = config or RewardModelConfig()
     cfg.validate()
-    pairs = as_pairs(pairs)
-    if eval_pairs is None:
-        pairs, eval_pairs = split_holdout(pairs, cfg.eval_fraction, cfg.seed)
-    eval_pairs = as_pairs(eval_pairs) if eval_pairs else []
+    pairs, eval_pairs = pairs_and_holdout(pairs, eval_pairs, cfg.eval_fraction, cfg.seed)
     rm.eval()
     evaluate = lambda: evaluate_reward_model(rm, tokenizer, eval_pairs, cfg.micro_batch_size or cfg.batch_size,
                                              cfg.center_coef) if eval_pairs else {}

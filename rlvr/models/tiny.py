@@ -62,22 +62,14 @@ def tiny_config(
     )
 
 
-def build_tiny_model(
-    tokenizer: PreTrainedTokenizerBase,
-    arch: str = "qwen2",
-    hidden_size: int = 128,
-    num_layers: int = 4,
-    num_heads: int = 4,
-    intermediate_size: int = 512,
-    max_position_embeddings: int = 512,
-    seed: int = 0,
-) -> PreTrainedModel:
-    """A randomly initialised (seeded, float32, sdpa attention) causal LM for `tokenizer`.
+def build_tiny_model(tokenizer: PreTrainedTokenizerBase, arch: str = "qwen2", seed: int = 0,
+                     **sizes: int) -> PreTrainedModel:
+    """A randomly initialised (seeded, float32, sdpa attention) causal LM for `tokenizer`; `sizes`
+    are `tiny_config`'s (hidden_size, num_layers, num_heads, intermediate_size, max_position_embeddings).
 
     The global RNG state is left untouched: the same seed gives the same weights wherever it is called.
     """
-    config = tiny_config(tokenizer, arch, hidden_size, num_layers, num_heads, intermediate_size,
-                         max_position_embeddings)
+    config = tiny_config(tokenizer, arch, **sizes)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="sdpa")

@@ -2,7 +2,6 @@ import copy
 
 import pytest
 import torch
-from conftest import sharpened_model
 
 from rlvr.rollout import HFEngine, RolloutEngine, SamplingParams
 
@@ -198,10 +197,10 @@ def test_bad_engine_arguments(sharp):
         HFEngine(*sharp).generate(PROMPTS, 1, SamplingParams(stop=("",)))
 
 
-def test_eager_attention_gets_an_additive_mask_and_the_same_logprobs():
+def test_eager_attention_gets_an_additive_mask_and_the_same_logprobs(sharp):
     """Eager attention adds a 4D mask to the scores (a boolean one would mask nothing): the engine
     converts it, so with eager attention the log-probs still equal a plain forward pass."""
-    model, tokenizer = sharpened_model("qwen2")
+    model, tokenizer = copy.deepcopy(sharp[0]), sharp[1]
     model.set_attn_implementation("eager")
     assert model.config._attn_implementation == "eager"
     completions = HFEngine(model, tokenizer).generate(PROMPTS, 2, SamplingParams(max_new_tokens=12, seed=3))
