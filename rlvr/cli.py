@@ -15,12 +15,12 @@ import os
 import sys
 
 COMMAND_MODULES = [  # each provides add_parser(subparsers) (or add_parsers, for several commands)
-    "rlvr.train.commands",  # demo, train, sft
-    "rlvr.eval.cli",  # eval
-    "rlvr.algorithms.cli",  # dpo, reward-model, rft
-    "rlvr.data.cli",  # data decontaminate | dedup | ...
-    "rlvr.experiments.cli",  # experiment sort-toy | two-state
-    "rlvr.algorithms.commands",  # presets, compare, recipe
+    "rlvr.commands.train",  # demo, train, sft
+    "rlvr.commands.eval",  # eval
+    "rlvr.commands.offline",  # dpo, reward-model, rft
+    "rlvr.commands.data",  # data decontaminate | dedup | ...
+    "rlvr.commands.experiments",  # experiment sort-toy | two-state
+    "rlvr.commands.pipelines",  # presets, compare, recipe
 ]
 
 

@@ -17,6 +17,8 @@ from typing import Any
 
 import yaml
 
+from rlvr.presets import deep_merge, get_preset, nested
+
 
 class ConfigError(ValueError):
     """A config problem, reported by the CLI as one line on stderr and exit code 2."""
@@ -240,23 +242,34 @@ def _check_files(cfg: Config) -> None:
 
 
 def validate(cfg: Config) -> Config:
-    """Raise ConfigError (one line) on anything that would fail later; return cfg unchanged."""
-    from rlvr.train.validate import check_registries  # imports torch and the registries: only now
-
+    """Raise ConfigError (one line) on values, sizes and files; return cfg unchanged. Names looked up in
+    registries (task, losses, rewards) are checked when a run is set up (`rlvr.train.validate`)."""
     _check_positive(cfg)
     _check_batches(cfg)
     _check_files(cfg)
-    check_registries(cfg)
     return cfg
 
 
+SHIPPED_CONFIGS = Path(__file__).resolve().parent / "configs"  # package data: demo, sort, recipes, compare
+
+
+def config_file(name: str | Path, folder: str = "", what: str = "config file") -> Path:
+    """A YAML path as given, else a shipped config by name (`sort`, `recipes/r1`, or `r1` in `folder`)."""
+    path = Path(name)
+    if path.is_file():
+        return path
+    for candidate in (SHIPPED_CONFIGS / folder / path, SHIPPED_CONFIGS / path):
+        for shipped in (candidate, candidate.with_name(candidate.name + ".yaml")):
+            if shipped.is_file():
+                return shipped
+    raise ConfigError(f"{what} {str(name)!r} does not exist (nor is it a shipped config under {SHIPPED_CONFIGS})")
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] = (), base: dict | None = None) -> Config:
-    """YAML file (or `base` dict) + `key=value` overrides -> validated Config."""
+    """YAML file or shipped config name (or `base` dict) + `key=value` overrides -> validated Config."""
     raw: dict = dict(base or {})
     if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file {str(path)!r} does not exist")
+        path = config_file(path)
         try:
             loaded = yaml.safe_load(path.read_text()) or {}
         except yaml.YAMLError as err:
@@ -270,14 +283,12 @@ def load_config(path: str | Path | None = None, overrides: list[str] = (), base:
 
 
 def _with_preset(raw: dict, overrides: list[str]) -> dict:
-    """defaults < preset < file < --set: the preset's keys go under the file's (rlvr.algorithms.presets)."""
+    """defaults < preset < file < --set: the preset's keys go under the file's (rlvr.presets)."""
     sets = [o.partition("=")[2] for o in overrides if o.partition("=")[0] == "algorithm.preset"]
     section = raw.get("algorithm")
     name = sets[-1] if sets else section.get("preset") if isinstance(section, dict) else None
     if name in (None, "", "null", "none"):
         return raw
-    from rlvr.algorithms.presets import deep_merge, get_preset, nested
-
     try:
         return deep_merge(nested(get_preset(name).overrides), raw)
     except ValueError as err:

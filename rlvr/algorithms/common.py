@@ -14,7 +14,7 @@ from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rlvr.core import masked_sum, token_logprobs
-from rlvr.train.optim import build_optimizer, build_scheduler, check_schedule
+from rlvr.algorithms.optim import build_optimizer, build_scheduler, check_schedule
 
 
 def encode_prompt_completion(tokenizer: PreTrainedTokenizerBase, prompt: str, completion: str

@@ -22,11 +22,11 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from rlvr.rollout.base import Completion, RolloutEngine, SamplingParams
+from rlvr.seeds import derive_seed
 from rlvr.train.evaluate import Scores, score_completions
 
 METRICS = ("reward", "accuracy")  # what must vary within a group for it to be kept
@@ -93,19 +93,13 @@ class Rollout:
         return Rollout([c for p in parts for c in p.completions], [e for p in parts for e in p.examples], scores)
 
 
-def round_seed(seed: int, step: int, purpose: int, round_index: int) -> int:
-    """Round 0 draws exactly the seed of a run without dynamic sampling; extra rounds get their own."""
-    key = [seed, step, purpose] if round_index == 0 else [seed, step, purpose, round_index]
-    return int(np.random.SeedSequence(key).generate_state(1)[0])
-
-
 @dataclass
 class RolloutSampler:
     """Draws prompts, samples `group_size` completions of each, scores them, and with `dynamic` keeps
     sampling until the batch is full of informative groups."""
 
     engine: RolloutEngine
-    stream: Any  # rlvr.train.data.PromptStream
+    stream: Any  # rlvr.data.stream.PromptStream
     task: Any
     reward: Any  # rlvr.rewards.CombinedReward: the task's verifier plus the configured extra terms
     sampling: SamplingParams
@@ -125,7 +119,9 @@ class RolloutSampler:
 
     def _round(self, num_prompts: int, step: int, round_index: int) -> Rollout:
         examples = self.stream.next(num_prompts)
-        sampling = replace(self.sampling, seed=round_seed(self.seed, step, self.purpose, round_index))
+        # round 0 draws exactly the seed of a run without dynamic sampling; extra rounds get their own
+        extra = (round_index,) if round_index else ()
+        sampling = replace(self.sampling, seed=derive_seed(self.seed, step, self.purpose, *extra))
         completions = self.engine.generate([ex.prompt for ex in examples], self.group_size, sampling)
         group_examples = [ex for ex in examples for _ in range(self.group_size)]
         scores = score_completions(self.reward, self.task, completions, group_examples, self.group_size, step,

@@ -15,7 +15,7 @@ model ("the value model only exists when the algorithm needs it").
 
 Value model layout: V(s) is read at the positions whose logits predict the completion tokens, so
 `values[:, w]` is the value of the state before label `w`, aligned with the (B, W) log-probs of
-`rlvr.train.batch`. `shared` puts a linear head on the policy's own last hidden state (one forward
+`rlvr.rollout.batch`. `shared` puts a linear head on the policy's own last hidden state (one forward
 pass for both heads, Ziegler et al. 2019 style); `separate` is a critic with its own trunk loaded
 from a Hugging Face folder (InstructGPT, TRL's PPOTrainer), trained by the same optimizer step.
 """
@@ -145,9 +145,9 @@ def forward_with_values(policy: nn.Module, value_model: ValueModel, batch, tempe
     """(log pi (B, W), entropy (B, W) or None, V (B, W)) of a `RolloutBatch`.
 
     Shared: one pass through the policy trunk feeds both the LM head and the value head. Separate:
-    the policy as `rlvr.train.batch.policy_logprobs` computes it, then the critic's own pass.
+    the policy as `rlvr.rollout.batch.policy_logprobs` computes it, then the critic's own pass.
     """
-    from rlvr.train.batch import policy_logprobs
+    from rlvr.rollout.batch import policy_logprobs
 
     if not value_model.shared:
         logprobs, entropy = policy_logprobs(policy, batch, temperature, with_entropy)

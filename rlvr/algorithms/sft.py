@@ -15,9 +15,9 @@ from torch import Tensor
 from rlvr.algorithms.common import encode_prompt_completion, read_jsonl
 from rlvr.core import masked_mean
 from rlvr.tasks.base import Task
-from rlvr.train.batch import RolloutBatch, pack, policy_logprobs
-from rlvr.train.data import PromptStream
-from rlvr.train.optim import build_optimizer, build_scheduler
+from rlvr.rollout.batch import RolloutBatch, pack, policy_logprobs
+from rlvr.data.stream import PromptStream
+from rlvr.algorithms.optim import build_optimizer, build_scheduler
 
 
 def sft_loss(logprobs: Tensor, mask: Tensor) -> Tensor:

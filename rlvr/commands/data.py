@@ -100,7 +100,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m rlvr.data.cli dedup ...` without the main CLI; bad input exits 2 with one line."""
+    """`python -m rlvr.commands.data dedup ...` without the main CLI; bad input exits 2 with one line."""
     parser = argparse.ArgumentParser(prog="rlvr")
     add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["data", *(sys.argv[1:] if argv is None else argv)])

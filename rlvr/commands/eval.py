@@ -1,6 +1,6 @@
 """`rlvr eval --model DIR --task NAME`: greedy and sampled evaluation, a summary table, a jsonl.
 
-The CLI owner wires it in with `rlvr.eval.cli.add_parser(subparsers)`; the parser's default
+The CLI owner wires it in with `rlvr.commands.eval.add_parser(subparsers)`; the parser's default
 `func` runs it and returns the exit code (0). Bad options raise ValueError with a one-line message.
 """
 

@@ -13,8 +13,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from rlvr.experiments.sort_toy import DELTAS, format_table, plot_sort_toy, run_deltas, save_metrics
-from rlvr.experiments.two_state import check_against_core, format_two_state, two_state_example
+from rlvr.pipelines.experiments.sort_toy import DELTAS, format_table, plot_sort_toy, run_deltas, save_metrics
+from rlvr.pipelines.experiments.two_state import check_against_core, format_two_state, two_state_example
 
 
 def _positive_int(text: str) -> int:
@@ -74,7 +74,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the experiments without the main CLI: `python -m rlvr.experiments.cli sort-toy ...`."""
+    """Run the experiments without the main CLI: `python -m rlvr.commands.experiments sort-toy ...`."""
     parser = argparse.ArgumentParser(prog="rlvr")
     add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["experiment", *(sys.argv[1:] if argv is None else argv)])

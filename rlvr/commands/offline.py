@@ -182,7 +182,7 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run without the main CLI: `python -m rlvr.algorithms.cli dpo --model ...`."""
+    """Run without the main CLI: `python -m rlvr.commands.offline dpo --model ...`."""
     parser = argparse.ArgumentParser(prog="rlvr")
     add_parsers(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)

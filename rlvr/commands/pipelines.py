@@ -12,14 +12,14 @@ from pathlib import Path
 
 
 def _presets(args: argparse.Namespace) -> int:
-    from rlvr.algorithms.presets import format_presets
+    from rlvr.presets import format_presets
 
     print(format_presets())
     return 0
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from rlvr.algorithms.compare import parse_variant, plot_comparison, run_comparison, summarize
+    from rlvr.pipelines.compare import parse_variant, plot_comparison, run_comparison, summarize
 
     variants = [parse_variant(spec) for spec in args.variants]
     histories = run_comparison(args.config, variants, args.out, args.overrides)
@@ -33,7 +33,7 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _recipe(args: argparse.Namespace) -> int:
-    from rlvr.algorithms.recipes import load_recipe, run_recipe
+    from rlvr.pipelines.recipes import load_recipe, run_recipe
 
     records = run_recipe(load_recipe(args.recipe, args.overrides), args.out)
     final = next((r["model"] for r in reversed(records) if r.get("model")), None)

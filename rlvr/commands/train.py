@@ -14,9 +14,6 @@ from pathlib import Path
 
 from rlvr.config import ConfigError
 
-DEMO_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "demo.yaml"
-
-
 def _overrides(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", dest="overrides", action="extend", nargs="+", default=[], metavar="KEY=VALUE",
                         help="override a config key, typed by its field (dotted: optim.lr=3e-4); repeatable")
@@ -74,7 +71,7 @@ def _sft(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from rlvr.train.demo import run_demo
+    from rlvr.pipelines.demo import run_demo
 
     return run_demo(args.out, args.seed, args.overrides)
 

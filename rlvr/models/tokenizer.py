@@ -83,3 +83,9 @@ def build_char_tokenizer(alphabet: str | None = None) -> PreTrainedTokenizerFast
     )
     tok.chat_template = CHAT_TEMPLATE
     return tok
+
+
+def pad_token_id(tokenizer) -> int:
+    """The id that pads batches: the tokenizer's pad token, else its EOS (many causal LMs define no
+    pad token; padding is masked out either way, so which id fills it never changes a result)."""
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id

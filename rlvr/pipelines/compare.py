@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 
 import yaml
 
-from rlvr.algorithms.presets import PRESETS, preset_overrides
+from rlvr.presets import PRESETS, preset_overrides
 from rlvr.config import ConfigError
 
 PANELS = (  # (metric key, title, y label)

@@ -12,12 +12,12 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from rlvr.config import load_config
+from rlvr.config import SHIPPED_CONFIGS, load_config
 from rlvr.logging.progress import TrainProgress
-from rlvr.train.commands import DEMO_CONFIG
 from rlvr.train.loop import train
 from rlvr.train.setup import prepare_run
 
+DEMO_CONFIG = SHIPPED_CONFIGS / "demo.yaml"
 TARGET_ACCURACY, TARGET_GAIN = 0.9, 0.2
 ACC = "eval/greedy_accuracy"
 

@@ -1,4 +1,4 @@
-"""What each kind of recipe stage does (see `rlvr.algorithms.recipes` for the file format).
+"""What each kind of recipe stage does (see `rlvr.pipelines.recipes` for the file format).
 
 Every stage function returns a record {model: the folder it produced (absent: unchanged), pool: a
 training-prompt file (filter only), metrics: {...}}; every model-changing stage reports the held-out

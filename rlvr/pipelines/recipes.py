@@ -27,8 +27,8 @@ from typing import Any, Callable
 
 import yaml
 
-from rlvr.algorithms.compare import _flatten
-from rlvr.config import Config, ConfigError, load_config
+from rlvr.pipelines.compare import _flatten
+from rlvr.config import Config, ConfigError, config_file, load_config
 
 # kind -> option defaults (None: optional, no default). Unknown options are an error.
 _SFT = {"steps": 100, "batch_size": 32, "lr": 1e-3}
@@ -77,9 +77,7 @@ def _stage(raw: Any, index: int) -> Stage:
 
 def load_recipe(path: str | Path, overrides: list[str] = ()) -> Recipe:
     """Parse a recipe file and route `--set` overrides to the base or to a stage."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"recipe file {str(path)!r} does not exist")
+    path = config_file(path, "recipes", "recipe file")
     raw = yaml.safe_load(path.read_text()) or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping")
@@ -131,7 +129,7 @@ def rl_config(recipe: Recipe, stage: Stage, model: Path, out_dir: Path, pool: Pa
 
 def run_recipe(recipe: Recipe, out_dir: str | Path, log: Callable[[str], None] = print) -> list[dict[str, Any]]:
     """Run every stage in order; returns each stage's record (also in `OUT/NN_name/stage.json`)."""
-    from rlvr.algorithms.recipe_stages import STAGE_FUNCTIONS, initial_model
+    from rlvr.pipelines.recipe_stages import STAGE_FUNCTIONS, initial_model
 
     out_dir = Path(out_dir)
     base = base_config(recipe)

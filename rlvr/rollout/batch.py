@@ -16,7 +16,6 @@ import torch
 from torch import Tensor
 
 from rlvr.core import entropy_from_logits, token_logprobs
-from rlvr.rollout.base import Completion
 
 
 @dataclass
@@ -70,11 +69,10 @@ def pack(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
     return ids, attn, mask, start
 
 
-def build_batch(completions: Sequence[Completion], advantages: Tensor | None, rewards: Tensor, pad_id: int
-                ) -> RolloutBatch:
-    """Completions (n samples of a prompt contiguous) -> a right-padded RolloutBatch."""
-    ids, attn, mask, start = pack([c.prompt_ids for c in completions], [c.token_ids for c in completions],
-                                  pad_id)
+def build_batch(prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]],
+                advantages: Tensor | None, rewards: Tensor, pad_id: int) -> RolloutBatch:
+    """Token ids of prompts and completions (n samples of a prompt contiguous) -> a right-padded RolloutBatch."""
+    ids, attn, mask, start = pack(prompt_ids, completion_ids, pad_id)
     return RolloutBatch(ids, attn, mask, start, advantages, rewards)
 
 

@@ -1,23 +1,16 @@
-"""The parts of the loop that differ across the algorithm family, built from the config once.
+"""Options of the policy-gradient family that must fit together, and the per-token estimator settings.
 
-Group estimators (GRPO, Dr. GRPO, DAPO, RLOO, GSPO, Kimi, max-only) need none of this beyond the
-sampler; per-token estimators (`gae` = PPO, `reinforce_pp`) add `TokenAdvantages`, and `gae` a value
-model. The loop calls the same four functions whatever the algorithm.
+Group estimators (GRPO, Dr. GRPO, DAPO, RLOO, GSPO, Kimi, max-only) need nothing here; per-token
+estimators (`gae` = PPO, `reinforce_pp`) add `TokenAdvantages`, and `gae` a value model (the Learner's).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-import torch
-from torch import Tensor, nn
-
-from rlvr.algorithms.dynamic_sampling import METRICS, RolloutSampler, overlong_filter
-from rlvr.algorithms.ppo import TOKEN_ADVANTAGES, VALUE_MODELS, TokenAdvantages, ValueModel, build_value_model, forward_with_values
+from rlvr.algorithms.dynamic_sampling import METRICS
+from rlvr.algorithms.ppo import TOKEN_ADVANTAGES, VALUE_MODELS, TokenAdvantages
 from rlvr.config import Config, ConfigError
-from rlvr.rollout.base import SamplingParams
-from rlvr.train.batch import policy_logprobs
 
 
 def check_family_options(cfg: Config) -> None:
@@ -53,50 +46,3 @@ def token_advantages(cfg: Config) -> TokenAdvantages | None:
         return None
     return TokenAdvantages(a.advantage, a.gamma, a.lam, a.whiten_advantages, a.kl_reward_coef, a.kl_estimator,
                            cfg.value.coef, cfg.value.clip)
-
-
-def value_model(cfg: Config, token_adv: TokenAdvantages | None, policy: nn.Module, init: Path,
-                optimizer: torch.optim.Optimizer) -> ValueModel | None:
-    """The value model when the algorithm needs one (else None); its parameters join the optimizer
-    as their own group (lr `value.lr`), before the scheduler is built, so the schedule covers them."""
-    if token_adv is None or not token_adv.needs_value_model:
-        return None
-    model = build_value_model(cfg.value.model, policy, cfg.value.path or init)
-    optimizer.add_param_group({"params": list(model.parameters()), "lr": cfg.value.lr or cfg.optim.lr,
-                               "weight_decay": 0.0})
-    return model
-
-
-def rollout_sampler(cfg: Config, engine: Any, stream: Any, task: Any, reward: Any, purpose: int) -> RolloutSampler:
-    r, a, G = cfg.rollout, cfg.algorithm, cfg.train.group_size
-    sampling = SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_new_tokens=r.max_new_tokens)
-    return RolloutSampler(engine, stream, task, reward, sampling, G, cfg.train.batch_size // G, cfg.seed, purpose,
-                          a.dynamic_sampling, a.dynamic_sampling_rounds, a.dynamic_sampling_metric)
-
-
-def compute_advantages(run: Any, batch: Any, completions: list, micro_batch_size: int) -> Tensor:
-    """(N,) group-relative advantages, or (N, W) per token (PPO's GAE, REINFORCE++); with
-    `overlong_filter`, truncated completions get 0 (DAPO)."""
-    if run.token_adv is None:
-        advantages = run.algo.advantages(batch.rewards, run.cfg.train.group_size)
-    else:
-        run.token_adv.annotate(batch, run.policy, run.value_model, micro_batch_size)
-        advantages = batch.advantages
-    if run.cfg.algorithm.overlong_filter:
-        truncated = torch.tensor([c.finish_reason == "length" for c in completions])
-        advantages = overlong_filter(advantages, truncated)
-    return advantages
-
-
-def policy_forward(policy: nn.Module, value_model: ValueModel | None, batch: Any, temperature: float
-                   ) -> tuple[Tensor, Tensor, Tensor | None]:
-    """log pi (b, W), entropy (b, W) and, with a value model, V (b, W)."""
-    if value_model is None:
-        return (*policy_logprobs(policy, batch, temperature, with_entropy=True), None)
-    return forward_with_values(policy, value_model, batch, temperature, with_entropy=True)
-
-
-def trainable_parameters(policy: nn.Module, value_model: ValueModel | None) -> list[nn.Parameter]:
-    """What gradient clipping covers: the policy's and the value model's trainable parameters."""
-    extra = list(value_model.parameters()) if value_model is not None else []
-    return [p for p in [*policy.parameters(), *extra] if p.requires_grad]

@@ -13,9 +13,10 @@ from rlvr.models import PRESETS
 from rlvr.models.tiny import ARCHS
 from rlvr.tasks import TASKS, get_task
 from rlvr.tasks.base import Example
-from rlvr.train.data import PROMPT_SAMPLERS, build_prompt_stream
+from rlvr.data.stream import PROMPT_SAMPLERS, build_prompt_stream
 from rlvr.train.evaluate import build_reward
-from rlvr.train.optim import check_schedule
+from rlvr.train.family import check_family_options
+from rlvr.algorithms.optim import check_schedule
 
 
 def _check_name(key: str, name: str, lookup: Any) -> None:
@@ -56,8 +57,6 @@ def check_registries(cfg: Config) -> None:
     except (TypeError, ValueError) as err:
         raise ConfigError(f"task.rewards: {err}") from None
     check_prompt_sampler(cfg, task)
-    from rlvr.train.family import check_family_options
-
     check_family_options(cfg)
 
 

@@ -1,4 +1,4 @@
-"""`rlvr dpo`, `rlvr reward-model`, `rlvr rft` through their parsers (rlvr.algorithms.cli)."""
+"""`rlvr dpo`, `rlvr reward-model`, `rlvr rft` through their parsers (rlvr.commands.offline)."""
 
 import json
 import re
@@ -6,7 +6,7 @@ import re
 import pytest
 
 from offline_data import SORT_ALPHABET, sort_pairs
-from rlvr.algorithms.cli import main
+from rlvr.commands.offline import main
 from rlvr.algorithms.preference import PreferenceConfig
 from rlvr.models import load_model, make_tiny_model_dir
 

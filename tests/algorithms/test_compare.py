@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlvr.algorithms.compare import Variant, _flatten, parse_variant, plot_comparison, run_comparison, summarize
+from rlvr.pipelines.compare import Variant, _flatten, parse_variant, plot_comparison, run_comparison, summarize
 from rlvr.cli import main
 from variant_helpers import TINY
 

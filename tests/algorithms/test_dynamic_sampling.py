@@ -13,13 +13,12 @@ from rlvr.algorithms.dynamic_sampling import (
     informative_groups,
     next_round_size,
     overlong_filter,
-    round_seed,
 )
 from rlvr.rewards.base import RewardOutput
 from rlvr.rollout.base import Completion, SamplingParams
 from rlvr.tasks.base import Example
 from rlvr.train.evaluate import build_reward
-from rlvr.train.setup import derive_seed
+from rlvr.seeds import derive_seed
 
 
 def test_informative_groups_by_hand():
@@ -123,7 +122,7 @@ def test_refills_flat_groups_in_an_extra_round():
                            "sampling/informative_share": 0.5, "sampling/padded_groups": 0.0}
     # round 0 uses the seed of a run without dynamic sampling; round 1 asks 1 missing / keep rate 1/2 = 2
     (first, seed0), (second, seed1) = sampler.engine.calls
-    assert seed0 == derive_seed(7, 3, 0) == round_seed(7, 3, 0, 0) != seed1 and len(second) == 2
+    assert seed0 == derive_seed(7, 3, 0) != seed1 == derive_seed(7, 3, 0, 1) and len(second) == 2
 
 
 def test_cap_on_extra_rounds_pads_with_flat_groups():

@@ -20,7 +20,7 @@ from rlvr.algorithms.ppo import (
 )
 from rlvr.core import kl_k1
 from rlvr.rollout.base import Completion
-from rlvr.train.batch import build_batch, policy_logprobs
+from rlvr.rollout.batch import build_batch, policy_logprobs
 from offline_data import tiny_model, tokenizer
 
 
@@ -88,8 +88,7 @@ def test_value_head_is_zero_at_init_and_maps_hidden_to_one_value_per_position():
 def _batch(tok):
     prompts = [tok("sort 3 1=")["input_ids"], tok("sort 21=")["input_ids"]]
     completions = [tok("1 3", add_special_tokens=False)["input_ids"], tok("12", add_special_tokens=False)["input_ids"]]
-    comps = [Completion("p", p, c, [0.0] * len(c), "x", "stop") for p, c in zip(prompts, completions)]
-    return build_batch(comps, torch.zeros(2), torch.tensor([1.0, 0.0]), tok.pad_token_id)
+    return build_batch(prompts, completions, torch.zeros(2), torch.tensor([1.0, 0.0]), tok.pad_token_id)
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlvr.algorithms.recipe_stages import preference_pairs
-from rlvr.algorithms.recipes import load_recipe, rl_config, run_recipe
+from rlvr.pipelines.recipe_stages import preference_pairs
+from rlvr.pipelines.recipes import load_recipe, rl_config, run_recipe
 from rlvr.cli import main
 from rlvr.config import ConfigError, load_config
 from rlvr.rollout.base import Completion

@@ -11,7 +11,7 @@ import yaml
 from safetensors.torch import load_file
 
 from rlvr.algorithms.ppo import VALUE_MODEL_FILE
-from rlvr.algorithms.presets import PRESETS, deep_merge, format_presets, get_preset, nested, preset_overrides
+from rlvr.presets import PRESETS, deep_merge, format_presets, get_preset, nested, preset_overrides
 from rlvr.config import ConfigError, load_config
 from rlvr.train.loop import train
 from variant_helpers import TINY, changed, start_dir

@@ -1,6 +1,6 @@
 import json
 
-from rlvr.data.cli import main
+from rlvr.commands.data import main
 from rlvr.data.text import write_jsonl
 
 

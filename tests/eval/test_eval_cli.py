@@ -3,7 +3,7 @@
 import argparse
 import json
 
-from rlvr.eval.cli import add_parser, run_eval
+from rlvr.commands.eval import add_parser, run_eval
 from rlvr.models import make_tiny_model_dir
 
 

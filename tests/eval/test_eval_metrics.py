@@ -94,7 +94,7 @@ def test_evaluate_on_fake_engine(tmp_path):
 
 
 def test_eval_parser_options():
-    from rlvr.eval.cli import add_parser
+    from rlvr.commands.eval import add_parser
 
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers()

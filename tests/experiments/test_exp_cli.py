@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from rlvr.experiments.cli import add_parser, main
+from rlvr.commands.experiments import add_parser, main
 
 
 def parse(argv):

@@ -5,7 +5,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from rlvr.core import get_advantage_fn
-from rlvr.experiments.sort_toy import (
+from rlvr.pipelines.experiments.sort_toy import (
     DELTAS,
     SortModel,
     SortToyConfig,

@@ -3,7 +3,7 @@ from fractions import Fraction as F
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from rlvr.experiments.two_state import check_against_core, format_two_state, two_state_example
+from rlvr.pipelines.experiments.two_state import check_against_core, format_two_state, two_state_example
 
 
 def test_lecture_numbers_by_hand():

@@ -70,11 +70,11 @@ def test_old_logprobs_cost_no_forward_pass_at_mu_1_and_one_pass_otherwise(config
 
 
 def test_reference_model_only_when_beta_positive(config_factory):
-    assert prepare_run(load_config(config_factory("b0"))).reference is None
+    assert prepare_run(load_config(config_factory("b0"))).learner.reference is None
     cfg = load_config(config_factory("b1", algorithm={"beta": 0.1}, train={"steps": 2}))
     run = prepare_run(cfg)
-    assert run.reference is not None
-    assert not any(p.requires_grad for p in run.reference.parameters())
+    assert run.learner.reference is not None
+    assert not any(p.requires_grad for p in run.learner.reference.parameters())
     train(cfg, run=run)
     kls = [r["kl"] for r in read_jsonl(cfg.out_dir + "/metrics.jsonl")[1:]]
     assert kls[0] == pytest.approx(0.0, abs=1e-6)  # step 1 samples from the reference itself

@@ -12,9 +12,9 @@ from rlvr.algorithms.grpo import GroupPolicyGradient, accumulation_denominator
 from rlvr.logging.sinks import JsonlSink, read_jsonl, truncate_after
 from rlvr.rollout.base import Completion
 from rlvr.train import checkpoint as ckpt
-from rlvr.train.batch import build_batch, pack
-from rlvr.train.data import PromptStream
-from rlvr.train.optim import lr_factor
+from rlvr.rollout.batch import build_batch, pack
+from rlvr.data.stream import PromptStream
+from rlvr.algorithms.optim import lr_factor
 
 
 def completion(prompt_ids, token_ids):
@@ -31,8 +31,8 @@ def test_pack_layout_by_hand():
 
 
 def test_select_trims_padding_and_keeps_columns_aligned():
-    comps = [completion([5, 6], [1, 2, 3]), completion([7, 8, 9], [4])]
-    batch = build_batch(comps, torch.tensor([1.0, -1.0]), torch.tensor([1.0, 0.0]), pad_id=0)
+    batch = build_batch([[5, 6], [7, 8, 9]], [[1, 2, 3], [4]], torch.tensor([1.0, -1.0]), torch.tensor([1.0, 0.0]),
+                        pad_id=0)
     batch.old_logprobs = torch.arange(6.0).reshape(2, 3)
     part = batch.select(torch.tensor([1]))
     assert part.input_ids.tolist() == [[7, 8, 9, 4]]

@@ -14,7 +14,7 @@ from rlvr.cli import main
 from rlvr.config import load_config
 from rlvr.tasks import TASKS, register_task
 from rlvr.tasks.sorting import SortTask
-from rlvr.train.data import SampledPromptStream, build_prompt_stream, difficulty_scores
+from rlvr.data.stream import SampledPromptStream, build_prompt_stream, difficulty_scores
 from rlvr.train.loop import train
 from rlvr.train.setup import prepare_run
 
@@ -63,8 +63,8 @@ def test_each_sampler_trains_with_finite_metrics(config_factory, sampler, option
     rows = metrics(cfg)
     assert result.steps == 3 and [r["step"] for r in rows] == [0, 1, 2, 3]
     assert all(math.isfinite(v) for r in rows for v in r.values())
-    assert isinstance(run.stream, SampledPromptStream)
-    assert run.stream.draws.sum() == 3 * cfg.train.batch_size // cfg.train.group_size  # one draw per group
+    assert isinstance(run.rollout.stream, SampledPromptStream)
+    assert run.rollout.stream.draws.sum() == 3 * cfg.train.batch_size // cfg.train.group_size  # one draw per group
 
 
 @pytest.mark.slow
@@ -72,8 +72,8 @@ def test_curriculum_draws_only_unlocked_buckets(config_factory):
     cfg = run_config(config_factory, "cur", "curriculum", {"n_buckets": 2, "steps_per_stage": 10})
     run = prepare_run(cfg)
     train(cfg, run=run)
-    easy = set(run.stream.sampler.buckets[0])
-    assert set(np.flatnonzero(run.stream.draws)) <= easy  # 3 steps < steps_per_stage: stage 0 only
+    easy = set(run.rollout.stream.sampler.buckets[0])
+    assert set(np.flatnonzero(run.rollout.stream.draws)) <= easy  # 3 steps < steps_per_stage: stage 0 only
 
 
 @pytest.mark.slow
@@ -83,12 +83,12 @@ def test_failure_rate_draws_failing_prompts_more_often(config_factory):
                      train={"steps": steps, "batch_size": prompts * 4, "group_size": 4})
     run = prepare_run(cfg)
     train(cfg, run=run)
-    solved = np.array([ex.fields["solved"] for ex in run.stream.pool])
-    draws = run.stream.draws
+    solved = np.array([ex.fields["solved"] for ex in run.rollout.stream.pool])
+    draws = run.rollout.stream.draws
     assert draws.sum() == steps * prompts and solved.sum() == 4
     # uniform sampling would draw both halves equally often (exactly so, epoch by epoch)
     assert draws[~solved].sum() > 2 * draws[solved].sum()
-    assert np.all(run.stream.sampler.failure_rates()[~solved] > run.stream.sampler.failure_rates()[solved])
+    assert np.all(run.rollout.stream.sampler.failure_rates()[~solved] > run.rollout.stream.sampler.failure_rates()[solved])
 
 
 @pytest.mark.slow
@@ -116,8 +116,8 @@ def test_resume_with_a_weighted_sampler_equals_uninterrupted(config_factory, mon
     assert resumed.start_step == 2
     train(cfg, resume=True, run=resumed)
     assert metrics(cfg) == metrics(full_cfg)
-    assert np.array_equal(resumed.stream.draws, full.stream.draws)
-    assert resumed.stream.sampler.state_dict() == full.stream.sampler.state_dict()
+    assert np.array_equal(resumed.rollout.stream.draws, full.rollout.stream.draws)
+    assert resumed.rollout.stream.sampler.state_dict() == full.rollout.stream.sampler.state_dict()
 
 
 def test_unknown_sampler_or_option_exits_2_with_one_line(config_factory, capsys):

@@ -1,6 +1,6 @@
 """The lecture experiments: the sorting toy with four deltas and the two-state baseline example."""
 
-from rlvr.experiments.sort_toy import (
+from rlvr.pipelines.experiments.sort_toy import (
     DELTAS,
     SortModel,
     SortToyConfig,
@@ -11,7 +11,7 @@ from rlvr.experiments.sort_toy import (
     run_deltas,
     run_sort_toy,
 )
-from rlvr.experiments.two_state import TwoStateResult, check_against_core, format_two_state, two_state_example
+from rlvr.pipelines.experiments.two_state import TwoStateResult, check_against_core, format_two_state, two_state_example
 
 __all__ = [
     "DELTAS", "SortModel", "SortToyConfig", "SortToyResult", "TwoStateResult", "check_against_core",

@@ -1,0 +1,47 @@
+"""`ScoredBatch`: what a rollout worker hands the learner, as plain picklable data.
+
+Lists and CPU tensors only, no model, tokenizer or task objects, so the same value crosses a process
+boundary (a Ray actor, a vLLM worker) unchanged. The n samples of one prompt are contiguous, the
+layout `rlvr.core` group functions expect.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+
+@dataclass
+class ScoredBatch:
+    prompts: list[str]  # (N,) prompt text of each completion (repeated group_size times)
+    prompt_ids: list[list[int]]  # (N,) prompt token ids
+    completion_ids: list[list[int]]  # (N,) generated token ids, EOS included when emitted
+    sampler_logprobs: list[list[float]]  # (N,) log-prob of each generated token under the sampler
+    rewards: Tensor  # (N,) float32 scalar reward per completion
+    correct: list[bool]  # (N,) the task's verifier said the answer is right
+    finish_reasons: list[str]  # (N,) "stop" or "length"
+    group_size: int  # samples per prompt
+    components: dict[str, float] = field(default_factory=dict)  # reward terms, averaged over the batch
+    stats: dict[str, float] = field(default_factory=dict)  # sampling/* metrics of the rollout
+    version: int = 0  # policy version (optimizer steps) the completions were sampled from
+
+    def __len__(self) -> int:
+        return len(self.completion_ids)
+
+    @property
+    def truncated(self) -> Tensor:
+        """(N,) bool, True where the completion hit max_new_tokens."""
+        return torch.tensor([r == "length" for r in self.finish_reasons])
+
+    def metrics(self) -> dict[str, Tensor | float]:
+        """Reward, accuracy, reward components, sampling stats, length and truncation of the batch."""
+        lengths = torch.tensor([len(c) for c in self.completion_ids], dtype=torch.float32)
+        return {
+            "reward": self.rewards.mean(), "reward_std": self.rewards.std(),
+            "accuracy": sum(self.correct) / len(self.correct),
+            **self.components, **self.stats,
+            "completion_length": lengths.mean(),
+            "truncated": sum(r == "length" for r in self.finish_reasons) / len(self.finish_reasons),
+        }

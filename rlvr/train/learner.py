@@ -1,0 +1,171 @@
+"""The Learner role: policy (+ value model, reference), optimizer, scheduler and one objective.
+
+`logprobs(batch)`, `update(batch) -> metrics`, `named_weights()`, `state_dict()`. It takes the Config
+plus the model folders it starts from, so one Learner per data-parallel rank can be built inside a
+worker. What differs across the policy-gradient family (group or per-token advantages, PPO's value
+model, the KL reference) is decided here once, from the config; the loop never sees it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+from safetensors.torch import save_file
+from torch import Tensor, nn
+
+from rlvr.algorithms.dynamic_sampling import overlong_filter
+from rlvr.algorithms.grpo import GroupPolicyGradient, accumulation_denominator
+from rlvr.algorithms.ppo import VALUE_MODEL_FILE, ValueModel, build_value_model, forward_with_values
+from rlvr.config import Config
+from rlvr.core import masked_mean
+from rlvr.models import disable_dropout, load_model, load_tokenizer, save_model
+from rlvr.models.tokenizer import pad_token_id
+from rlvr.rollout.batch import RolloutBatch, build_batch, cached_logprobs, policy_logprobs
+from rlvr.rollout.scored import ScoredBatch
+from rlvr.train.family import token_advantages
+from rlvr.algorithms.optim import build_optimizer, build_scheduler
+from rlvr.seeds import SHUFFLE, derive_seed
+
+
+def load_policy(cfg: Config, path: str | Path) -> nn.Module:
+    """The one place the trained policy is loaded (device, dtype and adapters plug in here)."""
+    return disable_dropout(load_model(path))
+
+
+def optimizer_steps(cfg: Config) -> int:
+    return cfg.train.steps * cfg.algorithm.mu * (cfg.train.batch_size // cfg.mini_batch_size)
+
+
+class Learner:
+    """Trains the policy on scored batches: mu epochs x minibatches x micro-batches per `update`."""
+
+    def __init__(self, cfg: Config, policy_path: str | Path, init_path: str | Path) -> None:
+        self.cfg = cfg
+        self.policy, self.tokenizer = load_policy(cfg, policy_path), load_tokenizer(policy_path)
+        self.pad_id = pad_token_id(self.tokenizer)
+        self.objective = GroupPolicyGradient.from_config(cfg.algorithm, cfg.rollout.max_new_tokens)
+        needs_reference = self.objective.needs_reference or cfg.algorithm.kl_reward_coef > 0
+        self.reference = load_model(init_path).requires_grad_(False) if needs_reference else None
+        o = cfg.optim
+        self.optimizer = build_optimizer(self.policy, o.lr, tuple(o.betas), o.eps, o.weight_decay)
+        self.token_adv = token_advantages(cfg)
+        self.value_model = self._value_model(Path(init_path))
+        self.scheduler = build_scheduler(self.optimizer, o.schedule, o.warmup_steps, optimizer_steps(cfg),
+                                         o.min_lr_ratio)
+        extra = list(self.value_model.parameters()) if self.value_model is not None else []
+        self.params = [p for p in [*self.policy.parameters(), *extra] if p.requires_grad]  # what clipping covers
+        # mu = 1 and one minibatch: a single optimizer step per rollout, taken at the sampling weights,
+        # so the old log-probs are the current ones detached (ratio 1, gradient = policy gradient).
+        self.single_step = cfg.algorithm.mu == 1 and cfg.mini_batch_size == cfg.train.batch_size
+
+    def _value_model(self, init: Path) -> ValueModel | None:
+        """PPO's critic when the estimator needs one; its parameters join the optimizer as their own
+        group (lr `value.lr`) before the scheduler is built, so the schedule covers them."""
+        if self.token_adv is None or not self.token_adv.needs_value_model:
+            return None
+        model = build_value_model(self.cfg.value.model, self.policy, self.cfg.value.path or init)
+        self.optimizer.add_param_group({"params": list(model.parameters()), "lr": self.cfg.value.lr or self.cfg.optim.lr,
+                                        "weight_decay": 0.0})
+        return model
+
+    def tensors(self, batch: ScoredBatch) -> RolloutBatch:
+        """prompt + completion rows, right-padded, with the batch's rewards."""
+        return build_batch(batch.prompt_ids, batch.completion_ids, None, batch.rewards, self.pad_id)
+
+    def logprobs(self, batch: ScoredBatch | RolloutBatch) -> Tensor:
+        """log pi (N, W) of every completion token under the current policy, without gradient."""
+        rows = self.tensors(batch) if isinstance(batch, ScoredBatch) else batch
+        return cached_logprobs(self.policy, rows, self.cfg.rollout.temperature, self.cfg.micro_batch_size)
+
+    def _prepare(self, batch: ScoredBatch) -> RolloutBatch:
+        """Rows with pi_old, pi_ref and advantages: (N,) group-relative or (N, W) per token."""
+        cfg, micro = self.cfg, self.cfg.micro_batch_size
+        rows = self.tensors(batch)
+        if not self.single_step or cfg.algorithm.kl_reward_coef > 0:  # pi_old: inner steps, KL in the reward
+            rows.old_logprobs = self.logprobs(rows)
+        if self.reference is not None:
+            rows.ref_logprobs = cached_logprobs(self.reference, rows, cfg.rollout.temperature, micro)
+        if self.token_adv is None:
+            rows.advantages = self.objective.advantages(rows.rewards, batch.group_size)
+        else:
+            self.token_adv.annotate(rows, self.policy, self.value_model, micro)
+        if cfg.algorithm.overlong_filter:  # DAPO: a truncated completion is unfinished, not wrong
+            rows.advantages = overlong_filter(rows.advantages, batch.truncated)
+        return rows
+
+    def _forward(self, mb: RolloutBatch) -> tuple[Tensor, Tensor, Tensor | None]:
+        """log pi (b, W), entropy (b, W) and, with a value model, V (b, W)."""
+        T = self.cfg.rollout.temperature
+        if self.value_model is None:
+            return (*policy_logprobs(self.policy, mb, T, with_entropy=True), None)
+        return forward_with_values(self.policy, self.value_model, mb, T, with_entropy=True)
+
+    def _micro_step(self, mb: RolloutBatch, denominator: Tensor | int, scale: float) -> dict[str, Tensor]:
+        """Forward + backward of one micro-batch; its loss is already divided for accumulation."""
+        logprobs, entropy, values = self._forward(mb)  # (b, W)
+        old = logprobs.detach() if self.single_step else mb.old_logprobs
+        obj = self.objective
+        loss, metrics = obj.loss(logprobs, old, mb.advantages, mb.mask, mb.ref_logprobs, denominator)
+        if values is not None:  # PPO: + value.coef x clipped value loss, aggregated alike
+            value_loss, value_metrics = self.token_adv.value_loss(values, mb, obj.aggregation, obj.loss_constant,
+                                                                  denominator)
+            loss, metrics = loss + value_loss, {**metrics, **value_metrics}
+        loss.backward()
+        return {"loss": loss.detach() * scale, "entropy": masked_mean(entropy, mb.mask), **metrics}
+
+    def update(self, batch: ScoredBatch, step: int) -> dict[str, float]:
+        """mu epochs x minibatches, each one optimizer step over accumulated micro-batches."""
+        cfg, mini, micro = self.cfg, self.cfg.mini_batch_size, self.cfg.micro_batch_size
+        rows = self._prepare(batch)
+        self.policy.train()
+        stats, grad_norms = [], []
+        shuffle = torch.Generator().manual_seed(derive_seed(cfg.seed, step, SHUFFLE))
+        for _ in range(cfg.algorithm.mu):
+            order = torch.arange(len(rows)) if self.single_step else torch.randperm(len(rows), generator=shuffle)
+            for lo in range(0, len(rows), mini):
+                minibatch = rows.select(order[lo : lo + mini])
+                denominator = accumulation_denominator(self.objective.aggregation, minibatch.mask)
+                self.optimizer.zero_grad(set_to_none=True)
+                for mlo in range(0, mini, micro):
+                    stats.append(self._micro_step(minibatch.select(slice(mlo, mlo + micro)), denominator,
+                                                  mini / micro))
+                if cfg.optim.max_grad_norm > 0:
+                    grad_norms.append(torch.nn.utils.clip_grad_norm_(self.params, cfg.optim.max_grad_norm))
+                self.optimizer.step()
+                self.scheduler.step()
+        self.policy.eval()
+        metrics = {**_means(stats), "lr": self.scheduler.get_last_lr()[0]}
+        if grad_norms:
+            metrics["grad_norm"] = torch.stack(grad_norms).mean().item()
+        return metrics
+
+    def named_weights(self) -> Iterator[tuple[str, Tensor]]:
+        """The policy's (name, tensor) pairs, as a rollout engine loads them."""
+        return self.policy.named_parameters()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Optimizer, scheduler and value model: with the policy folder, all a resume needs."""
+        state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+        if self.value_model is not None:
+            state["value_model"] = self.value_model.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if self.value_model is not None:
+            self.value_model.load_state_dict(state["value_model"])
+
+    def save(self, path: Path) -> None:
+        """The policy as a Hugging Face folder, PPO's critic (head, and trunk when separate) beside it."""
+        save_model(self.policy, self.tokenizer, path)
+        if self.value_model is not None:
+            save_file(self.value_model.state_dict(), path / VALUE_MODEL_FILE)
+
+
+def _means(stats: list[dict[str, Tensor]]) -> dict[str, float]:
+    """Average each metric over micro-batches; the single place the update's tensors become floats."""
+    keys = sorted({k for s in stats for k in s})
+    return {k: torch.stack([s[k].float() for s in stats if k in s]).mean().item() for k in keys}

@@ -1,0 +1,74 @@
+"""The Rollout role: engine + reward + prompt sampler. `collect(step) -> ScoredBatch`,
+`load_weights(named_tensors)`.
+
+Everything a rollout worker needs is built here from the Config plus the policy weights it starts
+from, so placing the role in a Ray actor or on a vLLM engine changes `build_engine`, not the loop.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import torch
+
+from rlvr.algorithms.dynamic_sampling import RolloutSampler
+from rlvr.config import Config
+from rlvr.rollout.base import RolloutEngine, SamplingParams
+from rlvr.rollout.hf_engine import HFEngine
+from rlvr.rollout.scored import ScoredBatch
+from rlvr.seeds import ROLLOUT
+from rlvr.tasks import Example, Task
+from rlvr.data.stream import build_prompt_stream
+from rlvr.train.evaluate import build_reward, evaluate_heldout
+
+
+
+def build_engine(cfg: Config, policy: Any, tokenizer: Any) -> RolloutEngine:
+    """The one place an engine is chosen from the config (transformers today)."""
+    return HFEngine(policy, tokenizer)
+
+
+class Rollout:
+    """Samples `train.group_size` completions per prompt, scores them and learns which prompts fail."""
+
+    def __init__(self, cfg: Config, task: Task, engine: RolloutEngine) -> None:
+        self.cfg, self.task, self.engine = cfg, task, engine
+        self.stream = build_prompt_stream(cfg.task.prompt_sampler, cfg.task.sampler_options,
+                                          task.train_examples(cfg.task.train_size, cfg.seed), cfg.seed)
+        r, a, G = cfg.rollout, cfg.algorithm, cfg.train.group_size
+        sampling = SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
+                                  max_new_tokens=r.max_new_tokens)
+        self.sampler = RolloutSampler(engine, self.stream, task, build_reward(task, cfg.task.rewards), sampling, G,
+                                      cfg.train.batch_size // G, cfg.seed, ROLLOUT, a.dynamic_sampling,
+                                      a.dynamic_sampling_rounds, a.dynamic_sampling_metric)
+        self.version = 0
+
+    def collect(self, step: int) -> ScoredBatch:
+        """The step's batch: group_size scored samples per prompt, contiguous (DAPO refills flat groups)."""
+        rollout = self.sampler.sample(step)
+        completions, scores = rollout.completions, rollout.scores
+        self.stream.update(rollout.examples, scores.correct)  # failure-rate sampling learns what fails
+        return ScoredBatch(
+            prompts=[c.prompt for c in completions], prompt_ids=[list(c.prompt_ids) for c in completions],
+            completion_ids=[list(c.token_ids) for c in completions],
+            sampler_logprobs=[list(c.logprobs) for c in completions],
+            rewards=torch.tensor(scores.rewards, dtype=torch.float32), correct=list(scores.correct),
+            finish_reasons=[c.finish_reason for c in completions], group_size=self.cfg.train.group_size,
+            components=dict(scores.components), stats=dict(rollout.stats), version=self.version)
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Sample the next batch from these policy weights."""
+        self.engine.load_weights(named_tensors)
+        self.version += 1
+
+    def evaluate(self, examples: list[Example], step: int, seed: int) -> tuple[dict[str, float], list[dict]]:
+        """Held-out metrics and sample rows, sampled with `eval.*` settings from the current weights."""
+        cfg = self.cfg
+        return evaluate_heldout(self.engine, self.task, examples, cfg.rollout.max_new_tokens, cfg.eval.samples,
+                                cfg.eval.temperature, seed, cfg.log.samples_per_eval)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.stream.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.stream.load_state_dict(state)
