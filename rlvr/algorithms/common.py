@@ -14,33 +14,8 @@ from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rlvr.core import masked_sum, token_logprobs
+from rlvr.rollout.batch import encode_prompt_completion, pad_right
 from rlvr.algorithms.optim import build_optimizer, build_scheduler, check_schedule
-
-
-def encode_prompt_completion(tokenizer: PreTrainedTokenizerBase, prompt: str, completion: str
-                             ) -> tuple[list[int], list[int]]:
-    """Token ids of the prompt and of the completion (EOS appended), encoded separately.
-
-    Separately, because that is how the sequence exists at generation time: the prompt is encoded,
-    the completion is sampled token by token after it. Encoding the joined text could merge tokens
-    across the boundary and score a sequence the model never produces.
-    """
-    if tokenizer.eos_token_id is None:
-        raise ValueError("the tokenizer has no EOS token; completions must end with one")
-    prompt_ids = tokenizer(prompt, add_special_tokens=True)["input_ids"]
-    completion_ids = tokenizer(completion, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-    return list(prompt_ids), list(completion_ids)
-
-
-def pad_right(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[Tensor, Tensor]:
-    """Ragged id lists -> (ids (B, T), attention_mask (B, T) bool), padded on the right."""
-    T = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), T), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), T), dtype=torch.bool)
-    for i, s in enumerate(seqs):
-        ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
-        mask[i, : len(s)] = True
-    return ids, mask
 
 
 def completion_logprobs(model: PreTrainedModel, prompts: Sequence[Sequence[int]],

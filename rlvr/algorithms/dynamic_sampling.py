@@ -27,7 +27,7 @@ from torch import Tensor
 
 from rlvr.rollout.base import Completion, RolloutEngine, SamplingParams
 from rlvr.seeds import derive_seed
-from rlvr.train.evaluate import Scores, score_completions
+from rlvr.rewards.scoring import Scores, score_completions
 
 METRICS = ("reward", "accuracy")  # what must vary within a group for it to be kept
 ERRORS = "reward/errors"  # a count, not a mean

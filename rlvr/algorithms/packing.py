@@ -23,7 +23,8 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from rlvr.algorithms.common import OfflineConfig, config_field, encode_prompt_completion, train_epochs
+from rlvr.algorithms.common import OfflineConfig, config_field, train_epochs
+from rlvr.rollout.batch import encode_prompt_completion
 from rlvr.algorithms.varlen import SEGMENTS_KWARG, segment_bounds, varlen_attention
 from rlvr.core import masked_sum, token_logprobs
 

@@ -38,6 +38,8 @@ from rlvr.core import (
     masked_whiten,
     token_logprobs,
 )
+from rlvr.models import load_model
+from rlvr.rollout.batch import policy_logprobs
 
 TOKEN_ADVANTAGES = ("gae", "reinforce_pp")  # per-token estimators of this module; the rest are group ones
 VALUE_MODELS = ("shared", "separate")
@@ -126,8 +128,6 @@ def build_value_model(kind: str, policy: nn.Module, critic_path: str | Path | No
         return ValueModel(ValueHead(policy.config.hidden_size))
     if critic_path is None:
         raise ValueError("a separate value model needs a critic path (a Hugging Face model folder)")
-    from rlvr.models import load_model
-
     trunk = load_model(critic_path).base_model
     return ValueModel(ValueHead(trunk.config.hidden_size), trunk)
 
@@ -147,8 +147,6 @@ def forward_with_values(policy: nn.Module, value_model: ValueModel, batch, tempe
     Shared: one pass through the policy trunk feeds both the LM head and the value head. Separate:
     the policy as `rlvr.rollout.batch.policy_logprobs` computes it, then the critic's own pass.
     """
-    from rlvr.rollout.batch import policy_logprobs
-
     if not value_model.shared:
         logprobs, entropy = policy_logprobs(policy, batch, temperature, with_entropy)
         return logprobs, entropy, value_model.values(batch)

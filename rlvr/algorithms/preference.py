@@ -22,10 +22,11 @@ from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rlvr.algorithms.common import (
-    OfflineConfig, config_field, check_fields, completion_logprobs, encode_prompt_completion, read_jsonl,
+    OfflineConfig, config_field, check_fields, completion_logprobs, read_jsonl,
     split_holdout, train_epochs,
 )
 from rlvr.core import PREFERENCE_LOSSES, get_preference_loss
+from rlvr.rollout.batch import encode_prompt_completion
 
 FIELDS = ("prompt", "chosen", "rejected")
 NEEDS_REFERENCE = {"dpo": True, "ipo": True, "ln_dpo": True, "simpo": False}

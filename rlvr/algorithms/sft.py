@@ -12,10 +12,10 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor
 
-from rlvr.algorithms.common import encode_prompt_completion, read_jsonl
+from rlvr.algorithms.common import read_jsonl
 from rlvr.core import masked_mean
 from rlvr.tasks.base import Task
-from rlvr.rollout.batch import RolloutBatch, pack, policy_logprobs
+from rlvr.rollout.batch import RolloutBatch, encode_prompt_completion, pack, policy_logprobs
 from rlvr.data.stream import PromptStream
 from rlvr.algorithms.optim import build_optimizer, build_scheduler
 

@@ -103,7 +103,8 @@ def _dpo(args: argparse.Namespace) -> int:
 
 
 def _reward_model(args: argparse.Namespace) -> int:
-    from rlvr.algorithms.reward_model import load_reward_model, train_reward_model
+    from rlvr.algorithms.reward_model import train_reward_model
+    from rlvr.rewards.reward_model import load_reward_model
 
     return _run_pairs(args, "reward-model", RewardModelConfig, train_reward_model, load_reward_model)
 

@@ -13,6 +13,7 @@ import torch
 from transformers import LlamaConfig, PreTrainedModel, PreTrainedTokenizerBase, Qwen2Config
 from transformers import AutoModelForCausalLM
 
+from rlvr.models.hf import save_model
 from rlvr.models.tokenizer import build_char_tokenizer
 
 ARCHS = {"qwen2": Qwen2Config, "llama": LlamaConfig}
@@ -92,8 +93,6 @@ def make_tiny_model_dir(
     `preset` (one of PRESETS) gives the sizes; explicit `sizes` (hidden_size, num_layers, num_heads,
     intermediate_size, max_position_embeddings) override it. Returns the folder path.
     """
-    from rlvr.models.hf import save_model
-
     if preset is not None and preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}")
     tokenizer = build_char_tokenizer(alphabet)

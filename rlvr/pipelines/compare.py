@@ -20,7 +20,10 @@ from typing import Any, Callable, Sequence
 import yaml
 
 from rlvr.presets import PRESETS, preset_overrides
-from rlvr.config import ConfigError
+from rlvr.config import ConfigError, load_config
+from rlvr.logging.sinks import read_jsonl
+from rlvr.train.loop import train as train_loop
+from rlvr.train.validate import check_registries
 
 PANELS = (  # (metric key, title, y label)
     ("reward", "Training reward", "mean over the batch"),
@@ -85,21 +88,16 @@ def run_comparison(base: str | Path | None, variants: Sequence[Variant], out_dir
                    ) -> dict[str, list[dict[str, Any]]]:
     """Train every variant (configs validated first, all of them, before any run) and return
     {label: metrics records}. `train` defaults to `rlvr.train.loop.train`."""
-    from rlvr.config import load_config
-    from rlvr.logging.sinks import read_jsonl
-
     check_variants(variants)
     out_dir = Path(out_dir)
-    configs = {v.label: load_config(base, [*v.overrides, *overrides, f"out_dir={out_dir / v.label}"])
+    configs = {v.label: check_registries(load_config(base, [*v.overrides, *overrides, f"out_dir={out_dir / v.label}"]))
                for v in variants}
     seeds = {cfg.seed for cfg in configs.values()}
     if len(seeds) != 1:
         raise ConfigError(f"variants must share one seed for a fair comparison, got {sorted(seeds)}")
-    if train is None:
-        from rlvr.train.loop import train
     histories = {}
     for label, cfg in configs.items():
-        train(cfg)
+        (train or train_loop)(cfg)
         histories[label] = read_jsonl(Path(cfg.out_dir) / "metrics.jsonl")
     return histories
 

@@ -12,16 +12,25 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from rlvr.algorithms.preference import PreferenceConfig, train_preference
+from rlvr.algorithms.rft import greedy_accuracy
+from rlvr.algorithms.sft import pairs_from_jsonl, pairs_from_task, train_sft
 from rlvr.config import Config
+from rlvr.data.difficulty import best_of_n_filter
 from rlvr.models import load_model, load_tokenizer, save_model
 from rlvr.rollout.base import SamplingParams
+from rlvr.rollout.hf_engine import HFEngine
 from rlvr.tasks import Example, get_task
+from rlvr.tasks.data import read_records
+from rlvr.tasks.subset import write_examples
+from rlvr.thinking.fusion import THINK_FLAG, build_fusion_data, write_fusion_jsonl
+from rlvr.thinking.sweep import budget_sweep, plot_budget_sweep
+from rlvr.train.loop import train
+from rlvr.train.setup import start_model
 
 
 def initial_model(base: Config, out_dir: Path) -> Path:
     """`base.model.path`, or a tiny model built in `out_dir` (warm-started if `base.sft.steps`)."""
-    from rlvr.train.setup import start_model
-
     out_dir.mkdir(parents=True, exist_ok=True)
     return start_model(base, out_dir, get_task(base.task.name, **base.task.options))
 
@@ -31,8 +40,6 @@ def _task(base: Config):
 
 
 def _engine(model, tokenizer):
-    from rlvr.rollout.hf_engine import HFEngine
-
     return HFEngine(model, tokenizer)
 
 
@@ -42,8 +49,6 @@ def _sample(base: Config, model, tokenizer, examples: list[Example], n: int, tem
 
 
 def _heldout(base: Config, model, tokenizer) -> dict[str, float]:
-    from rlvr.algorithms.rft import greedy_accuracy
-
     task = _task(base)
     examples = task.eval_examples(base.task.eval_size, base.task.eval_seed)
     acc = greedy_accuracy(_engine(model, tokenizer), examples, task.is_correct, base.rollout.max_new_tokens)
@@ -52,8 +57,6 @@ def _heldout(base: Config, model, tokenizer) -> dict[str, float]:
 
 def _sft_and_save(base: Config, opts: dict[str, Any], model, tokenizer, pairs, stage_dir: Path,
                   metrics: dict[str, Any]) -> dict[str, Any]:
-    from rlvr.algorithms.sft import train_sft
-
     if not pairs:
         raise ValueError("this SFT stage has no training pairs (set data, demonstrations, or sample more)")
     loss = train_sft(model, tokenizer, pairs, opts["steps"], opts["batch_size"], opts["lr"], base.seed)
@@ -63,8 +66,6 @@ def _sft_and_save(base: Config, opts: dict[str, Any], model, tokenizer, pairs, s
 
 
 def _demonstrations(base: Config, opts: dict[str, Any], salt: int) -> list[tuple[str, str]]:
-    from rlvr.algorithms.sft import pairs_from_jsonl, pairs_from_task
-
     pairs = pairs_from_jsonl(opts["data"]) if opts.get("data") else []
     if opts.get("demonstrations"):
         pairs += pairs_from_task(_task(base), opts["demonstrations"], base.seed + salt)
@@ -72,8 +73,6 @@ def _demonstrations(base: Config, opts: dict[str, Any], salt: int) -> list[tuple
 
 
 def run_rl(cfg: Config, stage_dir: Path) -> dict[str, Any]:
-    from rlvr.train.loop import train
-
     result = train(cfg)
     key = "eval/greedy_accuracy"
     return {"model": str(result.run_dir / "final_model"),
@@ -116,8 +115,6 @@ def preference_pairs(task, examples: list[Example], completions, n: int) -> list
 
 def run_dpo(base: Config, opts: dict[str, Any], model_path: Path, stage_dir: Path) -> dict[str, Any]:
     """Preference optimisation on verifier-labelled pairs of the current model's own samples."""
-    from rlvr.algorithms.preference import PreferenceConfig, train_preference
-
     model, tokenizer = load_model(model_path), load_tokenizer(model_path)
     task = _task(base)
     examples = task.train_examples(opts["prompts"], base.seed + 3)
@@ -137,9 +134,6 @@ def run_dpo(base: Config, opts: dict[str, Any], model_path: Path, stage_dir: Pat
 def run_filter(base: Config, opts: dict[str, Any], model_path: Path, stage_dir: Path) -> dict[str, Any]:
     """Best-of-N difficulty filter of the training prompts with the current model; the kept prompts
     become the training set of later RL stages (Kimi k1.5 sec. 2.1, Qwen3 sec. 4.2)."""
-    from rlvr.data.difficulty import best_of_n_filter
-    from rlvr.tasks.subset import write_examples
-
     model, tokenizer = load_model(model_path), load_tokenizer(model_path)
     task = _task(base)
     examples = task.train_examples(opts["prompts"] or base.task.train_size, base.seed)
@@ -159,9 +153,6 @@ def run_fusion_sft(base: Config, opts: dict[str, Any], model_path: Path, stage_d
     """Qwen3 sec. 4.3 thinking-mode fusion: SFT on `/think` and `/no_think` variants of the same prompts.
     Records come from `data` (jsonl of prompt, thinking, answer) or, for a toy task, from its
     demonstrations with the reasoning written by the `thinking` template ({prompt}, {answer})."""
-    from rlvr.tasks.data import read_records
-    from rlvr.thinking.fusion import build_fusion_data, write_fusion_jsonl
-
     if opts["data"]:
         records = read_records(opts["data"])
     else:
@@ -177,9 +168,6 @@ def run_fusion_sft(base: Config, opts: dict[str, Any], model_path: Path, stage_d
 
 def run_budget_eval(base: Config, opts: dict[str, Any], model_path: Path, stage_dir: Path) -> dict[str, Any]:
     """Held-out accuracy against a thinking-token budget (Qwen3 sec. 4.3), `/think` prompts."""
-    from rlvr.thinking.fusion import THINK_FLAG
-    from rlvr.thinking.sweep import budget_sweep, plot_budget_sweep
-
     model, tokenizer = load_model(model_path), load_tokenizer(model_path)
     task = _task(base)
     heldout = task.eval_examples(opts["examples"] or base.task.eval_size, base.task.eval_seed)

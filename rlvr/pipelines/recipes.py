@@ -29,6 +29,8 @@ import yaml
 
 from rlvr.pipelines.compare import _flatten
 from rlvr.config import Config, ConfigError, config_file, load_config
+from rlvr.train.validate import check_registries
+from rlvr.pipelines.recipe_stages import STAGE_FUNCTIONS, initial_model
 
 # kind -> option defaults (None: optional, no default). Unknown options are an error.
 _SFT = {"steps": 100, "batch_size": 32, "lr": 1e-3}
@@ -114,7 +116,7 @@ def _override_stage(stage: Stage, item: str) -> None:
 
 
 def base_config(recipe: Recipe, extra: list[str] = ()) -> Config:
-    return load_config(None, [*_flatten(recipe.base), *recipe.base_overrides, *extra])
+    return check_registries(load_config(None, [*_flatten(recipe.base), *recipe.base_overrides, *extra]))
 
 
 def rl_config(recipe: Recipe, stage: Stage, model: Path, out_dir: Path, pool: Path | None) -> Config:
@@ -129,8 +131,6 @@ def rl_config(recipe: Recipe, stage: Stage, model: Path, out_dir: Path, pool: Pa
 
 def run_recipe(recipe: Recipe, out_dir: str | Path, log: Callable[[str], None] = print) -> list[dict[str, Any]]:
     """Run every stage in order; returns each stage's record (also in `OUT/NN_name/stage.json`)."""
-    from rlvr.pipelines.recipe_stages import STAGE_FUNCTIONS, initial_model
-
     out_dir = Path(out_dir)
     base = base_config(recipe)
     model, pool = initial_model(base, out_dir), None

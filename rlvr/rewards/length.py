@@ -12,6 +12,7 @@ import math
 from typing import Any, Sequence
 
 from rlvr.rewards.base import BatchContext, RewardBatch, RewardConfigError
+from rlvr.rewards.format import MathReward
 from rlvr.rewards.safe import SafeReward
 
 
@@ -64,8 +65,6 @@ class KimiLengthReward:
 
     def __init__(self, correct_fn: Any = None, threshold: float = 1.0) -> None:
         if correct_fn is None:
-            from rlvr.rewards.format import MathReward
-
             correct_fn = MathReward()
         self.correct_fn, self.threshold = SafeReward(correct_fn, name="kimi_length/correct"), threshold
 

@@ -37,7 +37,7 @@ def _code(max_workers: int | None = None, **limits: Any) -> CodeReward:
 
 def _reward_model(path: str, batch_size: int = 32, shift: float = 0.0, scale: float = 1.0) -> Any:
     """A trained Bradley-Terry reward model folder (`rlvr reward-model`) as a reward: RLHF."""
-    from rlvr.algorithms.reward_model import RewardModelReward, load_reward_model  # torch models: on use only
+    from rlvr.rewards.reward_model import RewardModelReward, load_reward_model  # torch models: on use only
     from rlvr.models import load_tokenizer
 
     if not (Path(path) / "config.json").is_file():

@@ -16,10 +16,11 @@ from rlvr.config import Config
 from rlvr.rollout.base import RolloutEngine, SamplingParams
 from rlvr.rollout.hf_engine import HFEngine
 from rlvr.rollout.scored import ScoredBatch
+from rlvr.rewards.scoring import build_reward
 from rlvr.seeds import ROLLOUT
 from rlvr.tasks import Example, Task
 from rlvr.data.stream import build_prompt_stream
-from rlvr.train.evaluate import build_reward, evaluate_heldout
+from rlvr.train.evaluate import evaluate_heldout
 
 
 

@@ -10,11 +10,11 @@ from rlvr.algorithms.grpo import GroupPolicyGradient
 from rlvr.algorithms.ppo import TOKEN_ADVANTAGES
 from rlvr.config import Config, ConfigError
 from rlvr.models import PRESETS
+from rlvr.rewards.scoring import build_reward
 from rlvr.models.tiny import ARCHS
 from rlvr.tasks import TASKS, get_task
 from rlvr.tasks.base import Example
 from rlvr.data.stream import PROMPT_SAMPLERS, build_prompt_stream
-from rlvr.train.evaluate import build_reward
 from rlvr.train.family import check_family_options
 from rlvr.algorithms.optim import check_schedule
 
@@ -31,8 +31,8 @@ def _check_member(key: str, name: str, registry: Any) -> None:
         raise ConfigError(f"{key}: unknown name {name!r}; choose from {sorted(registry)}")
 
 
-def check_registries(cfg: Config) -> None:
-    """Raise ConfigError naming the key of the first unknown name or bad option."""
+def check_registries(cfg: Config) -> Config:
+    """Raise ConfigError naming the key of the first unknown name or bad option; return cfg unchanged."""
     a = cfg.algorithm
     if a.advantage not in TOKEN_ADVANTAGES:
         _check_name("algorithm.advantage", a.advantage, core.get_advantage_fn)
@@ -58,6 +58,7 @@ def check_registries(cfg: Config) -> None:
         raise ConfigError(f"task.rewards: {err}") from None
     check_prompt_sampler(cfg, task)
     check_family_options(cfg)
+    return cfg
 
 
 def check_prompt_sampler(cfg: Config, task: Any) -> None:

@@ -17,7 +17,7 @@ from rlvr.algorithms.dynamic_sampling import (
 from rlvr.rewards.base import RewardOutput
 from rlvr.rollout.base import Completion, SamplingParams
 from rlvr.tasks.base import Example
-from rlvr.train.evaluate import build_reward
+from rlvr.rewards.scoring import build_reward
 from rlvr.seeds import derive_seed
 
 
@@ -160,7 +160,7 @@ def test_metric_accuracy_ignores_shaping_terms():
 
 def test_concat_weights_component_means_by_completions_and_sums_errors():
     from rlvr.algorithms.dynamic_sampling import Rollout
-    from rlvr.train.evaluate import Scores
+    from rlvr.rewards.scoring import Scores
 
     def part(n, task, errors):
         comps = [Completion("p", [1], [2], [0.0], "0", "stop")] * n

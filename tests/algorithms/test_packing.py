@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from offline_data import sort_pairs, tiny_model, tokenizer
-from rlvr.algorithms.common import completion_logprobs, encode_prompt_completion
+from rlvr.algorithms.common import completion_logprobs
+from rlvr.rollout.batch import encode_prompt_completion
 from rlvr.algorithms.packing import (
     PAD_DOC, Document, PackedSFTConfig, block_causal_mask, encode_documents, first_fit_decreasing,
     pack_documents, packed_logits, packed_nll, resolve_route, train_sft_packed,

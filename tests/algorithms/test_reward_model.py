@@ -8,12 +8,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from offline_data import sort_pairs, tiny_model, tokenizer
-from rlvr.algorithms.common import encode_prompt_completion, pad_right
-from rlvr.algorithms.reward_model import (
-    ProxyGoldReward, RewardModelConfig, RewardModelReward, bradley_terry_loss, load_reward_model,
-    proxy_and_gold_scores, reward_model_from_lm, reward_scores, score_texts, sequence_rewards,
-    train_reward_model,
+from rlvr.algorithms.reward_model import RewardModelConfig, bradley_terry_loss, train_reward_model
+from rlvr.rewards.reward_model import (
+    ProxyGoldReward, RewardModelReward, load_reward_model, proxy_and_gold_scores, reward_model_from_lm, reward_scores,
+    score_texts, sequence_rewards,
 )
+from rlvr.rollout.batch import encode_prompt_completion, pad_right
 from rlvr.models import save_model
 from rlvr.rewards.base import BatchContext, RewardBatch, RewardOutput
 from rlvr.tasks import get_task

@@ -4,6 +4,7 @@ import pytest
 import yaml
 
 from rlvr.config import Config, ConfigError, apply_overrides, config_help, load_config, save_config
+from rlvr.train.validate import check_registries
 
 
 def write(tmp_path, data) -> str:
@@ -66,8 +67,8 @@ def test_saved_config_round_trips(tmp_path):
     ({"model": {"tiny_preset": "huge"}}, [], "model.tiny_preset: unknown name 'huge'"),
 ])
 def test_config_errors_are_one_line(tmp_path, data, overrides, message):
-    with pytest.raises(ConfigError) as err:
-        load_config(write(tmp_path, data), overrides)
+    with pytest.raises(ConfigError) as err:  # values when loading, registry names when a run is set up
+        check_registries(load_config(write(tmp_path, data), overrides))
     text = str(err.value)
     assert message in text
     assert "\n" not in text

@@ -1,0 +1,54 @@
+"""Training rewards: the task's verifier plus configured extra terms, scored over a batch.
+
+Rewards go through `CombinedReward`: the task's verifier plus any configured extra terms (e.g.
+DAPO's overlong penalty), each made safe (an exception scores the fallback and is counted as
+`reward/errors`). Tasks are duck-typed (`reward_fn()`, `is_correct(text, example)`): tasks build on
+rewards, not the other way round.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from rlvr.rewards.base import BatchContext
+from rlvr.rewards.combine import CombinedReward
+from rlvr.rewards.registry import reward_from_name
+from rlvr.rollout.base import Completion
+
+
+def build_reward(task: Any, extra: Sequence[dict[str, Any]] = ()) -> CombinedReward:
+    """The task's verifier (component `task`, weight 1 unless a term {name: task, weight: w} says
+    otherwise) plus `extra` terms, each a dict {name: registry name, weight: float, options: {...}}
+    (see rlvr.rewards.REWARDS)."""
+    task_weight, parts = 1.0, []
+    for term in extra:
+        unknown = set(term) - {"name", "weight", "options"}
+        if "name" not in term or unknown:
+            raise ValueError(f"a reward term needs `name` (and optionally weight, options); got {term}")
+        if term["name"] == "task":  # re-weights the verifier; weight 0 logs it only (gold beside a proxy RM)
+            task_weight = float(term.get("weight", 1.0))
+            continue
+        parts.append((reward_from_name(term["name"], **term.get("options", {})), float(term.get("weight", 1.0)),
+                      term["name"]))
+    return CombinedReward([(task.reward_fn(), task_weight, "task"), *parts])
+
+
+@dataclass
+class Scores:
+    rewards: list[float]  # combined reward per completion
+    correct: list[bool]  # exact correctness per completion (task.is_correct)
+    components: dict[str, float]  # mean of each named reward term, and the error count
+
+
+def score_completions(reward: CombinedReward, task: Any, completions: Sequence[Completion],
+                      examples: Sequence[Any], group_size: int, step: int, max_new_tokens: int) -> Scores:
+    """Score completions[i] against examples[i] (groups of `group_size` contiguous)."""
+    if len(completions) != len(examples):
+        raise ValueError(f"{len(completions)} completions but {len(examples)} examples")
+    texts = [c.text for c in completions]
+    correct = [bool(task.is_correct(t, ex)) for t, ex in zip(texts, examples)]
+    ctx = BatchContext(group_size=group_size, step=step, lengths=[len(c.token_ids) for c in completions],
+                       max_new_tokens=max_new_tokens, correct=correct)
+    batch = reward.score_batch([c.prompt for c in completions], texts, list(examples), ctx)
+    return Scores(batch.scores, correct, batch.metrics("reward/"))

@@ -1,0 +1,32 @@
+"""The house's dependency order (pyproject.toml [tool.importlinter]) holds: CI fails on a violation."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_import_contracts_are_kept():
+    lint = shutil.which("lint-imports") or str(Path(sys.executable).parent / "lint-imports")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([lint, "--no-cache"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert "0 broken" in out.stdout
+
+
+def test_no_function_level_import_dodges_a_layer():
+    """A function-level import of rlvr is only for startup time (the CLI) or optional heavy models;
+    inside the library's rooms below the CLI, imports sit at the top where the linter sees them."""
+    lazy_ok = {"cli.py", "commands", "rewards/registry.py"}
+    offenders = []
+    for path in sorted((ROOT / "rlvr").rglob("*.py")):
+        rel = path.relative_to(ROOT / "rlvr").as_posix()
+        if any(rel == ok or rel.startswith(ok + "/") for ok in lazy_ok):
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if line.startswith((" ", "\t")) and line.strip().startswith(("from rlvr", "import rlvr")):
+                offenders.append(f"{rel}:{number}: {line.strip()}")
+    assert offenders == []
