@@ -3,8 +3,9 @@
 Each subcommand lives in a module that provides `add_parser(subparsers)`; the parser it adds sets
 `func` (args -> exit code). Adding a command = adding its module to COMMAND_MODULES.
 
-Errors: a bad config or argument prints one line and exits with 2, a runtime problem the user can fix
-(missing file, bad data) one line and 1; RLVR_DEBUG=1 shows the traceback instead.
+Errors, the same for every subcommand and for `python -m rlvr`: bad input (config, argument, missing
+file, bad data row) prints one line and exits with 2; anything else is an internal error, one line and
+exit code 1. RLVR_DEBUG=1 shows the traceback instead. Subcommands raise; only `main` maps.
 """
 
 from __future__ import annotations
@@ -37,27 +38,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    from rlvr.config import ConfigError
+USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError)  # ConfigError is a ValueError
 
+
+def main(argv: list[str] | None = None) -> int:
+    """`rlvr ...` and `python -m rlvr ...`: the one place errors become exit codes."""
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except ConfigError as err:
-        if os.environ.get("RLVR_DEBUG"):
-            raise
-        print(f"rlvr {args.command}: error: {err}", file=sys.stderr)
-        return 2
-    except (FileNotFoundError, NotADirectoryError, ValueError) as err:
-        if os.environ.get("RLVR_DEBUG"):
-            raise
-        print(f"rlvr {args.command}: error: {err}", file=sys.stderr)
-        return 1
     except BrokenPipeError:  # `rlvr train --help-config | head`
         return 0
     except KeyboardInterrupt:
         print(f"rlvr {args.command}: interrupted", file=sys.stderr)
         return 130
+    except USER_ERRORS as err:
+        if os.environ.get("RLVR_DEBUG"):
+            raise
+        print(f"rlvr {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except Exception as err:
+        if os.environ.get("RLVR_DEBUG"):
+            raise
+        print(f"rlvr {args.command}: internal error: {type(err).__name__}: {err} (RLVR_DEBUG=1 shows the "
+              f"traceback)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -3,7 +3,6 @@ sequence log-probabilities and jsonl reading with clear errors."""
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,42 +36,6 @@ def completion_logprobs(model: PreTrainedModel, prompts: Sequence[Sequence[int]]
     logp = token_logprobs(logits[:, :-1], ids[:, 1:])  # (B, T-1)
     mask = target[:, 1:]
     return masked_sum(logp, mask, dim=-1), mask.sum(-1)
-
-
-def read_jsonl(path: str | Path, required: Sequence[str], what: str) -> list[dict[str, Any]]:
-    """Rows of a jsonl file; each must be an object with string fields `required`.
-
-    Errors name the file and line: a user with 50k rows needs to know which one is broken.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{what} file {str(path)!r} does not exist")
-    rows = []
-    with open(path, encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{lineno}: not valid JSON ({err.msg})") from err
-            rows.append(check_fields(row, required, f"{path}:{lineno}"))
-    if not rows:
-        raise ValueError(f"{what} file {str(path)!r} is empty")
-    return rows
-
-
-def check_fields(row: Any, required: Sequence[str], where: str) -> dict[str, Any]:
-    """`row` itself, after checking it is a dict with a string value for every required key."""
-    if not isinstance(row, dict):
-        raise ValueError(f"{where}: expected a JSON object with fields {list(required)}, got {type(row).__name__}")
-    missing = [k for k in required if k not in row]
-    if missing:
-        raise ValueError(f"{where}: missing field(s) {missing}; each row needs {list(required)}")
-    wrong = [k for k in required if not isinstance(row[k], str)]
-    if wrong:
-        raise ValueError(f"{where}: field(s) {wrong} must be strings")
-    return row
 
 
 def config_field(default: Any, text: str) -> Any:

@@ -22,10 +22,11 @@ from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rlvr.algorithms.common import (
-    OfflineConfig, config_field, check_fields, completion_logprobs, read_jsonl,
+    OfflineConfig, config_field, completion_logprobs,
     split_holdout, train_epochs,
 )
 from rlvr.core import PREFERENCE_LOSSES, get_preference_loss
+from rlvr.jsonl import check_fields, read_jsonl
 from rlvr.rollout.batch import encode_prompt_completion
 
 FIELDS = ("prompt", "chosen", "rejected")
@@ -45,7 +46,7 @@ class PreferencePair:
 def load_preference_pairs(path: str | Path) -> list[PreferencePair]:
     """Read a jsonl of {"prompt", "chosen", "rejected"} rows (extra fields are ignored)."""
     return [PreferencePair(r["prompt"], r["chosen"], r["rejected"])
-            for r in read_jsonl(path, FIELDS, "preference data")]
+            for r in read_jsonl(path, FIELDS, "preference data", empty_ok=False)]
 
 
 def as_pairs(rows: Sequence[PreferencePair | Mapping[str, Any]]) -> list[PreferencePair]:

@@ -12,8 +12,8 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor
 
-from rlvr.algorithms.common import read_jsonl
 from rlvr.core import masked_mean
+from rlvr.jsonl import read_jsonl
 from rlvr.tasks.base import Task
 from rlvr.rollout.batch import RolloutBatch, encode_prompt_completion, pack, policy_logprobs
 from rlvr.data.stream import PromptStream
@@ -32,7 +32,7 @@ def pairs_from_task(task: Task, n: int, seed: int) -> list[tuple[str, str]]:
 
 def pairs_from_jsonl(path: str | Path) -> list[tuple[str, str]]:
     """(prompt, completion) pairs from a jsonl file with string fields `prompt` and `completion`."""
-    return [(row["prompt"], row["completion"]) for row in read_jsonl(path, ["prompt", "completion"], "SFT data")]
+    return [(row["prompt"], row["completion"]) for row in read_jsonl(path, ["prompt", "completion"], "SFT data", empty_ok=False)]
 
 
 def encode_pairs(tokenizer, pairs: Sequence[tuple[str, str]]) -> list[tuple[list[int], list[int]]]:

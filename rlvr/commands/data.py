@@ -11,13 +11,13 @@ Each filtering command writes `<out>/<step>.kept.jsonl` and its report (`<step>.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from rlvr.data.decontaminate import decontaminate
 from rlvr.data.dedup import deduplicate
 from rlvr.data.report import CurationResult
-from rlvr.data.text import read_jsonl, write_jsonl
+from rlvr.data.text import write_jsonl
+from rlvr.jsonl import read_jsonl
 from rlvr.thinking.fusion import build_fusion_data, write_fusion_jsonl
 
 
@@ -37,20 +37,20 @@ def _finish(result: CurationResult, out: str) -> int:
 
 
 def _decontaminate(args: argparse.Namespace) -> int:
-    evals = {name: read_jsonl(path) for name, path in args.eval}
-    result = decontaminate(read_jsonl(args.input), evals, text=args.text_key, eval_text=args.eval_text_key or None,
+    evals = {name: read_jsonl(path, what="eval") for name, path in args.eval}
+    result = decontaminate(read_jsonl(args.input, what="input"), evals, text=args.text_key, eval_text=args.eval_text_key or None,
                            n=args.n, min_words=args.min_words)
     return _finish(result, args.out)
 
 
 def _dedup(args: argparse.Namespace) -> int:
-    result = deduplicate(read_jsonl(args.input), text=args.text_key, near=not args.exact_only, method=args.method,
+    result = deduplicate(read_jsonl(args.input, what="input"), text=args.text_key, near=not args.exact_only, method=args.method,
                          threshold=args.threshold, shingle=args.shingle, num_perm=args.num_perm)
     return _finish(result, args.out)
 
 
 def _fusion(args: argparse.Namespace) -> int:
-    rows = build_fusion_data(read_jsonl(args.input), prompt_key=args.prompt_key, thinking_key=args.thinking_key,
+    rows = build_fusion_data(read_jsonl(args.input, what="input"), prompt_key=args.prompt_key, thinking_key=args.thinking_key,
                              answer_key=args.answer_key, completion_key=args.completion_key,
                              unflagged_think=args.unflagged_think, seed=args.seed)
     path = write_fusion_jsonl(rows, args.out)
@@ -97,19 +97,3 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     fu.add_argument("--out", required=True, help="output jsonl")
     fu.set_defaults(func=_fusion)
     return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m rlvr.commands.data dedup ...` without the main CLI; bad input exits 2 with one line."""
-    parser = argparse.ArgumentParser(prog="rlvr")
-    add_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["data", *(sys.argv[1:] if argv is None else argv)])
-    try:
-        return args.func(args)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

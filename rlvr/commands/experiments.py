@@ -10,7 +10,6 @@ sub-command's function is stored as `args.func(args) -> exit code`.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from rlvr.pipelines.experiments.sort_toy import DELTAS, format_table, plot_sort_toy, run_deltas, save_metrics
@@ -71,15 +70,3 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     two = sub.add_parser("two-state", help="exact variance of the policy gradient with and without a baseline")
     two.set_defaults(func=_two_state)
     return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run the experiments without the main CLI: `python -m rlvr.commands.experiments sort-toy ...`."""
-    parser = argparse.ArgumentParser(prog="rlvr")
-    add_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["experiment", *(sys.argv[1:] if argv is None else argv)])
-    return args.func(args)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

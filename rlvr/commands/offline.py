@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import typing
 from dataclasses import MISSING, fields
 from pathlib import Path
@@ -55,11 +54,6 @@ def config_from_args(cls: type, args: argparse.Namespace) -> Any:
     return config
 
 
-def _fail(command: str, err: Exception) -> int:
-    print(f"rlvr {command}: error: {err}", file=sys.stderr)
-    return 2
-
-
 def _save(out: Path, model: Any, tokenizer: Any, metrics: dict[str, Any]) -> None:
     from rlvr.models import save_model
 
@@ -76,20 +70,14 @@ def _report(metrics: dict[str, Any], key: str = "accuracy") -> str:
 
 def _run_pairs(args: argparse.Namespace, command: str, cls: type,
                train: Callable[..., dict[str, Any]], load: Callable[[str], Any]) -> int:
-    try:
-        config = config_from_args(cls, args)
-        pairs = load_preference_pairs(args.data)
-        eval_pairs = load_preference_pairs(args.eval_data) if args.eval_data else None
-        model = load(args.model)
-        from rlvr.models import load_tokenizer
-        tokenizer = load_tokenizer(args.model)
-    except (ValueError, FileNotFoundError, NotADirectoryError) as err:
-        return _fail(command, err)
+    config = config_from_args(cls, args)
+    pairs = load_preference_pairs(args.data)
+    eval_pairs = load_preference_pairs(args.eval_data) if args.eval_data else None
+    model = load(args.model)
+    from rlvr.models import load_tokenizer
+    tokenizer = load_tokenizer(args.model)
     on_step = (lambda row: print(json.dumps(row))) if args.verbose else None
-    try:  # data errors found while encoding (a pair over max_length) are input errors too
-        metrics = train(model, tokenizer, pairs, config, eval_pairs=eval_pairs, on_step=on_step)
-    except ValueError as err:
-        return _fail(command, err)
+    metrics = train(model, tokenizer, pairs, config, eval_pairs=eval_pairs, on_step=on_step)
     _save(Path(args.out), model, tokenizer, metrics)
     print(f"rlvr {command}: {_report(metrics)}; saved to {Path(args.out) / 'model'}")
     return 0
@@ -128,16 +116,16 @@ def _rft(args: argparse.Namespace) -> int:
     from rlvr.rollout.hf_engine import HFEngine
     from rlvr.tasks import get_task
 
+    config = config_from_args(RFTConfig, args)
+    if args.train_size < 1 or args.eval_size < 0:
+        raise ValueError(f"--train-size must be >= 1 and --eval-size >= 0, got {args.train_size}, {args.eval_size}")
     try:
-        config = config_from_args(RFTConfig, args)
-        if args.train_size < 1 or args.eval_size < 0:
-            raise ValueError(f"--train-size must be >= 1 and --eval-size >= 0, got {args.train_size}, {args.eval_size}")
         task = get_task(args.task, **_task_options(args.task_option))
-        examples = task.train_examples(args.train_size, config.seed)
-        eval_examples = task.eval_examples(args.eval_size, config.seed) if args.eval_size else None
-        model, tokenizer = load_model_and_tokenizer(args.model)
-    except (ValueError, TypeError, FileNotFoundError, NotADirectoryError) as err:
-        return _fail("rft", err)
+    except TypeError as err:  # an option the task does not take
+        raise ValueError(f"--task-option: {err}") from None
+    examples = task.train_examples(args.train_size, config.seed)
+    eval_examples = task.eval_examples(args.eval_size, config.seed) if args.eval_size else None
+    model, tokenizer = load_model_and_tokenizer(args.model)
     metrics = train_rft(model, tokenizer, HFEngine(model, tokenizer), examples, task.is_correct, config,
                         eval_examples, on_round=lambda row: print(json.dumps(row)))
     _save(Path(args.out), model, tokenizer, metrics)
@@ -180,15 +168,3 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
     rft.add_argument("--eval-size", type=int, default=64, help="held-out prompts for greedy accuracy (0: none)")
     add_config_flags(rft, RFTConfig)
     rft.set_defaults(func=_rft)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run without the main CLI: `python -m rlvr.commands.offline dpo --model ...`."""
-    parser = argparse.ArgumentParser(prog="rlvr")
-    add_parsers(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return args.func(args)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

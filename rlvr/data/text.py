@@ -62,23 +62,6 @@ def get_text(item: Any, key: TextKey) -> str:
     return text
 
 
-def read_jsonl(path: str | Path) -> list[dict]:
-    """Rows of a jsonl file; a malformed line is reported with its line number."""
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"no such file: {path}")
-    rows = []
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{lineno}: invalid JSON ({e.msg})") from None
-    return rows
-
-
 def write_jsonl(path: str | Path, rows: Sequence[Any]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

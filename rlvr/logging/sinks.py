@@ -58,13 +58,6 @@ def truncate_after(path: Path, step: int) -> None:
     path.write_text("".join(kept), encoding="utf-8")
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    path = Path(path)
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
 class TensorBoardSink:
     def __init__(self, log_dir: Path, resume_step: int | None = None):
         from torch.utils.tensorboard import SummaryWriter

@@ -21,7 +21,7 @@ import yaml
 
 from rlvr.presets import PRESETS, preset_overrides
 from rlvr.config import ConfigError, load_config
-from rlvr.logging.sinks import read_jsonl
+from rlvr.jsonl import read_jsonl
 from rlvr.train.loop import train as train_loop
 from rlvr.train.validate import check_registries
 

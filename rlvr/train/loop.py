@@ -14,7 +14,8 @@ from pathlib import Path
 from rlvr.config import Config
 from rlvr.logging.plots import plot_metrics
 from rlvr.logging.progress import TrainProgress
-from rlvr.logging.sinks import METRICS, read_jsonl
+from rlvr.jsonl import read_jsonl
+from rlvr.logging.sinks import METRICS
 from rlvr.seeds import EVAL_SAMPLING, derive_seed
 from rlvr.train.checkpoint import save_checkpoint
 from rlvr.train.setup import Run, prepare_run

@@ -6,7 +6,7 @@ import re
 import pytest
 
 from offline_data import SORT_ALPHABET, sort_pairs
-from rlvr.commands.offline import main
+from rlvr.cli import main
 from rlvr.algorithms.preference import PreferenceConfig
 from rlvr.models import load_model, make_tiny_model_dir
 

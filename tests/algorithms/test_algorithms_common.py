@@ -1,7 +1,5 @@
-"""Shared pieces of the offline trainers: jsonl reading, splits, padding, sequence log-probs and the
+"""Shared pieces of the offline trainers: splits, padding, sequence log-probs and the
 minibatch loop (gradient accumulation must not change the update)."""
-
-import json
 
 import pytest
 import torch
@@ -9,40 +7,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from offline_data import tiny_model, tokenizer
+from rlvr.rollout.batch import encode_prompt_completion, pad_right
 from rlvr.algorithms.common import (
-    OfflineConfig, completion_logprobs, encode_prompt_completion, pad_right, read_jsonl, split_holdout,
-    train_epochs,
+    OfflineConfig, completion_logprobs, split_holdout, train_epochs,
 )
-
-
-def _write(path, lines):
-    path.write_text("".join(line + "\n" for line in lines))
-    return path
-
-
-def test_read_jsonl_reads_rows_and_skips_blank_lines(tmp_path):
-    rows = [json.dumps({"a": "x", "b": "y", "extra": 1}), "", json.dumps({"a": "z", "b": "w"})]
-    path = _write(tmp_path / "d.jsonl", rows)
-    assert read_jsonl(path, ["a", "b"], "test") == [{"a": "x", "b": "y", "extra": 1}, {"a": "z", "b": "w"}]
-
-
-@pytest.mark.parametrize("lines, message", [
-    ([], "is empty"),
-    (["", "  "], "is empty"),
-    (['{"a": "x"'], r"d.jsonl:1: not valid JSON"),
-    ([json.dumps({"a": "x", "b": "y"}), json.dumps({"a": "x"})], r"d.jsonl:2: missing field\(s\) \['b'\]"),
-    ([json.dumps({"a": "x", "b": 3})], r"field\(s\) \['b'\] must be strings"),
-    ([json.dumps(["a", "b"])], "expected a JSON object"),
-])
-def test_read_jsonl_errors_name_the_line(tmp_path, lines, message):
-    path = _write(tmp_path / "d.jsonl", lines)
-    with pytest.raises(ValueError, match=message):
-        read_jsonl(path, ["a", "b"], "test")
-
-
-def test_read_jsonl_missing_file(tmp_path):
-    with pytest.raises(FileNotFoundError, match="test file .* does not exist"):
-        read_jsonl(tmp_path / "nope.jsonl", ["a"], "test")
 
 
 @settings(max_examples=50, deadline=None)

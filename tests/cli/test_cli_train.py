@@ -84,4 +84,4 @@ def test_sft_from_task_demonstrations_and_from_jsonl(tmp_path, capsys):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "x"}\n')
     code, _, err = run_main(capsys, "sft", "--data", str(bad), "--steps", "2", "--out", str(tmp_path / "c"), *tiny)
-    assert code == 1 and "missing field(s) ['completion']" in err and err.count("\n") == 1
+    assert code == 2 and "missing field(s) ['completion']" in err and err.count("\n") == 1

@@ -1,6 +1,10 @@
 import json
 
-from rlvr.commands.data import main
+from rlvr.cli import main as rlvr_main
+
+
+def main(argv):
+    return rlvr_main(["data", *argv])
 from rlvr.data.text import write_jsonl
 
 
@@ -27,7 +31,7 @@ def test_decontaminate_dedup_and_fusion_commands(tmp_path, capsys):
 
 def test_bad_input_exits_2_with_one_line(tmp_path, capsys):
     assert main(["dedup", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path)]) == 2
-    assert capsys.readouterr().err.strip().startswith("error: no such file")
+    assert capsys.readouterr().err.strip().startswith("rlvr data: error: input file")
     bad = write_jsonl(tmp_path / "x.jsonl", [{"question": "q"}])
     assert main(["dedup", str(bad), "--out", str(tmp_path)]) == 2  # default --text-key prompt is missing
     assert "no field 'prompt'" in capsys.readouterr().err

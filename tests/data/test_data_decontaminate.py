@@ -5,7 +5,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from rlvr.data.decontaminate import decontaminate
-from rlvr.data.text import read_jsonl, words
+from rlvr.data.text import words
+from rlvr.jsonl import read_jsonl
 
 from data_helpers import data_dir
 

@@ -1,7 +1,8 @@
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from rlvr.data.text import get_text, ngrams, normalize_text, read_jsonl, words, write_jsonl
+from rlvr.data.text import get_text, ngrams, normalize_text, words, write_jsonl
+from rlvr.jsonl import read_jsonl
 from rlvr.tasks.base import Example
 
 
@@ -47,7 +48,7 @@ def test_jsonl_round_trip_and_bad_line(tmp_path):
     path = write_jsonl(tmp_path / "x" / "r.jsonl", rows)
     assert read_jsonl(path) == rows
     path.write_text('{"a": 1}\n{oops\n')
-    with pytest.raises(ValueError, match=r"r.jsonl:2: invalid JSON"):
+    with pytest.raises(ValueError, match=r"r.jsonl:2: not valid JSON"):
         read_jsonl(path)
-    with pytest.raises(ValueError, match="no such file"):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
         read_jsonl(tmp_path / "missing.jsonl")

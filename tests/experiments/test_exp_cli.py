@@ -3,7 +3,12 @@ import json
 
 import pytest
 
-from rlvr.commands.experiments import add_parser, main
+from rlvr.cli import main as rlvr_main
+from rlvr.commands.experiments import add_parser
+
+
+def main(argv):
+    return rlvr_main(["experiment", *argv])
 
 
 def parse(argv):

@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 from rlvr.config import load_config
-from rlvr.logging.sinks import read_jsonl
+from rlvr.jsonl import read_jsonl
 from rlvr.train import loop
 from rlvr.train.loop import train
 from rlvr.train.setup import prepare_run

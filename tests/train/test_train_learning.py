@@ -3,7 +3,7 @@
 import pytest
 
 from rlvr.config import load_config
-from rlvr.logging.sinks import read_jsonl
+from rlvr.jsonl import read_jsonl
 from rlvr.train.loop import train
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlvr.algorithms.grpo import GroupPolicyGradient, accumulation_denominator
-from rlvr.logging.sinks import JsonlSink, read_jsonl, truncate_after
+from rlvr.jsonl import read_jsonl
+from rlvr.logging.sinks import JsonlSink, truncate_after
 from rlvr.rollout.base import Completion
 from rlvr.train import checkpoint as ckpt
 from rlvr.rollout.batch import build_batch, pack

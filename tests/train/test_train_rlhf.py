@@ -7,7 +7,7 @@ import pytest
 
 from rlvr.rewards.reward_model import RewardModelReward, load_reward_model, reward_model_from_lm
 from rlvr.config import ConfigError, load_config
-from rlvr.logging.sinks import read_jsonl
+from rlvr.jsonl import read_jsonl
 from rlvr.models import load_model, load_tokenizer, save_model
 from rlvr.train.loop import train
 

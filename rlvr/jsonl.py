@@ -1,0 +1,48 @@
+"""The one jsonl reader: every error names the file, the line and what is wrong with it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+
+def read_jsonl(path: str | Path, required: Sequence[str] = (), what: str = "jsonl", *, missing_ok: bool = False,
+               empty_ok: bool = True) -> list[dict[str, Any]]:
+    """Rows of a jsonl file, blank lines skipped; each row a JSON object with string fields `required`.
+
+    `missing_ok`: a missing file reads as no rows (a run's metrics before its first record);
+    `empty_ok=False`: a file without rows is an error (training data). A user with 50k rows needs to
+    know which one is broken, so errors say `path:line: ...`.
+    """
+    path = Path(path)
+    if not path.is_file():
+        if missing_ok:
+            return []
+        raise FileNotFoundError(f"{what} file {str(path)!r} does not exist")
+    rows = []
+    with open(path, encoding="utf-8") as handle:
+        for lineno, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{lineno}: not valid JSON ({err.msg})") from None
+            rows.append(check_fields(row, required, f"{path}:{lineno}"))
+    if not rows and not empty_ok:
+        raise ValueError(f"{what} file {str(path)!r} is empty")
+    return rows
+
+
+def check_fields(row: Any, required: Sequence[str], where: str) -> dict[str, Any]:
+    """`row` itself, after checking it is a dict with a string value for every required key."""
+    if not isinstance(row, dict):
+        raise ValueError(f"{where}: expected a JSON object with fields {list(required)}, got {type(row).__name__}")
+    missing = [k for k in required if k not in row]
+    if missing:
+        raise ValueError(f"{where}: missing field(s) {missing}; each row needs {list(required)}")
+    wrong = [k for k in required if not isinstance(row[k], str)]
+    if wrong:
+        raise ValueError(f"{where}: field(s) {wrong} must be strings")
+    return row

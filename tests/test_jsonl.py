@@ -1,0 +1,53 @@
+"""The one jsonl reader: rows back as written, and every error names the file and line."""
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlvr.jsonl import read_jsonl
+
+
+def _write(path, lines):
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+def test_reads_rows_and_skips_blank_lines(tmp_path):
+    rows = [json.dumps({"a": "x", "b": "y", "extra": 1}), "", json.dumps({"a": "z", "b": "w"})]
+    path = _write(tmp_path / "d.jsonl", rows)
+    assert read_jsonl(path, ["a", "b"], "test") == [{"a": "x", "b": "y", "extra": 1}, {"a": "z", "b": "w"}]
+
+
+@pytest.mark.parametrize("lines, message", [
+    ([], "test file .* is empty"),
+    (["", "  "], "is empty"),
+    (['{"a": "x"'], r"d.jsonl:1: not valid JSON"),
+    ([json.dumps({"a": "x", "b": "y"}), json.dumps({"a": "x"})], r"d.jsonl:2: missing field\(s\) \['b'\]"),
+    ([json.dumps({"a": "x", "b": 3})], r"d.jsonl:1: field\(s\) \['b'\] must be strings"),
+    ([json.dumps(["a", "b"])], r"d.jsonl:1: expected a JSON object"),
+])
+def test_errors_name_the_file_and_line(tmp_path, lines, message):
+    path = _write(tmp_path / "d.jsonl", lines)
+    with pytest.raises(ValueError, match=message):
+        read_jsonl(path, ["a", "b"], "test", empty_ok=False)
+
+
+def test_missing_file_is_an_error_unless_allowed(tmp_path):
+    with pytest.raises(FileNotFoundError, match="test file .* does not exist"):
+        read_jsonl(tmp_path / "nope.jsonl", ["a"], "test")
+    assert read_jsonl(tmp_path / "nope.jsonl", missing_ok=True) == []
+    assert read_jsonl(_write(tmp_path / "e.jsonl", []), ["a"]) == []  # empty_ok by default
+
+
+rows_strategy = st.lists(st.dictionaries(st.text(min_size=1, max_size=5),
+                                         st.one_of(st.text(max_size=8), st.integers(), st.booleans()), max_size=4),
+                         max_size=6)
+
+
+@settings(max_examples=50, deadline=None)
+@given(rows_strategy)
+def test_round_trip(tmp_path_factory, rows):
+    path = _write(tmp_path_factory.mktemp("j") / "r.jsonl", [json.dumps(r, ensure_ascii=False) for r in rows])
+    assert read_jsonl(path) == rows
