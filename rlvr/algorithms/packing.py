@@ -27,6 +27,7 @@ from rlvr.algorithms.common import OfflineConfig, config_field, train_epochs
 from rlvr.rollout.batch import encode_prompt_completion
 from rlvr.algorithms.varlen import SEGMENTS_KWARG, segment_bounds, varlen_attention
 from rlvr.core import masked_sum, token_logprobs
+from rlvr.models.tokenizer import pad_token_id
 
 PAD_DOC = -1  # document id of the padding at the end of a row
 
@@ -230,7 +231,7 @@ def train_sft_packed(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
     if not pairs:
         raise ValueError("train_sft_packed: no (prompt, completion) pairs given")
     docs = encode_documents(tokenizer, pairs)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    pad_id = pad_token_id(tokenizer)
 
     def micro_loss(idx: list[int]) -> tuple[Tensor, dict[str, Tensor]]:
         batch = pack_documents([docs[i] for i in idx], cfg.max_len, pad_id)

@@ -28,6 +28,7 @@ from rlvr.algorithms.common import (
 from rlvr.core import PREFERENCE_LOSSES, get_preference_loss
 from rlvr.jsonl import check_fields, read_jsonl
 from rlvr.rollout.batch import encode_prompt_completion
+from rlvr.models.tokenizer import pad_token_id
 
 FIELDS = ("prompt", "chosen", "rejected")
 NEEDS_REFERENCE = {"dpo": True, "ipo": True, "ln_dpo": True, "simpo": False}
@@ -200,7 +201,7 @@ def train_preference(
     cfg = config or PreferenceConfig()
     cfg.validate()
     pairs, eval_pairs = pairs_and_holdout(pairs, eval_pairs, cfg.eval_fraction, cfg.seed)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    pad_id = pad_token_id(tokenizer)
     train_enc = encode_pairs(tokenizer, pairs, cfg.max_length)
     eval_enc = encode_pairs(tokenizer, eval_pairs, cfg.max_length)
     model.eval()

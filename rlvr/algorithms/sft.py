@@ -18,6 +18,7 @@ from rlvr.tasks.base import Task
 from rlvr.rollout.batch import RolloutBatch, encode_prompt_completion, pack, policy_logprobs
 from rlvr.data.stream import PromptStream
 from rlvr.algorithms.optim import build_optimizer, build_scheduler
+from rlvr.models.tokenizer import pad_token_id
 
 
 def sft_loss(logprobs: Tensor, mask: Tensor) -> Tensor:
@@ -54,7 +55,7 @@ def train_sft(model, tokenizer, pairs: Sequence[tuple[str, str]], steps: int, ba
     """
     if steps < 1 or batch_size < 1:
         raise ValueError(f"steps and batch_size must be >= 1, got {steps}, {batch_size}")
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    pad_id = pad_token_id(tokenizer)
     stream = PromptStream(encode_pairs(tokenizer, pairs), seed)
     optimizer = build_optimizer(model, lr, (0.9, 0.99), 1e-8, 0.0)
     scheduler = build_scheduler(optimizer, "cosine", max(1, steps // 10), steps, 0.1)

@@ -21,6 +21,7 @@ from rlvr.rollout.base import Completion, SamplingParams
 from rlvr.rollout.kv_cache import PreallocatedKVCache
 from rlvr.rollout.sampling import LOGPROBS_MODES, sample_next
 from rlvr.rollout.stops import StopChecker, cut_at_stop
+from rlvr.models.tokenizer import pad_token_id
 
 
 class HFEngine:
@@ -51,7 +52,7 @@ class HFEngine:
         self.logprobs_mode = logprobs_mode
         self.add_special_tokens = add_special_tokens
         self.eos_ids = torch.tensor(sorted(_eos_ids(model, tokenizer)), dtype=torch.long, device=self.device)
-        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        pad = pad_token_id(tokenizer)
         self.pad_id = 0 if pad is None else pad
         params = inspect.signature(model.forward).parameters
         self._cache_kwarg = "cache" if "cache" in params else "past_key_values"  # transformers 5.x renamed it
