@@ -12,6 +12,7 @@ from safetensors.torch import load_file
 
 from rlvr.algorithms.ppo import VALUE_MODEL_FILE
 from rlvr.presets import PRESETS, deep_merge, format_presets, get_preset, nested, preset_overrides
+from rlvr.train.validate import check_registries
 from rlvr.config import ConfigError, load_config
 from rlvr.train.loop import train
 from variant_helpers import TINY, changed, start_dir
@@ -41,7 +42,7 @@ def test_precedence_defaults_preset_file_set(tmp_path):
 
 def test_unknown_preset_is_one_clear_error():
     with pytest.raises(ConfigError, match="unknown algorithm preset 'drgrpo'.*dr_grpo"):
-        load_config(None, ["algorithm.preset=drgrpo"])
+        check_registries(load_config(None, ["algorithm.preset=drgrpo"]))
     with pytest.raises(ValueError, match="choose from"):
         get_preset("nope")
 
@@ -53,19 +54,20 @@ def test_preset_helpers():
     assert "algorithm.dynamic_sampling=true" in preset_overrides("dapo")
 
 
-def test_invalid_combinations_fail_at_load_time():
+def test_invalid_combinations_fail_before_a_run_starts():
     with pytest.raises(ConfigError, match="kl_reward_coef"):
-        load_config(None, ["algorithm.kl_reward_coef=0.1"])  # group advantages have no per-token reward
+        # group advantages have no per-token reward
+        check_registries(load_config(None, ["algorithm.kl_reward_coef=0.1"]))
     with pytest.raises(ConfigError, match="kimi"):
-        load_config(None, ["algorithm.preset=ppo", "algorithm.policy_loss=kimi", "algorithm.tau=0.1"])
+        check_registries(load_config(None, ["algorithm.preset=ppo", "algorithm.policy_loss=kimi", "algorithm.tau=0.1"]))
     with pytest.raises(ConfigError, match="value.model"):
-        load_config(None, ["algorithm.preset=ppo", "value.model=tied"])
+        check_registries(load_config(None, ["algorithm.preset=ppo", "value.model=tied"]))
     with pytest.raises(ConfigError, match="value.path"):
-        load_config(None, ["algorithm.preset=ppo", "value.path=/nonexistent/critic"])
+        check_registries(load_config(None, ["algorithm.preset=ppo", "value.path=/nonexistent/critic"]))
     with pytest.raises(ConfigError, match="gamma = lam = 1"):
-        load_config(None, ["algorithm.preset=reinforce_pp", "algorithm.lam=0.95"])
+        check_registries(load_config(None, ["algorithm.preset=reinforce_pp", "algorithm.lam=0.95"]))
     with pytest.raises(ConfigError, match="dynamic_sampling_metric"):
-        load_config(None, ["algorithm.preset=dapo", "algorithm.dynamic_sampling_metric=loss"])
+        check_registries(load_config(None, ["algorithm.preset=dapo", "algorithm.dynamic_sampling_metric=loss"]))
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))

@@ -6,6 +6,7 @@ import math
 import pytest
 
 from rlvr.rewards.reward_model import RewardModelReward, load_reward_model, reward_model_from_lm
+from rlvr.train.validate import check_registries
 from rlvr.config import ConfigError, load_config
 from rlvr.jsonl import read_jsonl
 from rlvr.models import load_model, load_tokenizer, save_model
@@ -42,4 +43,4 @@ def test_reward_model_reward_by_name_scores_like_the_class(reward_model_dir):
 def test_a_missing_reward_model_folder_is_a_config_error(config_factory, tmp_path):
     rewards = [{"name": "reward_model", "options": {"path": str(tmp_path / "nowhere")}}]
     with pytest.raises(ConfigError, match="task.rewards"):
-        load_config(config_factory(task={"rewards": rewards}))
+        check_registries(load_config(config_factory(task={"rewards": rewards})))
