@@ -1,8 +1,7 @@
-"""Generation engines behind one protocol (`RolloutEngine`), sampling parameters, and the helper
-that turns completions into the padded tensors the trainer consumes."""
+"""Generation engines behind one protocol (`RolloutEngine`), sampling parameters, and the one layout
+of prompt + completion tensors the learner consumes (`rlvr.rollout.batch`)."""
 
 from rlvr.rollout.base import Completion, RolloutEngine, SamplingParams
 from rlvr.rollout.hf_engine import HFEngine
-from rlvr.rollout.tensors import completions_to_tensors
 
-__all__ = ["Completion", "HFEngine", "RolloutEngine", "SamplingParams", "completions_to_tensors"]
+__all__ = ["Completion", "HFEngine", "RolloutEngine", "SamplingParams"]
