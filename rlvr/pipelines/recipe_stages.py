@@ -7,13 +7,11 @@ greedy exact-match accuracy of the model it produced, so a recipe's progress is 
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from rlvr.algorithms.preference import PreferenceConfig, train_preference
-from rlvr.algorithms.rft import greedy_accuracy
+from rlvr.algorithms.rft import RFTConfig, greedy_accuracy, rejection_sample
 from rlvr.algorithms.sft import pairs_from_jsonl, pairs_from_task, train_sft
 from rlvr.config import Config
 from rlvr.data.difficulty import best_of_n_filter
@@ -24,7 +22,7 @@ from rlvr.tasks import Example, get_task
 from rlvr.tasks.data import read_records
 from rlvr.tasks.subset import write_examples
 from rlvr.thinking.fusion import THINK_FLAG, build_fusion_data, write_fusion_jsonl
-from rlvr.thinking.sweep import budget_sweep, plot_budget_sweep
+from rlvr.thinking.sweep import budget_sweep, save_budget_sweep
 from rlvr.train.loop import train
 from rlvr.train.setup import start_model
 
@@ -92,11 +90,11 @@ def run_rejection_sft(base: Config, opts: dict[str, Any], model_path: Path, stag
     model, tokenizer = load_model(model_path), load_tokenizer(model_path)
     task = _task(base)
     examples = task.train_examples(opts["prompts"], base.seed + 2)
-    completions = _sample(base, model, tokenizer, examples, opts["samples"], opts["temperature"])
-    owners = [ex for ex in examples for _ in range(opts["samples"])]
-    kept = list(dict.fromkeys((ex.prompt, c.text) for c, ex in zip(completions, owners) if task.is_correct(c.text, ex)))
+    sampling = RFTConfig(num_samples=opts["samples"], temperature=opts["temperature"], seed=base.seed,
+                         max_new_tokens=base.rollout.max_new_tokens, dedup=True, max_per_prompt=None)
+    kept, _ = rejection_sample(_engine(model, tokenizer), examples, task.is_correct, sampling)
     pairs = kept + _demonstrations(base, opts, 2)
-    metrics = {"sampled": len(completions), "kept_correct": len(kept)}
+    metrics = {"sampled": len(examples) * opts["samples"], "kept_correct": len(kept)}
     return _sft_and_save(base, opts, model, tokenizer, pairs, stage_dir, metrics)
 
 
@@ -176,8 +174,7 @@ def run_budget_eval(base: Config, opts: dict[str, Any], model_path: Path, stage_
     points = budget_sweep(_engine(model, tokenizer), task, examples, [int(b) for b in opts["budgets"]],
                           sampling=SamplingParams(temperature=0.0, max_new_tokens=answer_tokens),
                           answer_tokens=answer_tokens)
-    plot_budget_sweep(points, stage_dir / "thinking_budget.png", title="accuracy against thinking budget")
-    (stage_dir / "thinking_budget.jsonl").write_text("".join(json.dumps(asdict(p)) + "\n" for p in points))
+    save_budget_sweep(points, stage_dir, "accuracy against thinking budget")
     return {"metrics": {f"accuracy@{p.budget}": p.accuracy for p in points}}
 
 

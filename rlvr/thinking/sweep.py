@@ -114,10 +114,15 @@ def run_budget_eval(args: argparse.Namespace, engine: RolloutEngine, task: Any, 
     points = budget_sweep(engine, task, examples, args.thinking_budget, sampling=sampling,
                           answer_tokens=args.answer_tokens)
     print(format_budget_table(points))
-    out_dir = Path(out_dir)
     name = getattr(task, "name", "")
-    png = plot_budget_sweep(points, out_dir / "thinking_budget.png",
-                            title=f"{name}: accuracy against thinking budget" if name else "")
-    (out_dir / "thinking_budget.jsonl").write_text("".join(json.dumps(asdict(p)) + "\n" for p in points))
+    png = save_budget_sweep(points, out_dir, f"{name}: accuracy against thinking budget" if name else "")
     print(f"plot: {png}")
     return points
+
+
+def save_budget_sweep(points: Sequence[BudgetPoint], out_dir: str | Path, title: str) -> Path:
+    """`thinking_budget.png` and `thinking_budget.jsonl` (one point a line) in `out_dir`; the plot's path."""
+    out_dir = Path(out_dir)
+    png = plot_budget_sweep(points, out_dir / "thinking_budget.png", title=title)
+    (out_dir / "thinking_budget.jsonl").write_text("".join(json.dumps(asdict(p)) + "\n" for p in points))
+    return png
