@@ -42,12 +42,12 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMER
 
 
 def _rlvr(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rlvr.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "rlvr", *args], capture_output=True, text=True,
                           cwd=ROOT, env=ENV, timeout=300)
 
 
 def _spawn(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "rlvr.cli", *args], cwd=ROOT, env=ENV,
+    return subprocess.Popen([sys.executable, "-m", "rlvr", *args], cwd=ROOT, env=ENV,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
