@@ -127,7 +127,7 @@ def run(spec: dict) -> dict:
 
     sys.path.insert(0, spec["repo"])
     from rlvr.tasks import get_task
-    from rlvr.train.evaluate import build_reward
+    from rlvr.rewards.scoring import build_reward
 
     torch.set_num_threads(spec["threads"])
     t = spec["task"]

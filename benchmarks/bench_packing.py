@@ -27,7 +27,9 @@ from pathlib import Path
 
 import torch
 
-from rlvr.algorithms.common import completion_logprobs, encode_prompt_completion, read_jsonl
+from rlvr.algorithms.common import completion_logprobs
+from rlvr.jsonl import read_jsonl
+from rlvr.rollout.batch import encode_prompt_completion
 from rlvr.algorithms.packing import encode_documents, pack_documents, packed_nll
 from rlvr.models import PRESETS, build_char_tokenizer, build_tiny_model
 

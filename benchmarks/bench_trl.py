@@ -116,7 +116,8 @@ def warm_start(cfg) -> Path:
     import torch
 
     from rlvr.tasks import get_task
-    from rlvr.train.setup import seed_everything, start_model
+    from rlvr.seeds import seed_everything
+    from rlvr.train.setup import start_model
 
     stamp = json.dumps({k: repr(getattr(cfg, k)) for k in ("seed", "model", "task", "sft")}, sort_keys=True)
     run_dir, stamp_file = Path(cfg.out_dir), Path(cfg.out_dir) / "bench_stamp.json"
@@ -159,7 +160,7 @@ def rlvr_child(spec: dict) -> dict:
             clock.step(step)
 
     loop._evaluate, run.logger.log = timed_evaluate, timed_log
-    run.sampler.sample = clock.timed_rollout(run.sampler.sample)  # prompts -> scored completions
+    run.rollout.collect = clock.timed_rollout(run.rollout.collect)  # prompts -> scored completions
     loop.train(cfg, run=run)
     return {**clock.as_dict(), "versions": {"transformers": transformers.__version__, "torch": torch.__version__},
             "threads": torch.get_num_threads()}
