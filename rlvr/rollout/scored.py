@@ -23,6 +23,7 @@ class ScoredBatch:
     correct: list[bool]  # (N,) the task's verifier said the answer is right
     finish_reasons: list[str]  # (N,) "stop" or "length"
     group_size: int  # samples per prompt
+    step: int = 0  # the RL step that collected it; seeds the learner's minibatch shuffle
     components: dict[str, float] = field(default_factory=dict)  # reward terms, averaged over the batch
     stats: dict[str, float] = field(default_factory=dict)  # sampling/* metrics of the rollout
     version: int = 0  # policy version (optimizer steps) the completions were sampled from

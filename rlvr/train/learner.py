@@ -115,13 +115,13 @@ class Learner:
         loss.backward()
         return {"loss": loss.detach() * scale, "entropy": masked_mean(entropy, mb.mask), **metrics}
 
-    def update(self, batch: ScoredBatch, step: int) -> dict[str, float]:
+    def update(self, batch: ScoredBatch) -> dict[str, float]:
         """mu epochs x minibatches, each one optimizer step over accumulated micro-batches."""
         cfg, mini, micro = self.cfg, self.cfg.mini_batch_size, self.cfg.micro_batch_size
         rows = self._prepare(batch)
         self.policy.train()
         stats, grad_norms = [], []
-        shuffle = torch.Generator().manual_seed(derive_seed(cfg.seed, step, SHUFFLE))
+        shuffle = torch.Generator().manual_seed(derive_seed(cfg.seed, batch.step, SHUFFLE))
         for _ in range(cfg.algorithm.mu):
             order = torch.arange(len(rows)) if self.single_step else torch.randperm(len(rows), generator=shuffle)
             for lo in range(0, len(rows), mini):

@@ -30,7 +30,7 @@ class RunResult:
 
 
 def _evaluate(run: Run, step: int) -> dict[str, float]:
-    metrics, rows = run.rollout.evaluate(run.eval_examples, step, derive_seed(run.cfg.seed, step, EVAL_SAMPLING))
+    metrics, rows = run.rollout.evaluate(run.eval_examples, derive_seed(run.cfg.seed, step, EVAL_SAMPLING))
     run.logger.log_samples(step, rows)
     return metrics
 
@@ -57,7 +57,7 @@ def train(cfg: Config, resume: bool = False, run: Run | None = None) -> RunResul
             t_rollout = time.perf_counter() - tic
 
             # --- update: advantages, then mu epochs x minibatches x micro-batches ---
-            update = learner.update(batch, step)
+            update = learner.update(batch)
             t_update = time.perf_counter() - tic - t_rollout
 
             # --- sync: the engine samples the next batch from the new weights ---

@@ -54,7 +54,7 @@ class Rollout:
             completion_ids=[list(c.token_ids) for c in completions],
             sampler_logprobs=[list(c.logprobs) for c in completions],
             rewards=torch.tensor(scores.rewards, dtype=torch.float32), correct=list(scores.correct),
-            finish_reasons=[c.finish_reason for c in completions], group_size=self.cfg.train.group_size,
+            finish_reasons=[c.finish_reason for c in completions], group_size=self.cfg.train.group_size, step=step,
             components=dict(scores.components), stats=dict(rollout.stats), version=self.version)
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
@@ -62,7 +62,7 @@ class Rollout:
         self.engine.load_weights(named_tensors)
         self.version += 1
 
-    def evaluate(self, examples: list[Example], step: int, seed: int) -> tuple[dict[str, float], list[dict]]:
+    def evaluate(self, examples: list[Example], seed: int) -> tuple[dict[str, float], list[dict]]:
         """Held-out metrics and sample rows, sampled with `eval.*` settings from the current weights."""
         cfg = self.cfg
         return evaluate_heldout(self.engine, self.task, examples, cfg.rollout.max_new_tokens, cfg.eval.samples,

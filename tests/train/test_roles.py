@@ -31,7 +31,7 @@ def test_collect_update_and_weight_sync(config_factory):
     rollout, learner = _roles(config_factory)
     batch = rollout.collect(1)
     n = 16  # train.batch_size
-    assert len(batch) == n and batch.group_size == 4 and batch.version == 0
+    assert len(batch) == n and batch.group_size == 4 and batch.step == 1 and batch.version == 0
     assert all(len(ids) == len(lp) for ids, lp in zip(batch.completion_ids, batch.sampler_logprobs))
     assert batch.rewards.shape == (n,) and len(batch.correct) == n and len(batch.finish_reasons) == n
     batch = pickle.loads(pickle.dumps(batch))
@@ -43,7 +43,7 @@ def test_collect_update_and_weight_sync(config_factory):
         torch.testing.assert_close(logprobs[row][rows.mask[row]], torch.tensor(sampled), atol=2e-5, rtol=0)
 
     before = {k: v.detach().clone() for k, v in learner.named_weights()}
-    metrics = learner.update(batch, step=1)
+    metrics = learner.update(batch)
     assert {"loss", "entropy", "lr", "grad_norm"} <= set(metrics)
     assert all(isinstance(v, float) for v in metrics.values())
     after = dict(learner.named_weights())
@@ -54,7 +54,7 @@ def test_collect_update_and_weight_sync(config_factory):
 
 def test_state_dicts_round_trip(config_factory):
     rollout, learner = _roles(config_factory, "a", algorithm={"preset": "ppo"})
-    learner.update(rollout.collect(1), step=1)
+    learner.update(rollout.collect(1))
     state, data = learner.state_dict(), rollout.state_dict()
     assert {"optimizer", "scheduler", "value_model"} <= set(state)  # PPO's critic is the learner's
     rollout2, learner2 = _roles(config_factory, "b", algorithm={"preset": "ppo"})
