@@ -65,8 +65,9 @@ class Learner:
         group (lr `value.lr`) before the scheduler is built, so the schedule covers them."""
         if self.token_adv is None or not self.token_adv.needs_value_model:
             return None
-        model = build_value_model(self.cfg.value.model, self.policy, self.cfg.value.path or init)
-        self.optimizer.add_param_group({"params": list(model.parameters()), "lr": self.cfg.value.lr or self.cfg.optim.lr,
+        v = self.cfg.value
+        model = build_value_model(v.model, self.policy, v.path or init)
+        self.optimizer.add_param_group({"params": list(model.parameters()), "lr": v.lr or self.cfg.optim.lr,
                                         "weight_decay": 0.0})
         return model
 
