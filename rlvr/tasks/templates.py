@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlvr.models import load_tokenizer
-
 # DeepSeek-R1-Zero's template (DeepSeek-AI 2025, table 1); the prompt opens <think> for the model.
 R1_ZERO = (
     "A conversation between User and Assistant. The User asks a question, and the Assistant solves it. "
@@ -23,6 +21,9 @@ def load_tokenizer_option(tokenizer: Any) -> Any:
     """A tokenizer object, or a folder to load one from (the model's own folder works)."""
     if tokenizer is None or hasattr(tokenizer, "apply_chat_template"):
         return tokenizer
+    # on use only: transformers takes seconds to import, and reward workers import the tasks
+    from rlvr.models import load_tokenizer
+
     return load_tokenizer(str(tokenizer))
 
 

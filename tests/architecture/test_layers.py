@@ -18,9 +18,10 @@ def test_import_contracts_are_kept():
 
 
 def test_no_function_level_import_dodges_a_layer():
-    """A function-level import of rlvr is only for startup time (the CLI) or optional heavy models;
-    inside the library's rooms below the CLI, imports sit at the top where the linter sees them."""
-    lazy_ok = {"cli.py", "commands", "rewards/registry.py"}
+    """A function-level import of rlvr is only for startup time: the CLI, and transformers kept off
+    the import path of reward workers (they import rewards and tasks); everywhere else imports sit at
+    the top, where the linter sees them."""
+    lazy_ok = {"cli.py", "commands", "rewards/registry.py", "tasks/templates.py"}
     offenders = []
     for path in sorted((ROOT / "rlvr").rglob("*.py")):
         rel = path.relative_to(ROOT / "rlvr").as_posix()
