@@ -30,7 +30,8 @@ def as_mapping(example: Any) -> Mapping[str, Any]:
 
 
 def to_output(value: Any) -> RewardOutput:
-    """Validate what a reward returned. None means 'not applicable' and becomes NaN."""
+    """Validate what a reward returned. None means 'not applicable' and becomes NaN; a NaN or an
+    infinity returned as a score is an error (a broken verifier, not an abstention)."""
     if isinstance(value, RewardOutput):
         score, comps = value.score, value.components
     elif value is None:
@@ -40,8 +41,8 @@ def to_output(value: Any) -> RewardOutput:
     if isinstance(score, (str, bytes)):
         raise TypeError(f"a reward must return a number, got {type(score).__name__}")
     score = float(score)  # TypeError for anything that is not a number
-    if math.isinf(score):
-        raise ValueError(f"a reward returned {score}")
+    if not math.isfinite(score):
+        raise ValueError(f"a reward returned {score} (return None for 'not applicable')")
     return RewardOutput(score, {k: float(v) for k, v in comps.items()})
 
 

@@ -109,9 +109,11 @@ def test_timeout_needs_a_picklable_per_sample_function():
 
 
 def test_bad_return_types_are_errors_not_crashes():
-    safe = SafeReward(lambda p, c, e: {"str": "1.0", "inf": math.inf, "list": [1]}[c])
-    batch = safe.score_batch(["p"] * 3, ["str", "inf", "list"], [{}] * 3)
-    assert batch.errors == 3 and batch.scores == [0.0, 0.0, 0.0]
+    returns = {"str": "1.0", "inf": math.inf, "list": [1], "nan": math.nan, "none": None, "ok": 0.5}
+    safe = SafeReward(lambda p, c, e: returns[c])
+    batch = safe.score_batch(["p"] * 6, list(returns), [{}] * 6)
+    assert batch.errors == 4 and batch.scores[:4] == [0.0] * 4 and batch.scores[5] == 0.5
+    assert math.isnan(batch.scores[4])  # None: not applicable, not an error
 
 
 def test_trl_wrong_length_is_counted_and_config_errors_propagate():
