@@ -21,6 +21,8 @@ COMMAND_MODULES = [  # each provides add_parser(subparsers) (or add_parsers, for
     "rlvr.data.cli",  # data decontaminate | dedup | ...
     "rlvr.experiments.cli",  # experiment sort-toy | two-state
     "rlvr.algorithms.commands",  # presets, compare, recipe
+    "rlvr.report.doctor",  # doctor
+    "rlvr.report.html",  # report
 ]
 
 
