@@ -11,6 +11,8 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import threading
+import time
 import traceback
 from typing import Any, Mapping, Sequence
 
@@ -63,17 +65,19 @@ class SafeReward:
     timeout: seconds per sample; runs `fn` in worker processes (it must be picklable). Batched
         rewards (with `score_batch`) must bring their own timeout (the math grader and the code
         sandbox do), so `timeout` is refused for them.
+    warn_after: without a timeout, a call still running after this many seconds is logged (once
+        per batch, naming the reward and the sample), so a hung reward is never silent.
     """
 
     def __init__(self, fn: Any, fallback: float = 0.0, timeout: float | None = None,
-                 name: str | None = None, n_workers: int = 1) -> None:
+                 name: str | None = None, n_workers: int = 1, warn_after: float = 60.0) -> None:
         if not callable(fn) and not isinstance(fn, BatchRewardFn):
             raise TypeError(f"a reward must be callable or have score_batch, got {type(fn).__name__}")
         if timeout is not None and isinstance(fn, BatchRewardFn):
             raise ValueError("timeout= applies to per-sample rewards; batched rewards time out themselves")
         self.fn, self.fallback = fn, float(fallback)
         self.name = name or getattr(fn, "__name__", type(fn).__name__)
-        self.errors = 0
+        self.errors, self.warn_after = 0, warn_after
         self._logged = False
         self._pool = None
         if timeout is not None:
@@ -101,12 +105,32 @@ class SafeReward:
         if self._pool is not None:
             outs = self._pooled(list(zip(prompts, completions, examples)))
         else:
-            outs = [self._one(p, c, e) for p, c, e in zip(prompts, completions, examples)]
+            outs = self._in_process(prompts, completions, examples)
         errors = sum(o is None for o in outs)
         outs = [o or RewardOutput(self.fallback) for o in outs]
         names = sorted({k for o in outs for k in o.components})
         comps = {k: [o.components.get(k, math.nan) for o in outs] for k in names}
         return RewardBatch([o.score for o in outs], comps, errors)
+
+    def _in_process(self, prompts, completions, examples) -> list[RewardOutput | None]:
+        current = [0, time.monotonic()]  # the sample being scored, since when
+
+        def warn() -> None:
+            logger.warning("reward %r has been running for %.0f s on sample %d of the batch and has no timeout: "
+                           "it may hang the run (SafeReward(timeout=...) stops such calls)", self.name,
+                           time.monotonic() - current[1], current[0])
+
+        watchdog = threading.Timer(self.warn_after, warn)
+        watchdog.daemon = True
+        watchdog.start()
+        outs = []
+        try:
+            for i, item in enumerate(zip(prompts, completions, examples)):
+                current[:] = [i, time.monotonic()]
+                outs.append(self._one(*item))
+        finally:
+            watchdog.cancel()
+        return outs
 
     def _one(self, prompt: str, completion: str, example: Mapping[str, Any]) -> RewardOutput | None:
         try:
