@@ -189,6 +189,7 @@ def _on_alarm(signum, frame):
 # Bound before any untrusted code runs, so that reassigning a builtin later changes nothing here.
 _type, _repr, _dumps, _float_repr, _int_repr, _str_repr = type, repr, json.dumps, float.__repr__, \
     int.__repr__, str.__repr__
+_eval, _compile = eval, compile
 _PLAIN = (bool, int, float, str, bytes, type(None))
 _INF = float("inf")
 
@@ -237,7 +238,7 @@ def _run(header, send):
     for i, expr in enumerate(header["exprs"]):
         try:
             signal.setitimer(signal.ITIMER_REAL, float(header["test_timeout"]))
-            values.append(_serialise(eval(compile(expr, f"<expression {i}>", "eval"), namespace)))
+            values.append(_serialise(_eval(_compile(expr, f"<expression {i}>", "eval"), namespace)))
         except (Exception, _TestTimeout):
             values.append(None)
         finally:
