@@ -58,7 +58,7 @@ class SandboxLimits:
     cpu_seconds: int = 5  # RLIMIT_CPU per process
     memory_mb: int = 512  # RLIMIT_AS
     file_size_mb: int = 16  # RLIMIT_FSIZE
-    disk_mb: int = 64  # size of the private /tmp (root only; holds the working directory)
+    disk_mb: int = 64  # size of the private /tmp (bwrap and namespaces; holds the working directory)
     nproc: int = 16  # RLIMIT_NPROC (processes of the sandbox uid)
     nofile: int = 64  # RLIMIT_NOFILE
     wall_seconds: float = 10.0  # the whole run, killed after this
