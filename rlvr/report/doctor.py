@@ -20,6 +20,7 @@ PROBLEM, WARNING = "problem", "warning"
 TRUNCATION_WARN, TRUNCATION_PROBLEM = 0.1, 0.5  # share of completions cut at max_new_tokens
 LENGTH_BLOWUP = 2.0  # completion length over this many times its early median
 ENTROPY_COLLAPSE = 0.1  # entropy under this share of its early median
+SOLVED = 0.9  # batch accuracy over which low entropy is convergence, not collapse
 SPIKE = 10.0  # KL or grad-norm over this many times its early median
 KL_FLOOR, RATIO_MAX, CLIP_SHARE = 0.05, 10.0, 0.2
 HACK_REWARD_RISE, HACK_ACCURACY_RISE = 0.1, 0.02  # reward up by this while held-out accuracy is not
@@ -45,12 +46,9 @@ class RunLog:
     timings: list[dict[str, Any]]
 
     def series(self, key: str, rows: list[dict[str, Any]] | None = None) -> list[tuple[int, float]]:
-        """(step, value) for each row of training steps (step >= 1) that has `key`."""
-        out = []
-        for row in self.metrics if rows is None else rows:
-            if key in row and row.get("step", 0) >= 1:
-                out.append((int(row["step"]), _number(row[key])))
-        return out
+        """(step, value) for each row that has `key` (step 0 holds only the evaluation before RL)."""
+        return [(int(row.get("step", 0)), _number(row[key])) for row in (self.metrics if rows is None else rows)
+                if key in row]
 
 
 def _number(value: Any) -> float:
@@ -60,8 +58,8 @@ def _number(value: Any) -> float:
         return math.nan
 
 
-def step_ranges(steps: tuple[int, ...] | list[int]) -> str:
-    """(1, 2, 3, 7, 9, 10) -> '1-3, 7, 9-10'."""
+def step_ranges(steps: tuple[int, ...] | list[int], max_parts: int = 6) -> str:
+    """(1, 2, 3, 7, 9, 10) -> '1-3, 7, 9-10'; past `max_parts` pieces, '390-600, 152 of them'."""
     steps = sorted(set(steps))
     parts, lo = [], None
     for i, s in enumerate(steps):
@@ -69,6 +67,8 @@ def step_ranges(steps: tuple[int, ...] | list[int]) -> str:
         if i + 1 == len(steps) or steps[i + 1] != s + 1:
             parts.append(str(s) if s == lo else f"{lo}-{s}")
             lo = None
+    if len(parts) > max_parts:
+        return f"{steps[0]}-{steps[-1]}, {len(steps)} of them"
     return ", ".join(parts)
 
 
@@ -145,9 +145,15 @@ def check_entropy(log: RunLog) -> list[Finding]:
     low = [(s, v) for s, v in points if v < ENTROPY_COLLAPSE * base]
     if not low:
         return []
-    return [Finding(PROBLEM, "entropy collapse", f"token entropy fell to {min(v for _, v in low):.3g} from "
-                    f"{base:.3g}: the policy samples nearly the same completion every time",
-                    tuple(s for s, _ in low), "lower optim.lr, raise algorithm.clip_high (DAPO), add a KL term")]
+    fell = f"token entropy fell to {min(v for _, v in low):.3g} from {base:.3g}"
+    steps = tuple(s for s, _ in low)
+    accuracy = [v for s, v in log.series("accuracy") if s in set(steps)]
+    if accuracy and statistics.fmean(accuracy) >= SOLVED:
+        return [Finding(WARNING, "converged", f"{fell} while the batch accuracy is {statistics.fmean(accuracy):.2f}: "
+                        "the policy solves its prompts nearly always the same way, so groups go flat and further "
+                        "steps learn little", steps, "stop here, or move to harder prompts")]
+    return [Finding(PROBLEM, "entropy collapse", f"{fell}: the policy samples nearly the same completion every "
+                    "time", steps, "lower optim.lr, raise algorithm.clip_high (DAPO), add a KL term")]
 
 
 def _spikes(points: list[tuple[int, float]], floor: float) -> list[tuple[int, float]]:

@@ -28,6 +28,7 @@ PANELS: dict[str, list[tuple[str, str]]] = {
     "Clip fractions": [("clip_frac_low", "low"), ("clip_frac_high", "high"), ("truncated", "truncated")],
 }
 _COLOURS = ["#1f77b4", "#d62728", "#2ca02c"]
+_DASHES = ["none", "7 4", "2 3"]  # equal curves (reward == accuracy under a 0/1 reward) stay visible
 _W, _H, _PAD = 360, 200, 44
 _SAMPLES_SHOWN = 12
 _STYLE = """body{font-family:sans-serif;margin:24px;color:#222}h1{font-size:20px}h2{font-size:16px;margin-top:28px}
@@ -66,7 +67,8 @@ def svg_panel(title: str, curves: list[tuple[str, list[tuple[int, float]]]]) -> 
     for i, (label, pts) in enumerate(drawn):
         colour = _COLOURS[i % len(_COLOURS)]
         line = " ".join(xy(s, v) for s, v in pts)
-        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{line}"/>')
+        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" '
+                     f'stroke-dasharray="{_DASHES[i % len(_DASHES)]}" points="{line}"/>')
         if len(pts) == 1:
             parts.append(f'<circle r="3" fill="{colour}" cx="{xy(*pts[0]).split(",")[0]}" '
                          f'cy="{xy(*pts[0]).split(",")[1]}"/>')

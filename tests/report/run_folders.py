@@ -60,6 +60,7 @@ PROBLEMS = {  # metrics that show each problem, applied to steps 11-20
     "truncation": {"truncated": 0.8},
     "length": {"completion_length": 90.0},
     "entropy": {"entropy": 0.01},
+    "converged": {"entropy": 0.01, "accuracy": 0.97, "reward": 0.97},
     "kl": {"approx_kl": 2.0},
     "grad": {"grad_norm": 40.0},
     "ratio": {"ratio_max": 50.0},

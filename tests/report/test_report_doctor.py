@@ -13,6 +13,7 @@ EXPECTED = {  # problem -> (title, severity, steps)
     "truncation": ("truncation", PROBLEM, LATE),
     "length": ("length blow-up", WARNING, LATE),
     "entropy": ("entropy collapse", PROBLEM, LATE),
+    "converged": ("converged", WARNING, LATE),
     "kl": ("approx_kl spikes", WARNING, LATE),
     "grad": ("grad_norm spikes", WARNING, LATE),
     "ratio": ("ratio spikes", WARNING, LATE),
@@ -31,6 +32,7 @@ EXPECTED = {  # problem -> (title, severity, steps)
 def test_step_ranges():
     assert step_ranges([3, 1, 2, 7, 9, 10]) == "1-3, 7, 9-10"
     assert step_ranges([5]) == "5" and step_ranges([]) == ""
+    assert step_ranges(list(range(1, 30, 2))) == "1-29, 15 of them"
 
 
 def test_a_healthy_run_has_no_findings(tmp_path):
@@ -64,7 +66,7 @@ def test_cli_prints_findings_and_refuses_a_non_run(tmp_path, capsys):
     assert "metrics.jsonl: not JSON lines" in capsys.readouterr().err
 
 
-PLAUSIBLE_IN_A_TINY_RUN = {"no learning signal", "truncation", "zero-variance groups", "throughput drop",
+PLAUSIBLE_IN_A_TINY_RUN = {"converged", "no learning signal", "truncation", "zero-variance groups", "throughput drop",
                            "length blow-up", "approx_kl spikes", "grad_norm spikes"}
 
 
