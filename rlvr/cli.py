@@ -22,6 +22,7 @@ COMMAND_MODULES = [  # each provides add_parser(subparsers) (or add_parsers, for
     "rlvr.commands.data",  # data decontaminate | dedup | ...
     "rlvr.commands.experiments",  # experiment sort-toy | two-state
     "rlvr.commands.pipelines",  # presets, compare, recipe
+    "rlvr.commands.report",  # doctor, report
 ]
 
 

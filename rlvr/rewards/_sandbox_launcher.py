@@ -1,17 +1,19 @@
-"""Sandbox launcher: `python -I -B _sandbox_launcher.py HEADER_FD RESULT_FD`. Standalone on purpose
-(stdlib only, no rlvr import), since it runs before and around untrusted code.
+"""Sandbox launcher: `python -I -B _sandbox_launcher.py HEADER_FD STATUS_FD VALUES_FD`. Standalone
+on purpose (stdlib only, no rlvr import), since it runs before and around untrusted code.
 
 The header (JSON on HEADER_FD, read to EOF and closed before any untrusted code runs) carries the
-code, the tests, the limits and a nonce. The process forks:
+code, the expressions to evaluate after it, the limits and the isolation the parent chose. It
+never carries a test's expected value: the parent keeps those and grades on its side, so nothing
+this process says can be a verdict, only a value. The process forks:
 
 - the supervisor (this process) becomes a child subreaper, so every orphan of the untrusted code
   is re-parented to it; when the worker exits it kills and reaps every remaining descendant, then
-  reports the worker's exit status. Under root it stays root, out of the untrusted uid's reach.
-- the worker applies resource limits, leaves the network namespace (root only), drops to the
-  sandbox uid (root only), enters the private directory, installs the audit-hook guard, then runs
-  the code (and the assert tests, each under its own alarm).
-
-Result lines on RESULT_FD start with the nonce, so that untrusted output cannot forge them.
+  reports the worker's exit status on STATUS_FD, which the worker closed. It is not dumpable, so
+  a worker of the same uid cannot open its descriptors through /proc; under root it stays root.
+- the worker applies resource limits, leaves the network namespace and covers the world-writable
+  directories (isolation "namespaces", root only; bubblewrap did that already for "bwrap"), drops
+  to the sandbox uid (root only), installs the audit-hook guard, then runs the code and writes the
+  serialised value of each expression on VALUES_FD.
 """
 
 import ctypes
@@ -21,14 +23,14 @@ import resource
 import signal
 import sys
 
-PR_SET_CHILD_SUBREAPER = 36
+PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE = 36, 4
 CLONE_NEWNET, CLONE_NEWNS = 0x40000000, 0x00020000
 MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 2, 4, 1 << 14, 1 << 18
 _WORLD_WRITABLE = ("/tmp", "/var/tmp", "/run/lock", "/dev/shm")
 PRIVATE_WORKDIR = "/tmp/sandbox"
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 # Events refused outright: network, new programs, signals to others, native code, introspection
-# that could reach the launcher's frames (and the nonce in them).
+# that could reach the launcher's frames.
 _BLOCKED = {
     "socket.__new__", "socket.bind", "socket.connect", "socket.getaddrinfo", "socket.gethostbyname",
     "socket.sendto", "subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn",
@@ -111,9 +113,14 @@ def _private_tmp(libc, disk_mb):
 def _isolate(header):
     """Runs in the worker, as root if the launcher is root; ends unprivileged. Returns
     (network isolation, filesystem isolation, working directory)."""
-    uid, workdir = header.get("uid"), header["workdir"]
+    uid, workdir, mode = header.get("uid"), header["workdir"], header["isolation"]
     net = fs = "guard"
-    if uid is not None:
+    if mode == "bwrap":
+        net, fs = "namespace", "bwrap"
+        os.makedirs(workdir, 0o700, exist_ok=True)
+        if uid is not None:
+            os.chown(workdir, uid, uid)
+    elif mode == "namespaces" and uid is not None:
         _keep_imports_reachable()  # before /tmp is covered: sys.path may point there
         libc = _libc()
         if libc.unshare(CLONE_NEWNET) == 0:
@@ -122,12 +129,14 @@ def _isolate(header):
             fs, workdir = "private", PRIVATE_WORKDIR
             os.mkdir(workdir, 0o700)
             os.chown(workdir, uid, uid)
+    if uid is not None:
         os.setgroups([])
         os.setgid(uid)
         os.setuid(uid)
     _apply_limits(header["limits"])
     os.chdir(workdir)
     os.environ.update(HOME=workdir, TMPDIR=workdir)
+    os.environ.pop("PWD", None)  # bubblewrap sets it
     return net, fs, workdir
 
 
@@ -177,7 +186,44 @@ def _on_alarm(signum, frame):
     raise _TestTimeout()
 
 
-def _run(header, report):
+# Bound before any untrusted code runs, so that reassigning a builtin later changes nothing here.
+_type, _repr, _dumps, _float_repr, _int_repr, _str_repr = type, repr, json.dumps, float.__repr__, \
+    int.__repr__, str.__repr__
+_eval, _compile = eval, compile
+_PLAIN = (bool, int, float, str, bytes, type(None))
+_INF = float("inf")
+
+
+def _serialise(value, depth=0):
+    """A Python literal for `value` if it is built only of exact builtin types (no subclass, so
+    no object of the code's making, whose `__eq__` or `__repr__` could lie), else None."""
+    t = _type(value)
+    if depth > 50:
+        return None
+    if t is float and value != value or t is float and value in (_INF, -_INF):
+        return f"float({_str_repr(_float_repr(value))})"  # nan and inf have no literal
+    if t in _PLAIN:
+        return _repr(value) if t in (bool, bytes, type(None)) else \
+            (_int_repr if t is int else _float_repr if t is float else _str_repr)(value)
+    if t in (list, tuple, set, frozenset):
+        items = [_serialise(v, depth + 1) for v in value]
+        if None in items:
+            return None
+        body = ", ".join(items)
+        if t is list:
+            return f"[{body}]"
+        if t is tuple:
+            return f"({body},)" if len(items) == 1 else f"({body})"
+        return f"{'frozenset' if t is frozenset else 'set'}([{body}])"  # the parent reads these two calls
+    if t is dict:
+        pairs = [(_serialise(k, depth + 1), _serialise(v, depth + 1)) for k, v in value.items()]
+        if any(k is None or v is None for k, v in pairs):
+            return None
+        return "{" + ", ".join(f"{k}: {v}" for k, v in pairs) + "}"
+    return None
+
+
+def _run(header, send):
     code = compile(header["code"], "<solution>", "exec")
     namespace = {"__name__": "__main__", "__builtins__": __builtins__}
     try:
@@ -186,37 +232,32 @@ def _run(header, report):
         if header["mode"] != "stdin" or e.code not in (None, 0):
             raise
     if header["mode"] == "stdin":
-        sys.stdout.flush()
-        report("done")
         return
     signal.signal(signal.SIGALRM, _on_alarm)
-    for i, test in enumerate(header["tests"]):
-        ok = 0
+    values = []
+    for i, expr in enumerate(header["exprs"]):
         try:
             signal.setitimer(signal.ITIMER_REAL, float(header["test_timeout"]))
-            exec(compile(test, f"<test {i}>", "exec"), namespace)
-            ok = 1
+            values.append(_serialise(_eval(_compile(expr, f"<expression {i}>", "eval"), namespace)))
         except (Exception, _TestTimeout):
-            ok = 0
+            values.append(None)
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
-        sys.stdout.flush()
-        report(f"test {i} {ok}")
+    send(_dumps(values))
 
 
-def _worker(header, result_fd):
-    nonce = header.pop("nonce")
+def _worker(header, status_fd, values_fd):
+    os.close(status_fd)  # the supervisor's channel; the code never holds it
 
-    def report(line, _write=os.write):  # bound now: patching os.write later cannot see the nonce
-        _write(result_fd, f"{nonce} {line}\n".encode())
+    def send(text, _write=os.write):  # bound now: patching os.write later changes nothing here
+        _write(values_fd, text.encode() + b"\n")
 
-    net, fs, workdir = _isolate(header)
-    report(f"isolation {net} {fs}")
+    _isolate(header)
     if header["guard"]:
-        _guard(workdir)
+        _guard(os.getcwd())
     code = 0
     try:
-        _run(header, report)
+        _run(header, send)
     except BaseException as e:  # the untrusted code failed: its exit status says so
         code = 1
         _say(sys.stderr, f"{type(e).__name__}: {e}\n")
@@ -260,16 +301,19 @@ def _reap_all():
 
 
 def main():
-    header_fd, result_fd = int(sys.argv[1]), int(sys.argv[2])
+    header_fd, status_fd, values_fd = (int(a) for a in sys.argv[1:4])
     header = json.loads(_read_all(header_fd))
-    _libc().prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    libc = _libc()
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # /proc/<this pid>/fd is then closed to the worker
+    os.write(status_fd, f"isolation {header['isolation']}\n".encode())
     pid = os.fork()
     if pid == 0:
-        _worker(header, result_fd)
+        _worker(header, status_fd, values_fd)
+    os.close(values_fd)
     _, status = os.waitpid(pid, 0)
     _reap_all()
-    code = os.waitstatus_to_exitcode(status)
-    os.write(result_fd, f"{header['nonce']} exit {code}\n".encode())
+    os.write(status_fd, f"exit {os.waitstatus_to_exitcode(status)}\n".encode())
     os._exit(0)
 
 

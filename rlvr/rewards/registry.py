@@ -31,8 +31,8 @@ def _kimi(start_step: int = 0, threshold: float = 1.0) -> Any:
     return StepGated(reward, start_step) if start_step else reward
 
 
-def _code(max_workers: int | None = None, **limits: Any) -> CodeReward:
-    return CodeReward(SandboxLimits(**limits), max_workers=max_workers)
+def _code(max_workers: int | None = None, isolation: str = "auto", **limits: Any) -> CodeReward:
+    return CodeReward(SandboxLimits(**limits), max_workers=max_workers, isolation=isolation)
 
 
 def _reward_model(path: str, batch_size: int = 32, shift: float = 0.0, scale: float = 1.0) -> Any:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import threading
+import time
 import traceback
 from typing import Any, Mapping, Sequence
 
@@ -30,7 +32,8 @@ def as_mapping(example: Any) -> Mapping[str, Any]:
 
 
 def to_output(value: Any) -> RewardOutput:
-    """Validate what a reward returned. None means 'not applicable' and becomes NaN."""
+    """Validate what a reward returned. None means 'not applicable' and becomes NaN; a NaN or an
+    infinity returned as a score is an error (a broken verifier, not an abstention)."""
     if isinstance(value, RewardOutput):
         score, comps = value.score, value.components
     elif value is None:
@@ -40,8 +43,8 @@ def to_output(value: Any) -> RewardOutput:
     if isinstance(score, (str, bytes)):
         raise TypeError(f"a reward must return a number, got {type(score).__name__}")
     score = float(score)  # TypeError for anything that is not a number
-    if math.isinf(score):
-        raise ValueError(f"a reward returned {score}")
+    if not math.isfinite(score):
+        raise ValueError(f"a reward returned {score} (return None for 'not applicable')")
     return RewardOutput(score, {k: float(v) for k, v in comps.items()})
 
 
@@ -62,17 +65,19 @@ class SafeReward:
     timeout: seconds per sample; runs `fn` in worker processes (it must be picklable). Batched
         rewards (with `score_batch`) must bring their own timeout (the math grader and the code
         sandbox do), so `timeout` is refused for them.
+    warn_after: without a timeout, a call still running after this many seconds is logged (once
+        per batch, naming the reward and the sample), so a hung reward is never silent.
     """
 
     def __init__(self, fn: Any, fallback: float = 0.0, timeout: float | None = None,
-                 name: str | None = None, n_workers: int = 1) -> None:
+                 name: str | None = None, n_workers: int = 1, warn_after: float = 60.0) -> None:
         if not callable(fn) and not isinstance(fn, BatchRewardFn):
             raise TypeError(f"a reward must be callable or have score_batch, got {type(fn).__name__}")
         if timeout is not None and isinstance(fn, BatchRewardFn):
             raise ValueError("timeout= applies to per-sample rewards; batched rewards time out themselves")
         self.fn, self.fallback = fn, float(fallback)
         self.name = name or getattr(fn, "__name__", type(fn).__name__)
-        self.errors = 0
+        self.errors, self.warn_after = 0, warn_after
         self._logged = False
         self._pool = None
         if timeout is not None:
@@ -100,12 +105,32 @@ class SafeReward:
         if self._pool is not None:
             outs = self._pooled(list(zip(prompts, completions, examples)))
         else:
-            outs = [self._one(p, c, e) for p, c, e in zip(prompts, completions, examples)]
+            outs = self._in_process(prompts, completions, examples)
         errors = sum(o is None for o in outs)
         outs = [o or RewardOutput(self.fallback) for o in outs]
         names = sorted({k for o in outs for k in o.components})
         comps = {k: [o.components.get(k, math.nan) for o in outs] for k in names}
         return RewardBatch([o.score for o in outs], comps, errors)
+
+    def _in_process(self, prompts, completions, examples) -> list[RewardOutput | None]:
+        current = [0, time.monotonic()]  # the sample being scored, since when
+
+        def warn() -> None:
+            logger.warning("reward %r has been running for %.0f s on sample %d of the batch and has no timeout: "
+                           "it may hang the run (SafeReward(timeout=...) stops such calls)", self.name,
+                           time.monotonic() - current[1], current[0])
+
+        watchdog = threading.Timer(self.warn_after, warn)
+        watchdog.daemon = True
+        watchdog.start()
+        outs = []
+        try:
+            for i, item in enumerate(zip(prompts, completions, examples)):
+                current[:] = [i, time.monotonic()]
+                outs.append(self._one(*item))
+        finally:
+            watchdog.cancel()
+        return outs
 
     def _one(self, prompt: str, completion: str, example: Mapping[str, Any]) -> RewardOutput | None:
         try:

@@ -1,30 +1,34 @@
-"""Run untrusted Python (a model's completion) against tests, with the host out of its reach.
+"""Run untrusted Python (a model's completion) with the host out of its reach; `rlvr.rewards.grade`
+turns what comes back into a verdict, on this side.
 
 Layers, outermost first (see `_sandbox_launcher.py` for the inside):
-1. a fresh interpreter (`python -I -B`) in its own session/process group, with a scrubbed
-   environment (PATH, HOME, TMPDIR, LANG only), a private temporary directory as cwd, and a
-   wall-clock timeout after which the whole group is SIGKILLed;
-2. a supervisor that is a child subreaper: every orphan of the code is re-parented to it and
-   killed when the code exits, so nothing outlives a run;
-3. resource limits on the code: RLIMIT_CPU, RLIMIT_AS (memory), RLIMIT_FSIZE, RLIMIT_NPROC
-   (fork bombs), RLIMIT_NOFILE, no core dumps;
-4. when run as root: a fresh network namespace (no interface but a down loopback), a mount
-   namespace where /tmp, /var/tmp, /run/lock and /dev/shm are fresh size-capped tmpfs (the
-   working directory lives there: nothing is written to the host), and a drop to a per-run
-   unprivileged uid, so RLIMIT_NPROC is enforced (root ignores it), the parent's files,
-   /proc/<pid>/environ and signals are out of reach, and leftovers are found by uid;
-5. an audit-hook guard (PEP 578) inside the interpreter: no sockets, no exec/subprocess, no
+1. isolation, chosen by `isolation=` ("auto" picks the first available):
+   - "bwrap": bubblewrap (Debian package `bubblewrap`), as root or not. The code sees a read-only
+     /usr and the interpreter, a private /proc, a minimal /dev and a size-capped tmpfs /tmp; no
+     network (own namespace), no host files (so no data set holding the expected answers), no
+     other process (own pid namespace); the sandbox dies with its parent.
+   - "namespaces" (root only, without bubblewrap): a fresh network namespace and a mount namespace
+     where /tmp, /var/tmp, /run/lock and /dev/shm are fresh tmpfs; the rest of the host's files
+     stay readable by the unprivileged uid.
+   - "none": only the layers below. Untrusted code is refused with no isolation unless this is
+     asked for by name.
+   Under root the code also runs as a per-run unprivileged uid, so RLIMIT_NPROC is enforced, the
+   parent's files, /proc/<pid>/environ and signals are out of reach, and leftovers are found by uid;
+2. a fresh interpreter (`python -I -B`) per run with a scrubbed environment and a wall-clock
+   timeout, under a supervisor that is a child subreaper and kills every descendant at the end;
+3. resource limits: RLIMIT_CPU, RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_NPROC, RLIMIT_NOFILE, no core;
+4. an audit-hook guard (PEP 578) inside the interpreter: no sockets, no exec/subprocess, no
    signals to other processes, no writes outside the directory, no ctypes, no frame introspection.
-Residual risks, stated plainly: without root, layer 4 is absent, so the network and file-system
-blocks are only layer 5, which native code (a C extension already installed) could bypass, and the
-disk used in the private directory is bounded by RLIMIT_FSIZE per file, not in total; the
-test verdicts come back over a nonce-tagged channel that resists printing, early exits and
-patching, but code that defeats the guard could forge them.
+The verdict cannot come from the sandbox: a run gets the code and the expressions to evaluate
+(`f(1)`), never a test's expected value, and sends back serialised plain values, which the parent
+compares. Whatever the code does to itself, the most it can send is a value it computed.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import os
 import secrets
 import selectors
@@ -34,10 +38,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 _LAUNCHER = str(Path(__file__).with_name("_sandbox_launcher.py"))
+_BWRAP_LAUNCHER = "/sandbox/launcher.py"
+_BWRAP_WORKDIR = "/tmp/sandbox"
+ISOLATIONS = ("auto", "bwrap", "namespaces", "none")
+logger = logging.getLogger("rlvr.rewards")
 _UID_BASE = 0x5EED0000  # per-run uids are drawn above this, far from any real account
 
 
@@ -50,7 +58,7 @@ class SandboxLimits:
     cpu_seconds: int = 5  # RLIMIT_CPU per process
     memory_mb: int = 512  # RLIMIT_AS
     file_size_mb: int = 16  # RLIMIT_FSIZE
-    disk_mb: int = 64  # size of the private /tmp (root only; holds the working directory)
+    disk_mb: int = 64  # size of the private /tmp (bwrap and namespaces; holds the working directory)
     nproc: int = 16  # RLIMIT_NPROC (processes of the sandbox uid)
     nofile: int = 64  # RLIMIT_NOFILE
     wall_seconds: float = 10.0  # the whole run, killed after this
@@ -70,11 +78,76 @@ class SandboxResult:
     stderr: str
     timed_out: bool
     seconds: float
-    tests: dict[int, bool] = field(default_factory=dict)  # assert mode: verdict per test index
-    done: bool = False  # stdin mode: the code ran to completion
-    network: str = "unknown"  # "namespace" (kernel-isolated) or "guard" (audit hook only)
-    filesystem: str = "unknown"  # "private" (tmpfs mount namespace) or "guard" (audit hook only)
+    values: list[str | None] | None = None  # serialised value per expression; None: none came back
+    isolation: str = "unknown"  # "bwrap", "namespaces" or "none"
     uid: int | None = None  # the per-run uid the code ran as (root only), for auditing
+
+
+@functools.lru_cache(maxsize=None)
+def _bwrap_works() -> bool:
+    argv = _bwrap_argv(4) + ["--", _interpreter()[0], "-I", "-c", "pass"]
+    try:
+        return shutil.which("bwrap") is not None and subprocess.run(
+            argv, capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def resolve_isolation(isolation: str = "auto") -> str:
+    """The isolation a run will get; raises SandboxError when the one asked for is not available."""
+    if isolation not in ISOLATIONS:
+        raise ValueError(f"unknown sandbox isolation {isolation!r}; choose from {list(ISOLATIONS)}")
+    if isolation in ("auto", "bwrap") and _bwrap_works():
+        return "bwrap"
+    if isolation in ("auto", "namespaces") and os.geteuid() == 0:
+        return "namespaces"
+    if isolation == "none":
+        return "none"
+    raise SandboxError(f"sandbox isolation {isolation!r} is not available here: install bubblewrap "
+                       "(apt-get install bubblewrap) or set the code reward option isolation: none "
+                       "to run untrusted code with only the audit hook and resource limits")
+
+
+def describe_isolation(isolation: str) -> str:
+    """One line saying what protects the host, logged when a code reward starts."""
+    uid = " as a per-run unprivileged uid" if os.geteuid() == 0 else ""
+    return {
+        "bwrap": f"bubblewrap{uid}: no network, no host files but /usr and the interpreter (read-only), "
+                 "private /tmp, own pid namespace",
+        "namespaces": f"namespaces{uid}: no network, private /tmp; host files stay readable",
+        "none": "NO isolation: audit hook and resource limits only; the code can reach the network and "
+                "the host's files (asked for with isolation: none)",
+    }[isolation]
+
+
+@functools.lru_cache(maxsize=None)
+def _interpreter() -> tuple[str, str]:
+    """(interpreter, its prefix): this one, or the system's python3 when this one's files are out of
+    reach (an unprivileged user running a root-owned pyenv finds the system's library instead)."""
+    exe, prefix = os.path.realpath(sys.executable), os.path.realpath(sys.base_prefix)
+    if exe.startswith(prefix + os.sep) and os.access(prefix, os.R_OK | os.X_OK):
+        return exe, prefix
+    system = shutil.which("python3", path="/usr/bin:/bin")
+    return (os.path.realpath(system), "/usr") if system else (exe, prefix)
+
+
+def _bwrap_argv(disk_mb: int) -> list[str]:
+    # Under root no user namespace: the code is then dropped to a per-run uid the host can find.
+    unshare = ["--unshare-all"] if os.geteuid() else \
+        ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
+    argv = [shutil.which("bwrap") or "bwrap", *unshare, "--die-with-parent", "--new-session"]
+    for path in ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin"):
+        if os.path.islink(path):
+            argv += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            argv += ["--ro-bind", path, path]
+    prefix = _interpreter()[1]
+    if prefix != "/usr" and not prefix.startswith("/usr/"):
+        argv += ["--ro-bind", prefix, prefix]
+    argv += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache", "--proc", "/proc", "--dev", "/dev",
+             "--size", str(disk_mb << 20), "--tmpfs", "/tmp", "--ro-bind", _LAUNCHER, _BWRAP_LAUNCHER,
+             "--chdir", "/tmp"]
+    return argv
 
 
 def _scrubbed_env(workdir: str) -> dict[str, str]:
@@ -144,54 +217,63 @@ def _pump(proc: subprocess.Popen, pipes: dict[int, bytearray], deadline: float, 
     return timed_out
 
 
-def _parse_results(raw: bytes, nonce: str, result: SandboxResult) -> bool:
-    """Fill `result` from the nonce-tagged lines; returns whether the sandbox reported its start."""
+def _parse_status(raw: bytes, result: SandboxResult) -> bool:
+    """Fill `result` from the supervisor's lines; returns whether the sandbox reported its start."""
     started = False
     for line in raw.decode(errors="replace").splitlines():
         parts = line.split()
-        if len(parts) < 2 or parts[0] != nonce:
-            continue  # not from the launcher
-        if parts[1] == "isolation" and len(parts) == 4:
-            result.network, result.filesystem, started = parts[2], parts[3], True
-        elif parts[1] == "test" and len(parts) == 4 and parts[2].isdigit():
-            result.tests.setdefault(int(parts[2]), parts[3] == "1")
-        elif parts[1] == "done":
-            result.done = True
-        elif parts[1] == "exit" and len(parts) == 3:
-            result.exit_code = int(parts[2])
+        if parts[:1] == ["isolation"] and len(parts) == 2:
+            started = True
+        elif parts[:1] == ["exit"] and len(parts) == 2:
+            result.exit_code = int(parts[1])
     return started
 
 
-def run_python(code: str, *, tests: list[str] | None = None, stdin: str = "",
-               limits: SandboxLimits = SandboxLimits(), guard: bool = True) -> SandboxResult:
-    """Run `code`; with `tests` (Python statements, e.g. asserts) run each after it, in its
-    namespace, and report a verdict per test; without, feed it `stdin` and capture stdout.
-    `guard=False` drops the audit-hook layer; it exists to test the OS layers alone."""
-    nonce = secrets.token_hex(16)
+def _parse_values(raw: bytes, n: int) -> list[str | None] | None:
+    """The values line, or None when the code did not get as far as sending one."""
+    lines = raw.decode(errors="replace").splitlines()
+    try:
+        values = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        return None
+    if not isinstance(values, list) or len(values) != n:
+        return None
+    return [v if isinstance(v, str) else None for v in values]
+
+
+def run_python(code: str, *, exprs: list[str] | None = None, stdin: str = "",
+               limits: SandboxLimits = SandboxLimits(), guard: bool = True,
+               isolation: str = "auto") -> SandboxResult:
+    """Run `code` in a fresh sandbox; with `exprs`, evaluate each after it, in its namespace, and
+    return their serialised values (`rlvr.rewards.grade` compares them); without, feed it `stdin`
+    and capture stdout. `guard=False` drops the audit-hook layer; it exists to test the OS layers."""
+    mode = resolve_isolation(isolation)
     uid = _new_uid()
-    workdir = tempfile.mkdtemp(prefix="rlvr-sandbox-")
-    if uid is not None:
-        os.chown(workdir, uid, uid)
-    header = {"code": code, "tests": list(tests or []), "mode": "tests" if tests is not None else "stdin",
-              "nonce": nonce, "workdir": workdir, "uid": uid, "limits": asdict(limits), "guard": guard,
-              "test_timeout": limits.test_timeout}
-    header_r, header_w = os.pipe()
-    result_r, result_w = os.pipe()
+    hostdir = None if mode == "bwrap" else tempfile.mkdtemp(prefix="rlvr-sandbox-")
+    workdir = _BWRAP_WORKDIR if mode == "bwrap" else hostdir
+    if uid is not None and hostdir is not None:
+        os.chown(hostdir, uid, uid)
+    header = {"code": code, "exprs": list(exprs or []), "mode": "values" if exprs is not None else "stdin",
+              "workdir": workdir, "uid": uid, "limits": asdict(limits), "guard": guard,
+              "isolation": mode, "test_timeout": limits.test_timeout}
+    pipes = [os.pipe() for _ in range(3)]  # header, status, values
+    python = _interpreter()[0] if mode == "bwrap" else sys.executable
+    launch = [python, "-I", "-B", _BWRAP_LAUNCHER if mode == "bwrap" else _LAUNCHER]
+    prefix = _bwrap_argv(limits.disk_mb) + ["--"] if mode == "bwrap" else []
+    child_fds = (pipes[0][0], pipes[1][1], pipes[2][1])
     start = time.monotonic()
     try:
-        proc = subprocess.Popen(
-            [sys.executable, "-I", "-B", _LAUNCHER, str(header_r), str(result_w)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            pass_fds=(header_r, result_w), cwd=workdir, env=_scrubbed_env(workdir),
-            start_new_session=True)
+        proc = subprocess.Popen(prefix + launch + [str(fd) for fd in child_fds], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=child_fds,
+                                cwd=hostdir or "/", env=_scrubbed_env(workdir), start_new_session=True)
     except OSError as e:
         raise SandboxError(f"could not start the sandbox: {e}") from e
     finally:
-        os.close(header_r)
-        os.close(result_w)
+        for fd in child_fds:
+            os.close(fd)
     try:
-        result = _communicate(proc, header, header_w, result_r, stdin, limits, start)
-        result.uid = uid
+        result = _communicate(proc, header, pipes[0][1], pipes[1][0], pipes[2][0], stdin, limits, start)
+        result.uid, result.isolation = uid, mode
         return result
     finally:
         if proc.poll() is None:
@@ -199,11 +281,13 @@ def run_python(code: str, *, tests: list[str] | None = None, stdin: str = "",
             proc.wait()
         if uid is not None:
             _kill_uid(uid)
-        os.close(result_r)
-        shutil.rmtree(workdir, ignore_errors=True)
+        os.close(pipes[1][0])
+        os.close(pipes[2][0])
+        if hostdir is not None:
+            shutil.rmtree(hostdir, ignore_errors=True)
 
 
-def _communicate(proc, header, header_w, result_r, stdin, limits, start) -> SandboxResult:
+def _communicate(proc, header, header_w, status_r, values_r, stdin, limits, start) -> SandboxResult:
     with os.fdopen(header_w, "wb") as f:
         f.write(json.dumps(header).encode())
     try:
@@ -211,17 +295,19 @@ def _communicate(proc, header, header_w, result_r, stdin, limits, start) -> Sand
     except BrokenPipeError:
         pass
     proc.stdin.close()
-    pipes = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray(), result_r: bytearray()}
+    out, err = proc.stdout.fileno(), proc.stderr.fileno()
+    pipes = {out: bytearray(), err: bytearray(), status_r: bytearray(), values_r: bytearray()}
     timed_out = _pump(proc, pipes, start + limits.wall_seconds, limits.max_output_bytes)
     _kill_group(proc)
     proc.wait()
-    result = SandboxResult(None, pipes[proc.stdout.fileno()].decode(errors="replace"),
-                           pipes[proc.stderr.fileno()].decode(errors="replace"), timed_out,
-                           time.monotonic() - start)
+    result = SandboxResult(None, pipes[out].decode(errors="replace"), pipes[err].decode(errors="replace"),
+                           timed_out, time.monotonic() - start)
     proc.stdout.close()
     proc.stderr.close()
-    if not _parse_results(bytes(pipes[result_r]), header["nonce"], result) and not timed_out:
+    if not _parse_status(bytes(pipes[status_r]), result) and not timed_out:
         raise SandboxError(f"the sandbox did not start (exit {proc.returncode}): {result.stderr[-2000:]}")
+    if header["mode"] == "values":
+        result.values = _parse_values(bytes(pipes[values_r]), len(header["exprs"]))
     return result
 
 

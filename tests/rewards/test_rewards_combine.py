@@ -109,9 +109,11 @@ def test_timeout_needs_a_picklable_per_sample_function():
 
 
 def test_bad_return_types_are_errors_not_crashes():
-    safe = SafeReward(lambda p, c, e: {"str": "1.0", "inf": math.inf, "list": [1]}[c])
-    batch = safe.score_batch(["p"] * 3, ["str", "inf", "list"], [{}] * 3)
-    assert batch.errors == 3 and batch.scores == [0.0, 0.0, 0.0]
+    returns = {"str": "1.0", "inf": math.inf, "list": [1], "nan": math.nan, "none": None, "ok": 0.5}
+    safe = SafeReward(lambda p, c, e: returns[c])
+    batch = safe.score_batch(["p"] * 6, list(returns), [{}] * 6)
+    assert batch.errors == 4 and batch.scores[:4] == [0.0] * 4 and batch.scores[5] == 0.5
+    assert math.isnan(batch.scores[4])  # None: not applicable, not an error
 
 
 def test_trl_wrong_length_is_counted_and_config_errors_propagate():
@@ -159,3 +161,16 @@ def test_batch_context_validation():
     with pytest.raises(ValueError):
         BatchContext(group_size=0)
     assert RewardBatch([1.0]).metrics() == {"reward/errors": 0.0}
+
+
+def test_a_slow_reward_without_timeout_is_logged_not_silent(caplog):
+    def slow(prompt, completion, example):
+        time.sleep(0.4 if completion == "slow" else 0.0)
+        return 1.0
+
+    safe = SafeReward(slow, name="slow_one", warn_after=0.2)
+    with caplog.at_level(logging.WARNING, logger="rlvr.rewards"):
+        assert safe.score_batch(["p"] * 3, ["a", "slow", "b"], [{}] * 3).scores == [1.0] * 3
+        safe.score_batch(["p"] * 2, ["a", "b"], [{}] * 2)
+    warnings = [r.getMessage() for r in caplog.records if "has no timeout" in r.getMessage()]
+    assert len(warnings) == 1 and "reward 'slow_one'" in warnings[0] and "sample 1 of the batch" in warnings[0]

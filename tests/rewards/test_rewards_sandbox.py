@@ -1,16 +1,23 @@
-"""The code verifier and its sandbox. Every hostile program of issue 3 scores 0, ends within its
-timeout and leaves this process and the host as they were. The fork bomb runs last."""
+"""The code verifier and its sandbox. Every hostile program (`hostile_programs.py`) scores 0, ends
+within its timeout and leaves this process and the host as they were, as root and as an
+unprivileged user. The fork bomb runs last."""
 
 import json
 import os
+import shutil
 import socket
+import subprocess
+import sys
 import time
 import uuid
 
 import pytest
 
+import hostile_programs
+from rlvr.rewards import sandbox
+from rlvr.rewards.base import RewardConfigError
 from rlvr.rewards.code import CodeReward, extract_code, pass_fraction
-from rlvr.rewards.sandbox import SandboxLimits, _live_pids_of, run_python
+from rlvr.rewards.sandbox import SandboxError, SandboxLimits, _live_pids_of, resolve_isolation, run_python
 
 LIMITS = SandboxLimits(cpu_seconds=1, memory_mb=256, wall_seconds=4, nproc=16, test_timeout=2)
 SLACK = 3.0  # seconds beyond the wall-clock limit for start-up and clean-up on a loaded machine
@@ -54,7 +61,7 @@ def test_code_extraction_and_batched_reward():
 def test_environment_is_scrubbed_and_private():
     r = run_python("import json, os\nprint(json.dumps(sorted(os.environ)))\nprint(os.getcwd())", stdin="",
                    limits=LIMITS)
-    assert r.done and r.exit_code == 0
+    assert r.exit_code == 0 and not r.timed_out
     names = json.loads(r.stdout.splitlines()[0])
     assert set(names) <= {"PATH", "HOME", "TMPDIR", "LANG", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                           "MKL_NUM_THREADS", "LC_CTYPE"}
@@ -64,93 +71,101 @@ def test_environment_is_scrubbed_and_private():
 # --- hostile programs ------------------------------------------------------------------------------
 
 
-def test_infinite_loop():
-    assert score("while True:\n    pass\n" + GOOD) == 0.0
-    assert score(GOOD + "import time\ndef g():\n    while True: time.sleep(1)\n",
-                 {"tests": ["assert f(1) == 2 and g()"]}) == 0.0  # per-test alarm
-
-
-def test_memory_bomb():
-    assert score("x = bytearray(1 << 34)\n" + GOOD) == 0.0
-    assert score("x = []\nwhile True:\n    x.append(bytearray(10**6))\n" + GOOD) == 0.0
-
-
-def test_writing_outside_its_directory(tmp_path):
-    targets = [tmp_path / "escaped.txt", f"/tmp/rlvr-escape-{uuid.uuid4().hex}", "/var/tmp/rlvr-escape"]
-    for target in targets:
-        code = f"open({str(target)!r}, 'w').write('x')\n" + GOOD
-        assert score(code) == 0.0
-        assert not os.path.exists(target)
-    raw = f"import os\nfd = os.open({str(targets[1])!r}, os.O_WRONLY | os.O_CREAT)\n" + GOOD
-    assert score(raw) == 0.0 and not os.path.exists(targets[1])
-    assert score("import os\nos.remove('/etc/hostname')\n" + GOOD) == 0.0
-    assert os.path.exists("/etc/hostname")
-
-
 def test_inside_its_directory_is_fine():
     code = "open('notes.txt', 'w').write('ok')\nassert open('notes.txt').read() == 'ok'\n" + GOOD
     assert score(code) == 1.0
 
 
-def test_opening_a_socket():
+def test_the_network_is_out_of_reach_without_the_guard():
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen()
     listener.setblocking(False)
     port = listener.getsockname()[1]
     try:
-        for code in [f"import socket\nsocket.create_connection(('127.0.0.1', {port}))\n" + GOOD,
-                     "import socket\ns = socket.socket()\n" + GOOD,
-                     "import urllib.request\nurllib.request.urlopen('http://example.com')\n" + GOOD]:
-            assert score(code) == 0.0
-        # The OS layer alone (no audit hook): under root the code has its own empty network namespace
+        # The OS layer alone (no audit hook): the code has its own empty network namespace
         r = run_python(f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)\n",
-                       tests=["assert True"], limits=LIMITS, guard=False)
-        if os.geteuid() == 0:
-            assert r.network == "namespace" and r.tests == {}
-        else:
-            assert r.network == "guard"
+                       exprs=["1"], limits=LIMITS, guard=False)
+        assert r.isolation == "bwrap" and r.values is None
         with pytest.raises(BlockingIOError):
             listener.accept()  # nothing ever connected
     finally:
         listener.close()
 
 
-def test_reading_the_parents_environment(monkeypatch):
-    secret = uuid.uuid4().hex
-    monkeypatch.setenv("RLVR_TEST_SECRET", secret)
-    check = {"tests": [f"assert f() == {secret!r}"]}
-    via_env = "import os\ndef f():\n    return os.environ.get('RLVR_TEST_SECRET')\n"
-    via_proc = ("import os\ndef f():\n    data = open(f'/proc/{os.getppid()}/environ').read()\n"
-                "    return data.split('RLVR_TEST_SECRET=')[1].split('\\0')[0]\n")
-    via_walk = ("import os\ndef f():\n    for pid in os.listdir('/proc'):\n        try:\n"
-                "            data = open(f'/proc/{pid}/environ').read()\n        except Exception:\n"
-                "            continue\n        if 'RLVR_TEST_SECRET=' in data:\n"
-                "            return data.split('RLVR_TEST_SECRET=')[1].split('\\0')[0]\n")
-    for code in (via_env, via_proc, via_walk):
-        assert score(code, check) == 0.0
-
-
 def test_killing_its_parent():
     me = os.getpid()
-    for code in ["import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n" + GOOD,
-                 f"import os, signal\nos.kill({me}, signal.SIGKILL)\n" + GOOD,
-                 "import os, signal\nos.kill(-1, signal.SIGKILL)\n" + GOOD,
-                 "import os, signal\nos.killpg(os.getpgid(0), signal.SIGKILL)\n" + GOOD]:
-        assert score(code) == 0.0
-    if os.geteuid() == 0:  # the OS layer alone: another uid may not signal us
-        r = run_python(f"import os, signal\nos.kill({me}, signal.SIGKILL)\n", tests=["assert True"],
-                       limits=LIMITS, guard=False)
-        assert r.tests == {}
+    assert score("import os, signal\nos.killpg(os.getpgid(0), signal.SIGKILL)\n" + GOOD) == 0.0
+    r = run_python(f"import os, signal\nos.kill({me}, signal.SIGKILL)\n", exprs=["1"], limits=LIMITS,
+                   guard=False)  # the OS layer alone: our pid does not exist in its pid namespace
+    assert r.values is None
     assert os.getpid() == me  # still here
 
 
-def test_forged_verdicts_and_early_exits():
-    fake = "import os, sys\nfor fd in range(3, 40):\n    try:\n        os.write(fd, b'x test 0 1\\ntest 1 1\\n')\n" \
-           "    except OSError:\n        pass\nprint('test 0 1')\n"
-    for code in [fake, "import sys\nsys.exit(0)\n", "import os\nos._exit(0)\n",
-                 "import atexit, os\natexit.register(lambda: os._exit(0))\nraise SystemExit(0)\n"]:
-        assert score(code) == 0.0
+@pytest.mark.parametrize("case", hostile_programs.CASES, ids=lambda c: c.name)
+def test_hostile_program(case):
+    host = hostile_programs.Host()
+    try:
+        assert hostile_programs.run_case(case, host) is None
+    finally:
+        host.close()
+
+
+def test_hostile_programs_as_an_unprivileged_user():
+    """CI runs as root; the same suite from an unprivileged uid (setpriv), where bubblewrap uses a
+    user namespace instead of root's namespaces and uid drop."""
+    if os.geteuid() != 0:
+        assert hostile_programs.run_all() == {}
+        return
+    script = os.path.abspath(hostile_programs.__file__)
+    out = subprocess.run([shutil.which("setpriv"), "--reuid=65534", "--regid=65534", "--clear-groups",
+                          sys.executable, script], capture_output=True, text=True, timeout=600,
+                         cwd="/tmp", env={"PATH": os.environ["PATH"], "HOME": "/tmp", "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.splitlines()[-1]) == {}
+
+
+def test_no_isolation_is_refused_unless_asked_for(monkeypatch, caplog):
+    monkeypatch.setattr(sandbox, "_bwrap_works", lambda: False)
+    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 1000)
+    with pytest.raises(SandboxError, match="install bubblewrap .* isolation: none"):
+        resolve_isolation("auto")
+    with pytest.raises(RewardConfigError, match="isolation: none"):
+        CodeReward(LIMITS)
+    assert resolve_isolation("none") == "none"
+    with caplog.at_level("WARNING", logger="rlvr.rewards"):
+        CodeReward(LIMITS, isolation="none")
+    assert "NO isolation" in caplog.text
+    with pytest.raises(ValueError, match="unknown sandbox isolation 'chroot'"):
+        resolve_isolation("chroot")
+
+
+def test_start_up_says_what_protects_the_host(caplog):
+    with caplog.at_level("WARNING", logger="rlvr.rewards"):
+        reward = CodeReward(LIMITS)
+    assert reward.isolation == "bwrap"
+    assert "code reward sandbox: bubblewrap" in caplog.text and "no network" in caplog.text
+    if os.geteuid() == 0:
+        assert "per-run unprivileged uid" in caplog.text
+
+
+def test_namespaces_without_bubblewrap_keep_the_network_and_tmp_out():
+    """Root's fallback when bubblewrap is missing; host files stay readable there (said at start-up)."""
+    if os.geteuid() != 0:
+        with pytest.raises(SandboxError):
+            resolve_isolation("namespaces")
+        return
+    target = f"/tmp/rlvr-escape-{uuid.uuid4().hex}"
+    host = hostile_programs.Host()
+    try:
+        r = run_python(f"open({target!r}, 'w').write('x')\nimport socket\n"
+                       f"socket.create_connection(('127.0.0.1', {host.port}), timeout=1)\n", exprs=["1"],
+                       limits=LIMITS, guard=False, isolation="namespaces")
+        assert r.isolation == "namespaces" and r.values is None and not os.path.exists(target)
+        assert host.nobody_connected()
+    finally:
+        host.close()
+    assert "host files stay readable" in sandbox.describe_isolation("namespaces")
 
 
 def test_fork_bomb_is_capped_and_leaves_nothing_behind():
@@ -163,9 +178,9 @@ def test_fork_bomb_is_capped_and_leaves_nothing_behind():
         assert _live_pids_of(counted.uid) == []
     start = time.monotonic()
     bomb = run_python("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
-                      + GOOD, tests=TESTS["tests"], limits=limits)
+                      + GOOD, exprs=["f(1)"], limits=limits)
     assert time.monotonic() - start < limits.wall_seconds + SLACK
-    assert bomb.tests == {} and (bomb.timed_out or bomb.exit_code != 0)
+    assert bomb.values is None and (bomb.timed_out or bomb.exit_code != 0)
     if bomb.uid is not None:
         assert _live_pids_of(bomb.uid) == []
     os.kill(os.getpid(), 0)  # and we are alive

@@ -1,0 +1,282 @@
+"""`rlvr doctor RUN_DIR`: read a run folder and say, in plain words with step ranges, what went
+wrong or is about to. Each check reads `metrics.jsonl` / `timings.jsonl` (see
+`rlvr.logging.sinks`) and returns findings; thresholds are rules of thumb, named below, not laws.
+See docs/troubleshooting.md for what each finding means and what to try.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from rlvr.config import ConfigError
+from rlvr.jsonl import read_jsonl
+from rlvr.logging.sinks import METRICS, TIMINGS
+
+PROBLEM, WARNING = "problem", "warning"
+TRUNCATION_WARN, TRUNCATION_PROBLEM = 0.1, 0.5  # share of completions cut at max_new_tokens
+LENGTH_BLOWUP = 2.0  # completion length over this many times its early median
+ENTROPY_COLLAPSE = 0.1  # entropy under this share of its early median
+SOLVED = 0.9  # batch accuracy over which low entropy is convergence, not collapse
+SPIKE = 10.0  # KL or grad-norm over this many times its early median
+KL_FLOOR, RATIO_MAX, CLIP_SHARE = 0.05, 10.0, 0.2
+HACK_REWARD_RISE, HACK_ACCURACY_RISE = 0.1, 0.02  # reward up by this while held-out accuracy is not
+SLOW_STEP = 2.0  # s/step over this many times the median
+
+
+@dataclass(frozen=True)
+class Finding:
+    severity: str  # PROBLEM or WARNING
+    title: str
+    detail: str
+    steps: tuple[int, ...] = ()
+    hint: str = ""
+
+    def line(self) -> str:
+        where = f" (steps {step_ranges(self.steps)})" if self.steps else ""
+        return f"[{self.severity}] {self.title}{where}: {self.detail}" + (f"\n    try: {self.hint}" if self.hint else "")
+
+
+@dataclass
+class RunLog:
+    metrics: list[dict[str, Any]]
+    timings: list[dict[str, Any]]
+
+    def series(self, key: str, rows: list[dict[str, Any]] | None = None) -> list[tuple[int, float]]:
+        """(step, value) for each row that has `key` (step 0 holds only the evaluation before RL)."""
+        return [(int(row.get("step", 0)), _number(row[key])) for row in (self.metrics if rows is None else rows)
+                if key in row]
+
+
+def _number(value: Any) -> float:
+    try:
+        return float(value)  # the sinks write NaN and inf as the strings "nan", "inf"
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def step_ranges(steps: tuple[int, ...] | list[int], max_parts: int = 6) -> str:
+    """(1, 2, 3, 7, 9, 10) -> '1-3, 7, 9-10'; past `max_parts` pieces, '390-600, 152 of them'."""
+    steps = sorted(set(steps))
+    parts, lo = [], None
+    for i, s in enumerate(steps):
+        lo = s if lo is None else lo
+        if i + 1 == len(steps) or steps[i + 1] != s + 1:
+            parts.append(str(s) if s == lo else f"{lo}-{s}")
+            lo = None
+    if len(parts) > max_parts:
+        return f"{steps[0]}-{steps[-1]}, {len(steps)} of them"
+    return ", ".join(parts)
+
+
+def _early_median(points: list[tuple[int, float]]) -> float:
+    head = [v for _, v in points[: max(3, len(points) // 5)] if math.isfinite(v)]
+    return statistics.median(head) if head else math.nan
+
+
+def check_nonfinite(log: RunLog) -> list[Finding]:
+    bad = {row["step"]: sorted(k for k, v in row.items() if v in ("nan", "inf", "-inf")
+                               or isinstance(v, float) and not math.isfinite(v)) for row in log.metrics}
+    bad = {s: keys for s, keys in bad.items() if keys}
+    skipped = {row["step"]: sum(_number(v) for k, v in row.items() if "skipped" in k)
+               for row in log.metrics}
+    out = []
+    if bad:
+        keys = sorted({k for ks in bad.values() for k in ks})
+        out.append(Finding(PROBLEM, "non-finite values", f"{', '.join(keys[:6])} became NaN or infinite",
+                           tuple(bad), "lower optim.lr, keep optim.max_grad_norm > 0, check the reward"))
+    steps = tuple(s for s, n in skipped.items() if n > 0)
+    if steps:
+        out.append(Finding(PROBLEM, "skipped steps", f"{int(sum(skipped.values()))} update(s) skipped for "
+                           "non-finite loss or gradients", steps, "lower optim.lr"))
+    return out
+
+
+def check_flat_groups(log: RunLog) -> list[Finding]:
+    out = []
+    flat = tuple(s for s, v in log.series("reward_std") if v == 0)
+    if flat:
+        out.append(Finding(PROBLEM, "no learning signal", "every completion of the batch got the same reward, "
+                           "so every group-relative advantage is 0", flat,
+                           "raise rollout.temperature or train.group_size, or use easier prompts"))
+    share = log.series("sampling/informative_share")
+    low = tuple(s for s, v in share if v < 0.5)
+    if low:
+        worst = min(v for _, v in share)
+        out.append(Finding(WARNING, "zero-variance groups", f"over half the sampled groups had one reward for "
+                           f"all their completions (informative share down to {worst:.2f})", low,
+                           "prompts are too easy or too hard for the policy: filter them by difficulty"))
+    return out
+
+
+def check_truncation(log: RunLog) -> list[Finding]:
+    points = log.series("truncated")
+    high = [(s, v) for s, v in points if v > TRUNCATION_WARN]
+    if not high:
+        return []
+    worst = max(v for _, v in high)
+    severity = PROBLEM if worst > TRUNCATION_PROBLEM else WARNING
+    return [Finding(severity, "truncation", f"up to {worst:.0%} of completions hit rollout.max_new_tokens",
+                    tuple(s for s, _ in high), "raise rollout.max_new_tokens or add an overlong penalty")]
+
+
+def check_length(log: RunLog) -> list[Finding]:
+    points = log.series("completion_length")
+    base = _early_median(points)
+    if not base > 0 or len(points) < 4:
+        return []
+    long = [(s, v) for s, v in points if v > LENGTH_BLOWUP * base]
+    if not long:
+        return []
+    peak = max(v for _, v in long)
+    return [Finding(WARNING, "length blow-up", f"completion length rose to {peak:.1f} tokens from {base:.1f} "
+                    "early on", tuple(s for s, _ in long), "a length penalty (kimi_length, overlong) or "
+                    "seq_mean_token_sum aggregation")]
+
+
+def check_entropy(log: RunLog) -> list[Finding]:
+    points = log.series("entropy")
+    base = _early_median(points)
+    if not base > 0 or len(points) < 4:
+        return []
+    low = [(s, v) for s, v in points if v < ENTROPY_COLLAPSE * base]
+    if not low:
+        return []
+    fell = f"token entropy fell to {min(v for _, v in low):.3g} from {base:.3g}"
+    steps = tuple(s for s, _ in low)
+    accuracy = [v for s, v in log.series("accuracy") if s in set(steps)]
+    if accuracy and statistics.fmean(accuracy) >= SOLVED:
+        return [Finding(WARNING, "converged", f"{fell} while the batch accuracy is {statistics.fmean(accuracy):.2f}: "
+                        "the policy solves its prompts nearly always the same way, so groups go flat and further "
+                        "steps learn little", steps, "stop here, or move to harder prompts")]
+    return [Finding(PROBLEM, "entropy collapse", f"{fell}: the policy samples nearly the same completion every "
+                    "time", steps, "lower optim.lr, raise algorithm.clip_high (DAPO), add a KL term")]
+
+
+def _spikes(points: list[tuple[int, float]], floor: float) -> list[tuple[int, float]]:
+    if len(points) < 4:
+        return []
+    base = _early_median(points)
+    return [(s, v) for s, v in points if v > max(SPIKE * base, floor)] if math.isfinite(base) else []
+
+
+def check_spikes(log: RunLog) -> list[Finding]:
+    out = []
+    for key, floor, what in (("kl", KL_FLOOR, "KL to the reference"), ("approx_kl", KL_FLOOR, "KL to the sampling "
+                             "policy"), ("grad_norm", 0.0, "gradient norm")):
+        spikes = _spikes(log.series(key), floor)
+        if spikes:
+            out.append(Finding(WARNING, f"{key} spikes", f"{what} jumped to {max(v for _, v in spikes):.3g}, over "
+                               f"{SPIKE:g}x its early median", tuple(s for s, _ in spikes),
+                               "lower optim.lr; keep optim.max_grad_norm > 0"))
+    ratio = [(s, v) for s, v in log.series("ratio_max") if v > RATIO_MAX]
+    if ratio:
+        out.append(Finding(WARNING, "ratio spikes", f"the importance ratio reached {max(v for _, v in ratio):.3g}: "
+                           "the policy moved far from the one that sampled", tuple(s for s, _ in ratio),
+                           "lower optim.lr or algorithm.mu"))
+    clip = {s: v for s, v in log.series("clip_frac_low")}
+    for s, v in log.series("clip_frac_high"):
+        clip[s] = clip.get(s, 0.0) + v
+    clipped = tuple(s for s, v in clip.items() if v > CLIP_SHARE)
+    if clipped:
+        out.append(Finding(WARNING, "heavy clipping", f"over {CLIP_SHARE:.0%} of tokens were clipped: updates "
+                           "are larger than the trust region", clipped, "lower optim.lr or algorithm.mu"))
+    return out
+
+
+def _thirds(points: list[tuple[int, float]]) -> tuple[float, float]:
+    values = [v for _, v in points if math.isfinite(v)]
+    k = max(1, len(values) // 3)
+    return statistics.fmean(values[:k]), statistics.fmean(values[-k:])
+
+
+def check_reward_hacking(log: RunLog) -> list[Finding]:
+    reward = log.series("reward")
+    if len(reward) < 6:
+        return []
+    start, end = _thirds(reward)
+    if end - start < HACK_REWARD_RISE:
+        return []
+    out = []
+    held = log.series("eval/greedy_accuracy")
+    if len(held) >= 2 and held[-1][1] - held[0][1] < HACK_ACCURACY_RISE:
+        out.append(Finding(PROBLEM, "reward hacking", f"reward rose {start:.2f} -> {end:.2f} while held-out "
+                           f"accuracy went {held[0][1]:.2f} -> {held[-1][1]:.2f}", (reward[0][0], reward[-1][0]),
+                           "read samples.jsonl: the reward pays for something other than correctness"))
+    accuracy = log.series("accuracy")
+    if len(accuracy) >= 6:
+        a0, a1 = _thirds(accuracy)
+        if a1 - a0 < HACK_ACCURACY_RISE:
+            out.append(Finding(WARNING, "reward rises, correctness does not", f"reward {start:.2f} -> {end:.2f}, "
+                               f"training accuracy {a0:.2f} -> {a1:.2f}", (reward[0][0], reward[-1][0]),
+                               "compare the reward's components with the task's correctness"))
+    return out
+
+
+def check_reward_collapse(log: RunLog) -> list[Finding]:
+    reward = log.series("reward")
+    if len(reward) < 6:
+        return []
+    peak = max(v for _, v in reward)
+    tail = reward[-3:]
+    if peak > 0 and all(v < 0.1 * peak for _, v in tail):
+        return [Finding(PROBLEM, "reward collapse", f"reward fell to {tail[-1][1]:.3g} after a peak of {peak:.3g}",
+                        tuple(s for s, _ in tail), "resume from a checkpoint before the fall with a lower optim.lr")]
+    return []
+
+
+def check_reward_errors(log: RunLog) -> list[Finding]:
+    out = []
+    for key, what in (("reward/errors", "raised an error"), ("reward/timeouts", "timed out")):
+        points = [(s, v) for s, v in log.series(key) if v > 0]
+        if points:
+            out.append(Finding(PROBLEM, f"reward {key.split('/')[1]}", f"{int(sum(v for _, v in points))} "
+                               f"reward call(s) {what} and scored the fallback", tuple(s for s, _ in points),
+                               "the first traceback is in the log; test the reward on samples.jsonl"))
+    return out
+
+
+def check_throughput(log: RunLog) -> list[Finding]:
+    points = log.series("s_per_step", log.timings)
+    finite = [v for _, v in points if math.isfinite(v)]
+    if len(finite) < 4:
+        return []
+    median = statistics.median(finite)
+    slow = [(s, v) for s, v in points if v > SLOW_STEP * median]
+    if not slow:
+        return []
+    return [Finding(WARNING, "throughput drop", f"steps took up to {max(v for _, v in slow):.1f} s against a median "
+                    f"of {median:.1f} s", tuple(s for s, _ in slow),
+                    "longer completions, a slow reward, or another job on the machine")]
+
+
+CHECKS: list[Callable[[RunLog], list[Finding]]] = [
+    check_nonfinite, check_reward_errors, check_flat_groups, check_truncation, check_length, check_entropy,
+    check_spikes, check_reward_hacking, check_reward_collapse, check_throughput,
+]
+
+
+def load_run(run_dir: str | Path) -> RunLog:
+    """Raises ConfigError (exit 2) naming the folder or file when it is not a readable run folder."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ConfigError(f"{run_dir} is not a run folder")
+    if not (run_dir / METRICS).is_file():
+        raise ConfigError(f"{run_dir} has no {METRICS}: not a run folder, or the run never logged a step")
+    logs = []
+    for name in (METRICS, TIMINGS):
+        try:
+            logs.append(read_jsonl(run_dir / name, missing_ok=True))
+        except (ValueError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{run_dir / name}: not JSON lines ({e})") from None
+    return RunLog(*logs)
+
+
+def diagnose(run: str | Path | RunLog) -> list[Finding]:
+    """Every finding for a run folder (or its loaded logs), problems first."""
+    log = run if isinstance(run, RunLog) else load_run(run)
+    findings = [f for check in CHECKS for f in check(log)]
+    return sorted(findings, key=lambda f: f.severity != PROBLEM)

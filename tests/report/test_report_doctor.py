@@ -1,0 +1,76 @@
+"""`rlvr doctor`: each planted problem gives its finding with the right steps; a healthy run and a
+real tiny run give nothing alarming or plausible things."""
+
+import pytest
+from run_folders import PROBLEMS, healthy_rows, planted, write_run
+
+from rlvr.cli import main
+from rlvr.report.doctor import PROBLEM, WARNING, diagnose, step_ranges
+
+LATE = "11-20"
+EXPECTED = {  # problem -> (title, severity, steps)
+    "flat": ("no learning signal", PROBLEM, LATE),
+    "truncation": ("truncation", PROBLEM, LATE),
+    "length": ("length blow-up", WARNING, LATE),
+    "entropy": ("entropy collapse", PROBLEM, LATE),
+    "converged": ("converged", WARNING, LATE),
+    "kl": ("approx_kl spikes", WARNING, LATE),
+    "grad": ("grad_norm spikes", WARNING, LATE),
+    "ratio": ("ratio spikes", WARNING, LATE),
+    "clipping": ("heavy clipping", WARNING, LATE),
+    "errors": ("reward errors", PROBLEM, LATE),
+    "timeouts": ("reward timeouts", PROBLEM, LATE),
+    "nonfinite": ("non-finite values", PROBLEM, LATE),
+    "skipped": ("skipped steps", PROBLEM, LATE),
+    "collapse": ("reward collapse", PROBLEM, "18-20"),
+    "informative": ("zero-variance groups", WARNING, LATE),
+    "hacking": ("reward hacking", PROBLEM, "1, 20"),
+    "slow": ("throughput drop", WARNING, "16-20"),
+}
+
+
+def test_step_ranges():
+    assert step_ranges([3, 1, 2, 7, 9, 10]) == "1-3, 7, 9-10"
+    assert step_ranges([5]) == "5" and step_ranges([]) == ""
+    assert step_ranges(list(range(1, 30, 2))) == "1-29, 15 of them"
+
+
+def test_a_healthy_run_has_no_findings(tmp_path):
+    assert diagnose(write_run(tmp_path / "ok", healthy_rows())) == []
+
+
+@pytest.mark.parametrize("problem", sorted(PROBLEMS))
+def test_each_planted_problem_is_found(tmp_path, problem):
+    assert set(EXPECTED) == set(PROBLEMS)
+    title, severity, steps = EXPECTED[problem]
+    findings = {f.title: f for f in diagnose(planted(tmp_path / problem, problem))}
+    assert title in findings, findings
+    assert findings[title].severity == severity and step_ranges(findings[title].steps) == steps
+    if problem == "hacking":  # training accuracy is flat as well
+        assert "reward rises, correctness does not" in findings
+
+
+def test_cli_prints_findings_and_refuses_a_non_run(tmp_path, capsys):
+    run = planted(tmp_path / "run", "entropy")
+    assert main(["doctor", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "[problem] entropy collapse (steps 11-20): token entropy fell to 0.01 from 1.5" in out
+    assert "try: lower optim.lr" in out
+    assert main(["doctor", str(tmp_path / "nope")]) == 2
+    assert capsys.readouterr().err.strip() == f"rlvr doctor: error: {tmp_path / 'nope'} is not a run folder"
+    (tmp_path / "empty").mkdir()
+    assert main(["doctor", str(tmp_path / "empty")]) == 2
+    broken = write_run(tmp_path / "broken", healthy_rows())
+    (broken / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2, \n')
+    assert main(["doctor", str(broken)]) == 2
+    assert "metrics.jsonl: not JSON lines" in capsys.readouterr().err
+
+
+PLAUSIBLE_IN_A_TINY_RUN = {"converged", "no learning signal", "truncation", "zero-variance groups", "throughput drop",
+                           "length blow-up", "approx_kl spikes", "grad_norm spikes"}
+
+
+@pytest.mark.slow
+def test_a_real_tiny_run_shows_nothing_alarming(tiny_run):
+    findings = diagnose(tiny_run)
+    assert {f.title for f in findings} <= PLAUSIBLE_IN_A_TINY_RUN, [f.line() for f in findings]

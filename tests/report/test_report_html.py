@@ -1,0 +1,80 @@
+"""`rlvr report`: one self-contained HTML file, checked in a real headless Chromium: the page loads
+with no script error (a window.onerror hook writes errors into the DOM, read back with --dump-dom)
+and its screenshot shows the curves."""
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from PIL import Image
+from run_folders import planted
+
+from rlvr.cli import main
+from rlvr.report.html import build_report, svg_panel, write_report
+
+CURVE_BLUE = (0x1F, 0x77, 0xB4)
+
+
+def chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert exe, "Chromium is needed (apt-get install chromium; scripts/setup.sh installs it under root)"
+    return subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                           f"--user-data-dir={tmp_path / 'profile'}", *args], capture_output=True, text=True,
+                          timeout=180)
+
+
+def dump_dom(tmp_path: Path, page: Path) -> str:
+    out = chromium(tmp_path, "--dump-dom", page.as_uri())
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout
+
+
+def test_svg_panel_maps_points_into_the_box():
+    svg = svg_panel("r", [("a", [(1, 0.0), (3, 1.0)]), ("b", [])])
+    assert 'points="44.0,156.0 316.0,44.0"' in svg and ">a</text>" in svg and ">b</text>" not in svg
+    assert svg_panel("empty", [("a", [])]) == ""
+
+
+def test_report_is_self_contained_and_escapes_what_it_shows(tmp_path):
+    run = planted(tmp_path / "run", "entropy")
+    (run / "samples.jsonl").write_text('{"step": 20, "prompt": "<script>alert(1)</script>", "completion": "x", '
+                                       '"reward": 0.5, "reward/format": 1.0}\n')
+    page = build_report(run)
+    assert "&lt;script&gt;alert(1)" in page and "<script>alert(1)" not in page
+    assert "reward/format 1" in page and "entropy collapse" in page and "seed: 0" in page
+    assert not re.search(r'(src|href)="(https?:)?//', page)  # nothing fetched from anywhere
+    assert page.count("<svg") == 6
+
+
+def test_the_hook_reports_script_errors(tmp_path):
+    page = tmp_path / "broken.html"
+    run = planted(tmp_path / "run", "flat")
+    page.write_text(build_report(run).replace("</body>", "<script>undefinedFunction();</script></body>"))
+    assert re.search(r'id="page-errors" data-errors="[^"]*undefinedFunction', dump_dom(tmp_path, page))
+
+
+@pytest.mark.slow
+def test_report_of_a_real_run_in_chromium(tmp_path, tiny_run, capsys):
+    out = tmp_path / "report.html"
+    assert main(["report", str(tiny_run), "--out", str(out)]) == 0
+    assert f"wrote {out}" in capsys.readouterr().out
+    dom = dump_dom(tmp_path, out)
+    assert 'data-loaded="report.html"' in dom and '<div id="page-errors"></div>' in dom
+    assert dom.count("<polyline") >= 6
+    shot = tmp_path / "shot.png"
+    result = chromium(tmp_path, f"--screenshot={shot}", "--window-size=1280,900", out.as_uri())
+    assert result.returncode == 0 and shot.is_file(), result.stderr[-2000:]
+    image = Image.open(shot).convert("RGB")
+    colours = image.getcolors(maxcolors=1 << 20)
+    assert len(colours) > 50  # not a blank page
+    blue = sum(n for n, rgb in colours if all(abs(a - b) < 40 for a, b in zip(rgb, CURVE_BLUE)))
+    assert blue > 500  # the curves are drawn
+
+
+def test_report_refuses_a_non_run(tmp_path, capsys):
+    assert main(["report", str(tmp_path / "nope")]) == 2
+    assert "is not a run folder" in capsys.readouterr().err
+    assert not (tmp_path / "nope").exists()
+    assert write_report(planted(tmp_path / "ok", "flat")).name == "report.html"
