@@ -21,7 +21,7 @@ from rlvr.core import masked_mean
 from rlvr.logging.plots import plot_metrics
 from rlvr.logging.progress import TrainProgress
 from rlvr.logging.sinks import METRICS, read_jsonl
-from rlvr.models import save_model
+from rlvr.models.placement import save_policy
 from rlvr.train.batch import build_batch, cached_logprobs
 from rlvr.train.checkpoint import save_checkpoint
 from rlvr.train.evaluate import evaluate_heldout
@@ -53,7 +53,7 @@ def _evaluate(run: Run, step: int) -> dict[str, float]:
 
 
 def _finish(run: Run) -> None:
-    save_model(run.policy, run.tokenizer, run.run_dir / "final_model")
+    save_policy(run.policy, run.tokenizer, run.run_dir / "final_model", run.run_dir / "final_adapter")
     if run.value_model is not None:  # PPO's critic (head, and trunk when separate) beside the policy
         save_file(run.value_model.state_dict(), run.run_dir / "final_model" / VALUE_MODEL_FILE)
     if run.cfg.log.plots:

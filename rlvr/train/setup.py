@@ -16,7 +16,8 @@ from rlvr.algorithms.sft import pairs_from_jsonl, pairs_from_task, train_sft
 from rlvr.config import Config, ConfigError, save_config
 from rlvr.logging.sinks import MetricsLogger
 from rlvr.rewards import CombinedReward
-from rlvr.models import disable_dropout, load_model, load_tokenizer, make_tiny_model_dir, save_model
+from rlvr.models import load_model, load_tokenizer, make_tiny_model_dir, save_model
+from rlvr.models.placement import load_policy, load_reference
 from rlvr.rollout.hf_engine import HFEngine
 from rlvr.tasks import Example, Task, get_task
 from rlvr.train.checkpoint import latest_checkpoint, load_state, set_rng_state
@@ -101,11 +102,13 @@ def prepare_run(cfg: Config, resume: bool = False, on_sft=None) -> Run:
     save_config(cfg, run_dir / "config.yaml")
     task = get_task(cfg.task.name, **cfg.task.options)
     init = start_model(cfg, run_dir, task, on_sft)
-    policy_path = checkpoint / "model" if checkpoint else init
-    policy, tokenizer = disable_dropout(load_model(policy_path)), load_tokenizer(policy_path)
+    lora = cfg.model.lora.r > 0  # a LoRA checkpoint holds the adapters only: base from `init`
+    policy_path = checkpoint / "model" if checkpoint and not lora else init
+    policy = load_policy(cfg.model, policy_path, adapter=checkpoint / "model" if checkpoint and lora else None)
+    tokenizer = load_tokenizer(checkpoint / "model" if checkpoint else init)
     algo = GroupPolicyGradient.from_config(cfg.algorithm, cfg.rollout.max_new_tokens)
     needs_reference = algo.needs_reference or cfg.algorithm.kl_reward_coef > 0
-    reference = load_model(init).requires_grad_(False) if needs_reference else None
+    reference = load_reference(cfg.model, policy, init) if needs_reference else None
     o = cfg.optim
     optimizer = build_optimizer(policy, o.lr, tuple(o.betas), o.eps, o.weight_decay)
     token_adv = family.token_advantages(cfg)
