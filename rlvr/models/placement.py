@@ -145,7 +145,11 @@ def load_policy(m: ModelConfig, path: str | Path, adapter: str | Path | None = N
     model = disable_dropout(load_model(path, torch.float32, p.device, p.attn_implementation))
     if p.gradient_checkpointing:
         # non-reentrant: correct with frozen inputs (LoRA) and keeps the autocast state on recompute
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        kwargs = {"use_reentrant": False}
+        if hasattr(model, "activation_checkpointing_enable"):  # the name since transformers 5.2x
+            model.activation_checkpointing_enable(kwargs)
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     if m.lora.r > 0:
         from rlvr.models.lora import add_lora  # PEFT is optional: imported only when LoRA is asked for
 
