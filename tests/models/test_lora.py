@@ -2,6 +2,8 @@
 for an engine, adapter + merged saves, and an exact round trip."""
 
 import copy
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -104,3 +106,16 @@ def test_bfloat16_lora_keeps_float32_adapters(model_dir, monkeypatch):
     out.loss.backward()
     assert all(p.dtype == torch.float32 for p in policy.parameters())
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in policy.parameters() if p.requires_grad)
+
+
+def test_peft_is_imported_only_for_lora():
+    code = "import sys, rlvr.train.loop, rlvr.cli; assert 'peft' not in sys.modules, 'peft imported'"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-500:]
+
+
+def test_missing_peft_is_one_line(monkeypatch):
+    real = placement.importlib.util.find_spec
+    monkeypatch.setattr(placement.importlib.util, "find_spec", lambda name: None if name == "peft" else real(name))
+    with pytest.raises(ConfigError, match=r"model.lora.r > 0 needs PEFT: pip install 'rlvr\[peft\]'"):
+        placement.resolve_placement(lora_cfg())
