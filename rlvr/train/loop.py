@@ -21,7 +21,7 @@ from rlvr.core import masked_mean
 from rlvr.logging.plots import plot_metrics
 from rlvr.logging.progress import TrainProgress
 from rlvr.logging.sinks import METRICS, read_jsonl
-from rlvr.models.placement import save_policy
+from rlvr.models import save_policy
 from rlvr.train.batch import build_batch, cached_logprobs
 from rlvr.train.checkpoint import save_checkpoint
 from rlvr.train.evaluate import evaluate_heldout

@@ -16,8 +16,7 @@ from rlvr.algorithms.sft import pairs_from_jsonl, pairs_from_task, train_sft
 from rlvr.config import Config, ConfigError, save_config
 from rlvr.logging.sinks import MetricsLogger
 from rlvr.rewards import CombinedReward
-from rlvr.models import load_model, load_tokenizer, make_tiny_model_dir, save_model
-from rlvr.models.placement import load_policy, load_reference
+from rlvr.models import load_model, load_policy, load_reference, load_tokenizer, make_tiny_model_dir, save_model
 from rlvr.rollout.hf_engine import HFEngine
 from rlvr.tasks import Example, Task, get_task
 from rlvr.train.checkpoint import latest_checkpoint, load_state, set_rng_state

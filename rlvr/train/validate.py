@@ -9,8 +9,7 @@ from rlvr import core
 from rlvr.algorithms.grpo import GroupPolicyGradient
 from rlvr.algorithms.ppo import TOKEN_ADVANTAGES
 from rlvr.config import Config, ConfigError
-from rlvr.models import PRESETS
-from rlvr.models.placement import resolve_placement
+from rlvr.models import PRESETS, resolve_placement
 from rlvr.models.tiny import ARCHS
 from rlvr.tasks import TASKS, get_task
 from rlvr.tasks.base import Example
