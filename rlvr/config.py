@@ -32,12 +32,34 @@ def f(default: Any, help: str) -> Any:
 
 
 @dataclass
+class LoRAConfig:
+    r: int = f(0, "LoRA rank (Hu et al. 2021, arXiv:2106.09685); 0 = off, every weight trains. With r > 0 only "
+                  "the adapters train and are checkpointed; the KL reference is the base with adapters disabled.")
+    alpha: float = f(16.0, "LoRA scale numerator: the weight update is (alpha / r) B A.")
+    dropout: float = f(0.0, "Dropout on the adapter input. Keep 0 for RL: dropout makes the log-probs of two "
+                            "forward passes at equal weights differ, which biases the importance ratio.")
+    target_modules: list = f(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+                             "Module names that get adapters. Default: every linear layer of the attention and "
+                             "the MLP (Schulman et al. 2025, 'LoRA Without Regret': attention-only LoRA "
+                             "underperforms).")
+
+
+@dataclass
 class ModelConfig:
     path: str | None = f(None, "Hugging Face folder of the policy to train. Empty: build a tiny model "
                                "(char tokenizer + `tiny_arch`/`tiny_preset`) inside the run folder.")
     tiny_arch: str = f("qwen2", "Architecture of the tiny model built when `path` is empty: qwen2 or llama.")
     tiny_preset: str = f("demo", "Size preset of the tiny model (rlvr.models.PRESETS).")
     tiny_sizes: dict = f({}, "Overrides of the preset's sizes, e.g. {hidden_size: 64, num_layers: 2}.")
+    device: str = f("cpu", "Where the policy lives: cpu, cuda, cuda:<i> or auto (cuda when present, else cpu).")
+    dtype: str = f("float32", "Compute precision: float32, bfloat16 or float16. Weights and optimizer state stay "
+                              "float32 (master weights); half precision runs the forward under autocast "
+                              "(docs/models_device_lora.md). float16 needs CUDA.")
+    gradient_checkpointing: bool = f(False, "Recompute activations in the backward pass (less memory, ~1/3 more "
+                                            "compute; Chen et al. 2016).")
+    attn_implementation: str = f("sdpa", "Attention kernel: sdpa, eager or flash_attention_2 (needs the "
+                                         "flash-attn package and a CUDA device).")
+    lora: LoRAConfig = field(default_factory=LoRAConfig, metadata={"help": "LoRA adapters via PEFT (extra `peft`)."})
 
 
 @dataclass

@@ -15,6 +15,7 @@ from rlvr.core.advantages import (
 )
 from rlvr.core.kl import KL_ESTIMATORS, get_kl_estimator, kl_k1, kl_k2, kl_k3, kl_shaped_rewards
 from rlvr.core.logprobs import entropy_from_logits, token_logprobs
+from rlvr.core.lora import lora_merged_weight
 from rlvr.core.losses import (
     POLICY_LOSSES,
     clipped_surrogate_loss,
@@ -67,6 +68,7 @@ __all__ = [
     "kl_k2",
     "kl_k3",
     "kl_shaped_rewards",
+    "lora_merged_weight",
     "ln_dpo_loss",
     "masked_count",
     "masked_mean",

@@ -13,7 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase,
+                          PreTrainedTokenizerFast)
 from transformers.utils import logging as hf_logging
 
 
@@ -38,26 +39,32 @@ def _model_dir(path: str | Path) -> Path:
     return path
 
 
-def load_model(path: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
-               ) -> PreTrainedModel:
-    """Load the causal LM in the folder `path` (in eval mode, sdpa attention)."""
+def load_model(path: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
+               attn_implementation: str = "sdpa") -> PreTrainedModel:
+    """Load the causal LM in the folder `path` (in eval mode)."""
     path = _model_dir(path)
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"{str(path)!r} is not a Hugging Face model folder: it has no config.json")
     try:
         with _quiet():
             model = AutoModelForCausalLM.from_pretrained(
-                path, dtype=dtype, attn_implementation="sdpa", local_files_only=True)
+                path, dtype=dtype, attn_implementation=attn_implementation, local_files_only=True)
     except (OSError, ValueError, KeyError) as err:
         raise ValueError(f"could not load a causal LM from {str(path)!r}: {err}") from err
     return model.to(device).eval()
 
 
 def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
-    """Load the tokenizer in the folder `path`; a missing pad token falls back to EOS."""
+    """Load the tokenizer in the folder `path`, with its chat template; a missing pad token falls back to EOS.
+
+    A folder with a `tokenizer.json` is loaded from that file as saved, never rebuilt: `AutoTokenizer`
+    rebuilds some model types (qwen2 among them) from vocab and merges with its own pre-tokenizer, and a
+    folder written by another transformers version then encodes some prompts differently.
+    """
     path = _model_dir(path)
+    loader = PreTrainedTokenizerFast if (path / "tokenizer.json").is_file() else AutoTokenizer
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        tokenizer = loader.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError, KeyError) as err:
         raise ValueError(f"could not load a tokenizer from {str(path)!r}: {err}") from err
     if tokenizer.pad_token is None:

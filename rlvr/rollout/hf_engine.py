@@ -78,7 +78,10 @@ class HFEngine:
         return [self._completion(prompts[i], prompt_ids[i], row, sampling) for i, row in zip(owners, rows)]
 
     def load_weights(self, named_tensors: Iterable[tuple[str, Tensor]]) -> None:
-        """Copy tensors into the model in place, by state-dict name; unknown names raise KeyError."""
+        """Copy tensors into the model in place, by state-dict name; unknown names raise KeyError. A PEFT
+        model is the learner's own LoRA policy shared in process: it already holds the trained adapters."""
+        if hasattr(self.model, "peft_config"):
+            return
         state = self.model.state_dict(keep_vars=True)
         with torch.no_grad():
             for name, tensor in named_tensors:

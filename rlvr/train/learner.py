@@ -13,25 +13,20 @@ from typing import Any, Iterator
 
 import torch
 from safetensors.torch import save_file
-from torch import Tensor, nn
+from torch import Tensor
 
 from rlvr.algorithms.dynamic_sampling import overlong_filter
 from rlvr.algorithms.grpo import GroupPolicyGradient, accumulation_denominator
 from rlvr.algorithms.ppo import VALUE_MODEL_FILE, ValueModel, build_value_model, forward_with_values
 from rlvr.config import Config
 from rlvr.core import masked_mean
-from rlvr.models import disable_dropout, load_model, load_tokenizer, save_model
+from rlvr.models import engine_weights, load_policy, load_reference, load_tokenizer, save_policy
 from rlvr.models.tokenizer import pad_token_id
 from rlvr.rollout.batch import RolloutBatch, build_batch, cached_logprobs, policy_logprobs
 from rlvr.rollout.scored import ScoredBatch
 from rlvr.train.family import token_advantages
 from rlvr.algorithms.optim import build_optimizer, build_scheduler
 from rlvr.seeds import SHUFFLE, derive_seed
-
-
-def load_policy(cfg: Config, path: str | Path) -> nn.Module:
-    """The one place the trained policy is loaded (device, dtype and adapters plug in here)."""
-    return disable_dropout(load_model(path))
 
 
 def optimizer_steps(cfg: Config) -> int:
@@ -43,11 +38,15 @@ class Learner:
 
     def __init__(self, cfg: Config, policy_path: str | Path, init_path: str | Path) -> None:
         self.cfg = cfg
-        self.policy, self.tokenizer = load_policy(cfg, policy_path), load_tokenizer(policy_path)
+        self.lora = cfg.model.lora.r > 0
+        # a LoRA checkpoint holds the adapters only: the base comes from `init_path`
+        adapter = policy_path if self.lora and Path(policy_path) != Path(init_path) else None
+        self.policy = load_policy(cfg.model, init_path if adapter else policy_path, adapter=adapter)
+        self.tokenizer = load_tokenizer(policy_path)
         self.pad_id = pad_token_id(self.tokenizer)
         self.objective = GroupPolicyGradient.from_config(cfg.algorithm, cfg.rollout.max_new_tokens)
         needs_reference = self.objective.needs_reference or cfg.algorithm.kl_reward_coef > 0
-        self.reference = load_model(init_path).requires_grad_(False) if needs_reference else None
+        self.reference = load_reference(cfg.model, self.policy, init_path) if needs_reference else None
         o = cfg.optim
         self.optimizer = build_optimizer(self.policy, o.lr, tuple(o.betas), o.eps, o.weight_decay)
         self.token_adv = token_advantages(cfg)
@@ -143,8 +142,9 @@ class Learner:
         return metrics
 
     def named_weights(self) -> Iterator[tuple[str, Tensor]]:
-        """The policy's (name, tensor) pairs, as a rollout engine loads them."""
-        return self.policy.named_parameters()
+        """The policy's (name, tensor) pairs under the plain model's names, as a rollout engine loads them;
+        a LoRA policy's adapters are merged in (computed only when iterated)."""
+        return engine_weights(self.policy)
 
     def state_dict(self) -> dict[str, Any]:
         """Optimizer, scheduler and value model: with the policy folder, all a resume needs."""
@@ -159,9 +159,10 @@ class Learner:
         if self.value_model is not None:
             self.value_model.load_state_dict(state["value_model"])
 
-    def save(self, path: Path) -> None:
-        """The policy as a Hugging Face folder, PPO's critic (head, and trunk when separate) beside it."""
-        save_model(self.policy, self.tokenizer, path)
+    def save(self, path: Path, adapter_path: Path) -> None:
+        """The policy as a Hugging Face folder (a LoRA policy merged, its adapters also at `adapter_path`),
+        PPO's critic (head, and trunk when separate) beside it."""
+        save_policy(self.policy, self.tokenizer, path, adapter_path)
         if self.value_model is not None:
             save_file(self.value_model.state_dict(), path / VALUE_MODEL_FILE)
 

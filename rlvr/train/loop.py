@@ -76,7 +76,7 @@ def train(cfg: Config, resume: bool = False, run: Run | None = None) -> RunResul
             if (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or step == cfg.train.steps:
                 state = {**learner.state_dict(), "data": rollout.state_dict()}
                 save_checkpoint(run.run_dir, step, learner.policy, learner.tokenizer, state, cfg.checkpoint.keep)
-    learner.save(run.run_dir / "final_model")
+    learner.save(run.run_dir / "final_model", run.run_dir / "final_adapter")
     if cfg.log.plots:
         plot_metrics(read_jsonl(run.run_dir / METRICS), run.run_dir / "plots")
     run.logger.close()

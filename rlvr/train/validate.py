@@ -9,7 +9,7 @@ from rlvr import core
 from rlvr.algorithms.grpo import GroupPolicyGradient
 from rlvr.algorithms.ppo import TOKEN_ADVANTAGES
 from rlvr.config import Config, ConfigError
-from rlvr.models import PRESETS
+from rlvr.models import PRESETS, resolve_placement
 from rlvr.rewards.scoring import build_reward
 from rlvr.models.tiny import ARCHS
 from rlvr.tasks import TASKS, get_task
@@ -31,9 +31,21 @@ def _check_member(key: str, name: str, registry: Any) -> None:
         raise ConfigError(f"{key}: unknown name {name!r}; choose from {sorted(registry)}")
 
 
+def check_model(cfg: Config) -> None:
+    """The model section (device, dtype, attention, LoRA) and what today's RL loop can run."""
+    placement = resolve_placement(cfg.model)
+    if placement.device.type != "cpu":
+        raise ConfigError(f"model.device={cfg.model.device}: `rlvr train` builds its batches on the CPU and does "
+                          f"not move them to {placement.device} yet; use model.device=cpu")
+    if cfg.model.lora.r > 0 and cfg.algorithm.advantage == "gae":
+        raise ConfigError("model.lora.r > 0 with algorithm.advantage=gae: PPO's value model on a LoRA policy "
+                          "is not supported; use a group advantage or model.lora.r=0")
+
+
 def check_registries(cfg: Config) -> Config:
     """Raise ConfigError naming the key of the first unknown name or bad option; return cfg unchanged."""
     a = cfg.algorithm
+    check_model(cfg)
     if a.advantage not in TOKEN_ADVANTAGES:
         _check_name("algorithm.advantage", a.advantage, core.get_advantage_fn)
     _check_name("algorithm.policy_loss", a.policy_loss, core.get_policy_loss)
