@@ -23,6 +23,7 @@ class SamplingParams:
     max_new_tokens: int = 128
     stop: tuple[str, ...] = ()  # stop strings; the completion text is cut before the stop string
     seed: int | None = None
+    ignore_eos: bool = False  # decode max_new_tokens every time (benchmarks at a fixed length)
 
     def __post_init__(self) -> None:
         if self.temperature < 0:

@@ -158,7 +158,8 @@ class HFEngine:
             token, logprob = sample_next(logits, sampling.temperature, sampling.top_k, sampling.top_p,
                                          generator, self.logprobs_mode)
             tokens[seq, t], logprobs[seq, t] = token.cpu(), logprob.float().cpu()
-            done = torch.isin(token, self.eos_ids).cpu() | stops.hits(tokens, seq, t)
+            eos = torch.isin(token, self.eos_ids) & (not sampling.ignore_eos)
+            done = eos.cpu() | stops.hits(tokens, seq, t)
             lengths[seq[done]], stopped[seq[done]] = t + 1, True
             if t == max_new - 1 or bool(done.all()):
                 break

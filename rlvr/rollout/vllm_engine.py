@@ -95,6 +95,7 @@ class VLLMEngine:
         params = self._vllm.SamplingParams(
             n=n, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
             max_tokens=sampling.max_new_tokens, stop=list(sampling.stop) or None, seed=seed,
+            ignore_eos=sampling.ignore_eos,
             logprobs=0,  # the sampled token's own log-prob only
         )
         requests = [{"prompt_token_ids": ids} for ids in prompt_ids]

@@ -143,6 +143,9 @@ def test_eos_and_length_finish_reasons(policy, engine, flat_weights):
         assert c.finish_reason == "stop" or len(c.token_ids) == 60
         assert c.extra["stop_reason"] is None
         assert c.text == tokenizer.decode(c.token_ids, skip_special_tokens=True) and "<eos>" not in c.text
+    forced = engine.generate(PROMPTS, 8, SamplingParams(max_new_tokens=60, seed=0, ignore_eos=True))
+    assert all(len(c.token_ids) == 60 and c.finish_reason == "length" for c in forced)
+    assert any(eos in c.token_ids[:-1] for c in forced)
     short = engine.generate(PROMPTS, 2, SamplingParams(max_new_tokens=3, seed=0))
     assert all(len(c.token_ids) == 3 or c.finish_reason == "stop" for c in short)
     assert any(len(c.token_ids) == 3 and c.finish_reason == "length" for c in short)
