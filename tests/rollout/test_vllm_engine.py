@@ -163,6 +163,14 @@ def test_stop_string_equals_hf_engine(policy, engine):
     assert ours.token_ids == reference.token_ids == full.token_ids[: len(ours.token_ids)]
 
 
+def test_a_batch_of_prompts_larger_than_one_prefill_step(engine):
+    """12,000 prompt tokens, more than vLLM's default 4,096-token step: on a CPU, a seeded prompt
+    prefilled in chunks would crash (its generator cannot rewind), so the engine prefills whole."""
+    prompts = [f"{i:03d}" + "x" * 397 for i in range(30)]
+    completions = engine.generate(prompts, 1, SamplingParams(max_new_tokens=2, seed=0))
+    assert [c.prompt for c in completions] == prompts and all(len(c.token_ids) <= 2 for c in completions)
+
+
 def test_top_k_one_and_tiny_top_p_are_greedy(engine):
     greedy = engine.generate(PROMPTS, 1, SamplingParams(temperature=0, max_new_tokens=12))
     top_k = engine.generate(PROMPTS, 1, SamplingParams(temperature=1.3, top_k=1, max_new_tokens=12, seed=4))
