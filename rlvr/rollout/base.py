@@ -23,6 +23,7 @@ class SamplingParams:
     max_new_tokens: int = 128
     stop: tuple[str, ...] = ()  # stop strings; the completion text is cut before the stop string
     seed: int | None = None
+    ignore_eos: bool = False  # decode max_new_tokens every time (benchmarks at a fixed length)
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -57,3 +58,29 @@ class RolloutEngine(Protocol):
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Make the engine sample from new policy weights (weight sync after an optimizer step)."""
         ...
+
+
+def encode_prompts(tokenizer, prompts, n, sampling: SamplingParams, add_special_tokens: bool,
+                   max_positions: int | None) -> list[list[int]]:
+    """Check the arguments every engine's `generate` takes and tokenize the prompts.
+
+    max_positions: the model's context length (prompt + max_new_tokens must fit), None = unchecked.
+    """
+    if not isinstance(sampling, SamplingParams):
+        raise TypeError(f"sampling must be a SamplingParams, got {type(sampling).__name__}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n (samples per prompt) must be an int >= 1, got {n!r}")
+    if isinstance(prompts, str) or not isinstance(prompts, (list, tuple)) or not prompts:
+        raise ValueError("prompts must be a non-empty list of strings")
+    bad = [i for i, p in enumerate(prompts) if not isinstance(p, str)]
+    if bad:
+        raise TypeError(f"prompts must be strings; prompt {bad[0]} is {type(prompts[bad[0]]).__name__}")
+    ids = tokenizer(list(prompts), add_special_tokens=add_special_tokens)["input_ids"]
+    empty = [i for i, x in enumerate(ids) if not x]
+    if empty:
+        raise ValueError(f"prompt {empty[0]} encodes to no tokens; a prompt needs at least one")
+    longest = max(map(len, ids)) + sampling.max_new_tokens
+    if max_positions is not None and longest > max_positions:
+        raise ValueError(f"longest prompt ({longest - sampling.max_new_tokens} tokens) + max_new_tokens "
+                         f"({sampling.max_new_tokens}) exceeds the model's max_position_embeddings ({max_positions})")
+    return ids

@@ -17,7 +17,7 @@ from typing import Iterable
 import torch
 from torch import Tensor
 
-from rlvr.rollout.base import Completion, SamplingParams
+from rlvr.rollout.base import Completion, SamplingParams, encode_prompts
 from rlvr.rollout.kv_cache import PreallocatedKVCache
 from rlvr.rollout.sampling import LOGPROBS_MODES, sample_next
 from rlvr.rollout.stops import StopChecker, cut_at_stop
@@ -61,7 +61,8 @@ class HFEngine:
 
     def generate(self, prompts: list[str], n: int, sampling: SamplingParams) -> list[Completion]:
         """len(prompts) * n completions; those of prompt i are [i*n, (i+1)*n)."""
-        prompt_ids = self._validate_and_encode(prompts, n, sampling)
+        prompt_ids = encode_prompts(self.tokenizer, prompts, n, sampling, self.add_special_tokens,
+                                    getattr(self.model.config, "max_position_embeddings", None))
         seed = sampling.seed if sampling.seed is not None else int(torch.randint(2**62, (1,)).item())
         generator = torch.Generator(device=self.device).manual_seed(seed)
         rows: list[tuple[list[int], list[float], str | None, bool]] = []
@@ -95,27 +96,6 @@ class HFEngine:
                     target.copy_(tensor)
 
     # --- preparation ------------------------------------------------------------------------------
-
-    def _validate_and_encode(self, prompts, n, sampling) -> list[list[int]]:
-        if not isinstance(sampling, SamplingParams):
-            raise TypeError(f"sampling must be a SamplingParams, got {type(sampling).__name__}")
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"n (samples per prompt) must be an int >= 1, got {n!r}")
-        if isinstance(prompts, str) or not isinstance(prompts, (list, tuple)) or not prompts:
-            raise ValueError("prompts must be a non-empty list of strings")
-        bad = [i for i, p in enumerate(prompts) if not isinstance(p, str)]
-        if bad:
-            raise TypeError(f"prompts must be strings; prompt {bad[0]} is {type(prompts[bad[0]]).__name__}")
-        ids = self.tokenizer(list(prompts), add_special_tokens=self.add_special_tokens)["input_ids"]
-        empty = [i for i, x in enumerate(ids) if not x]
-        if empty:
-            raise ValueError(f"prompt {empty[0]} encodes to no tokens; a prompt needs at least one")
-        limit = getattr(self.model.config, "max_position_embeddings", None)
-        longest = max(map(len, ids)) + sampling.max_new_tokens
-        if limit is not None and longest > limit:
-            raise ValueError(f"longest prompt ({longest - sampling.max_new_tokens} tokens) + max_new_tokens "
-                             f"({sampling.max_new_tokens}) exceeds the model's max_position_embeddings ({limit})")
-        return ids
 
     def _chunks(self, num_prompts: int, n: int) -> list[list[tuple[int, int]]]:
         """Split (prompt, samples) work into batches of at most max_batch_size rows; a group larger
@@ -182,7 +162,8 @@ class HFEngine:
             token, logprob = sample_next(logits, sampling.temperature, sampling.top_k, sampling.top_p,
                                          generator, self.logprobs_mode)
             tokens[seq, t], logprobs[seq, t] = token.cpu(), logprob.float().cpu()
-            done = torch.isin(token, self.eos_ids).cpu() | stops.hits(tokens, seq, t)
+            eos = torch.isin(token, self.eos_ids) & (not sampling.ignore_eos)
+            done = eos.cpu() | stops.hits(tokens, seq, t)
             lengths[seq[done]], stopped[seq[done]] = t + 1, True
             if t == max_new - 1 or bool(done.all()):
                 break

@@ -1,5 +1,6 @@
 """`rlvr train|sft|demo` argument handling: config errors are one line on stderr and exit code 2."""
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -85,3 +86,12 @@ def test_sft_from_task_demonstrations_and_from_jsonl(tmp_path, capsys):
     bad.write_text('{"prompt": "x"}\n')
     code, _, err = run_main(capsys, "sft", "--data", str(bad), "--steps", "2", "--out", str(tmp_path / "c"), *tiny)
     assert code == 2 and "missing field(s) ['completion']" in err and err.count("\n") == 1
+
+
+def test_vllm_engine_without_vllm_exits_2_before_any_work(tmp_path, capsys, monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_main(capsys, "train", str(ROOT / "configs" / "sort.yaml"), "--set", "rollout.engine=vllm")
+    assert code == 2 and err.count("\n") == 1 and "install the extra: pip install 'rlvr[vllm]'" in err
+    assert list(tmp_path.iterdir()) == []

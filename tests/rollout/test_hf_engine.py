@@ -118,6 +118,18 @@ def test_eos_ends_a_completion_and_its_row_leaves_the_batch(flat):
         assert c.text == tokenizer.decode(c.token_ids, skip_special_tokens=True) and "<eos>" not in c.text
 
 
+def test_ignore_eos_decodes_to_the_length_limit(flat):
+    """EOS is then an ordinary token: kept in the middle of a completion, and the log-probs still
+    equal a plain forward pass over it."""
+    model, tokenizer = flat
+    params = SamplingParams(max_new_tokens=40, seed=0, ignore_eos=True)
+    completions = HFEngine(model, tokenizer).generate(PROMPTS, 4, params)
+    assert all(len(c.token_ids) == 40 and c.finish_reason == "length" for c in completions)
+    assert any(tokenizer.eos_token_id in c.token_ids[:-1] for c in completions)
+    for c in completions:
+        torch.testing.assert_close(torch.tensor(c.logprobs), reference_logprobs(model, c), atol=2e-5, rtol=0)
+
+
 def test_length_limit(sharp):
     completions = HFEngine(*sharp).generate(PROMPTS, 2, SamplingParams(max_new_tokens=3, seed=0))
     for c in completions:

@@ -1,5 +1,7 @@
 """Config loading, --set overrides and validation: every error is one ConfigError line."""
 
+import importlib.util
+
 import pytest
 import yaml
 
@@ -65,6 +67,8 @@ def test_saved_config_round_trips(tmp_path):
     ({"task": {"options": {"lenght": 4}}}, [], "task.options:"),
     ({"task": {"rewards": [{"name": "nope"}]}}, [], "task.rewards: unknown reward 'nope'"),
     ({"model": {"tiny_preset": "huge"}}, [], "model.tiny_preset: unknown name 'huge'"),
+    ({}, ["rollout.engine=vlm"], "rollout.engine: unknown name 'vlm'; choose from ['hf', 'vllm']"),
+    ({}, ["rollout.gpu_memory_utilization=1.5"], "rollout.gpu_memory_utilization must be in (0, 1]"),
 ])
 def test_config_errors_are_one_line(tmp_path, data, overrides, message):
     with pytest.raises(ConfigError) as err:  # values when loading, registry names when a run is set up
@@ -105,3 +109,13 @@ def test_shipped_configs_validate(name):
 
     cfg = load_config(Path(__file__).resolve().parents[2] / "configs" / name)
     assert cfg.train.batch_size % cfg.train.group_size == 0
+
+
+def test_vllm_engine_without_vllm_names_the_extra(tmp_path, monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, {}), ["rollout.engine=vllm"])
+    assert str(err.value) == ("rollout.engine=vllm: vllm is not installed; install the extra: "
+                              "pip install 'rlvr[vllm]' (on a CPU: scripts/setup_vllm.sh)")
+    assert load_config(write(tmp_path, {})).rollout.engine == "hf"

