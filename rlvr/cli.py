@@ -5,6 +5,9 @@ Each subcommand lives in a module that provides `add_parser(subparsers)`; the pa
 
 Errors: a bad config or argument prints one line and exits with 2, a runtime problem the user can fix
 (missing file, bad data) one line and 1; RLVR_DEBUG=1 shows the traceback instead.
+
+Run from the shell (argv None), `main` first re-executes itself with a fast allocator preloaded
+(`rlvr.allocator`; RLVR_ALLOCATOR=system switches that off).
 """
 
 from __future__ import annotations
@@ -38,6 +41,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:  # the real command line, not a call from Python: set up the allocator first
+        from rlvr.allocator import AllocatorError, setup_allocator
+
+        try:
+            setup_allocator()
+        except AllocatorError as err:
+            print(f"rlvr: error: {err}", file=sys.stderr)
+            return 2
     from rlvr.config import ConfigError
 
     args = build_parser().parse_args(argv)
