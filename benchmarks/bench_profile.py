@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import tempfile
 import time
 import warnings
@@ -33,7 +34,7 @@ from rlvr.config import load_config
 from rlvr.train.commands import DEMO_CONFIG
 from rlvr.train.setup import prepare_run
 
-QUIET = ["eval.every=1000000", "checkpoint.every=1000000", "log.progress=false", "log.tensorboard=false",
+QUIET = ["eval.every=1000000", "task.eval_size=8", "eval.samples=1", "checkpoint.every=1000000", "log.progress=false", "log.tensorboard=false",
          "log.plots=false"]
 SETTINGS = {
     "demo": [],
@@ -142,7 +143,7 @@ def main() -> None:
         run.engine.eos_ids = run.engine.eos_ids[:0]  # no EOS id: every completion runs to 128 tokens
     prof = Profile()
     instrument(prof, run)
-    warnings.filterwarnings("ignore", message="Seems like `optimizer.step()` has been overridden")
+    warnings.filterwarnings("ignore", message=re.escape("Seems like `optimizer.step()` has been overridden"))
     load = os.getloadavg()[0]
     with prof.part("train"):
         loop.train(cfg, run=run)
