@@ -6,7 +6,9 @@ What makes it faster than `model.generate(num_return_sequences=n)` on CPU:
 - the KV cache is preallocated (`PreallocatedKVCache`) and written in place, not grown by torch.cat;
 - a finished sequence leaves the batch at once: the last live row is moved into its slot, so the
   forward pass only ever runs on live rows;
-- only the last position's logits are computed (`logits_to_keep=1`).
+- only the last position's logits are computed (`logits_to_keep=1`);
+- tokens are drawn by inverse CDF (one random number per row, not per vocabulary entry), and a
+  decoding step syncs with the host once.
 """
 
 from __future__ import annotations
