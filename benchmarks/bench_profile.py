@@ -34,8 +34,8 @@ from rlvr.config import load_config
 from rlvr.train.commands import DEMO_CONFIG
 from rlvr.train.setup import prepare_run
 
-QUIET = ["eval.every=1000000", "task.eval_size=8", "eval.samples=1", "checkpoint.every=1000000", "log.progress=false", "log.tensorboard=false",
-         "log.plots=false"]
+QUIET = ["eval.every=1000000", "task.eval_size=8", "eval.samples=1", "checkpoint.every=1000000",
+         "log.progress=false", "log.tensorboard=false", "log.plots=false"]
 SETTINGS = {
     "demo": [],
     "20m": ["model.tiny_preset=bench20m", "sft.steps=0", "rollout.max_new_tokens=128", "train.batch_size=32",
