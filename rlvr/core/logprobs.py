@@ -5,7 +5,8 @@ autograd keeps until backward, and backward adds two more (the scattered gather 
 softmax gradient); at B=16, T=512, V=32000 each is 1 GB. Here both functions run over chunks of
 the flattened (B*T) rows in forward *and* backward (custom autograd functions): the only
 vocabulary-wide temporaries are one chunk's, autograd saves only the logits (no copy) and `(B, T)`
-results, and backward writes the logits' gradient, which any method must produce, directly. The math per row z (Bridle 1990):
+results, and backward writes the logits' gradient, which any method must produce, directly.
+The math per row z (Bridle 1990):
     log pi(y) = z_y - logsumexp(z)              d/dz = onehot(y) - softmax(z)
     H = -sum_v p_v log p_v,  p = softmax(z)     dH/dz_v = -p_v (log p_v + H)
 
