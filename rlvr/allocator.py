@@ -3,8 +3,9 @@
 Why: a training step frees and reallocates the same activation and gradient buffers every
 micro-batch; glibc's malloc returns large blocks to the kernel and faults them back in each time.
 tcmalloc keeps them: the update of a 20M model measured 1-10% faster with it and peak RSS 16% lower
-(figures and the command in docs/performance.md). A library cannot swap the allocator of a process that is already
-running, so the CLI re-executes itself once with the library preloaded, before any heavy import.
+(figures and the command in docs/performance.md). A library cannot swap the allocator of a process
+that is already running, so the CLI re-executes itself once with the library preloaded, before any
+heavy import.
 
     RLVR_ALLOCATOR=auto      (default) tcmalloc if installed, else glibc's malloc with a warning
     RLVR_ALLOCATOR=tcmalloc | jemalloc | mimalloc    that one; an error if it is not installed
