@@ -1,33 +1,31 @@
-"""Rollout throughput: rlvr's HFEngine vs transformers' `model.generate` (and vLLM), side by side.
+"""Rollout throughput: rlvr's HFEngine vs transformers' `model.generate`, side by side, in two modes.
 
 Setting of issue 5: a ~20M-parameter Qwen2 (random init, `PRESETS["bench20m"]`), 16 prompts of 96
 tokens, n = 8 samples per prompt, 128 new tokens, temperature 1 (no top-k/top-p), 2 CPU threads.
-Both variants sample the same distribution, stop at EOS, and count only real generated tokens (EOS
-included, padding after EOS excluded). The two run interleaved, so machine load hits both alike;
-the ratio is the number to read. Throughput is reported per wall-clock second and per CPU second of
-this process (the latter is less sensitive to other processes sharing the cores).
+- "full length": neither side stops at EOS (HFEngine with no EOS ids, `generate` with
+  min_new_tokens = max_new_tokens), so every row decodes all 128 tokens: the engine's own speed.
+- "with EOS": both stop at EOS and count only real generated tokens (EOS included, padding after EOS
+  excluded). A random model emits EOS early, so this mostly measures HFEngine's pruning of finished
+  rows, which `generate` lacks: honest, but a different figure from the full-length one.
+All four runs of a round are interleaved, so machine load hits them alike; the ratios are the
+numbers to read. Throughput is per wall-clock second and per CPU second of this process (the latter
+is less sensitive to other processes sharing the cores). `--vocab` pads the model's vocabulary (the
+char tokenizer has 101 ids; real models have 32k-150k, where sampling over the vocabulary costs more).
 
-    .venv/bin/python benchmarks/bench_rollout.py [--repeats 3] [--threads 2] [--ignore-eos]
-
-From .venv-vllm (scripts/setup_vllm.sh) the vLLM engine runs alongside, on the same weights:
-
-    VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind PYTHONPATH=. .venv-vllm/bin/python \
-        benchmarks/bench_rollout.py --repeats 3 [--ignore-eos]
+    .venv/bin/python benchmarks/bench_rollout.py [--repeats 3] [--threads 2] [--vocab 16384]
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import os
 import random
 import statistics
-import tempfile
 import time
-from pathlib import Path
 
 import torch
 
-from rlvr.models import PRESETS, build_char_tokenizer, build_tiny_model, save_model
+from rlvr.models import PRESETS, build_char_tokenizer, build_tiny_model
 from rlvr.rollout import HFEngine, SamplingParams
 
 
@@ -39,18 +37,17 @@ def make_prompts(tokenizer, count: int, length: int, seed: int) -> list[str]:
     return prompts
 
 
-def run_engine(engine, prompts, n, sampling) -> int:
+def run_engine(engine: HFEngine, prompts, n, sampling) -> int:
     completions = engine.generate(prompts, n, sampling)
     return sum(len(c.token_ids) for c in completions)
 
 
-def run_hf_generate(model, tokenizer, prompts, n, sampling) -> int:
+def run_hf_generate(model, tokenizer, prompts, n, sampling, full_length: bool = False) -> int:
     batch = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left")
-    # ignore_eos: min_new_tokens masks EOS until the limit, so every row runs to full length.
-    forced = {"min_new_tokens": sampling.max_new_tokens} if sampling.ignore_eos else {}
+    extra = {"min_new_tokens": sampling.max_new_tokens} if full_length else {}
     out = model.generate(**batch, do_sample=True, temperature=sampling.temperature, top_p=1.0, top_k=0,
                          max_new_tokens=sampling.max_new_tokens, num_return_sequences=n,
-                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, **forced)
+                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, **extra)
     generated = out[:, batch["input_ids"].shape[1]:]  # (B*n, T)
     is_eos = generated == tokenizer.eos_token_id
     # tokens up to and including the first EOS; everything after it is padding
@@ -58,22 +55,31 @@ def run_hf_generate(model, tokenizer, prompts, n, sampling) -> int:
     return int((~after_eos).sum())
 
 
-def build_variants(args, model, tokenizer, tmp: str) -> dict:
-    """name -> function(prompts, n, sampling) -> generated tokens. vLLM joins when importable
-    (run from .venv-vllm); it loads the same weights from a saved copy, in float32."""
-    engine = HFEngine(model, tokenizer)
-    variants = {"rlvr HFEngine": lambda *a: run_engine(engine, *a)}
-    if not args.no_generate:
-        variants["model.generate"] = lambda *a: run_hf_generate(model, tokenizer, *a)
-    if importlib.util.find_spec("vllm") is not None and not args.no_vllm:
-        from rlvr.rollout.vllm_engine import VLLMEngine
+def hf_engine_variants(model, tokenizer) -> dict:
+    """name -> (mode, run(prompts, n, sampling) -> tokens) for HFEngine, stopping at EOS or never."""
+    with_eos = HFEngine(model, tokenizer)
+    full = HFEngine(model, tokenizer)
+    full.eos_ids = full.eos_ids[:0]  # no EOS id: every row runs to max_new_tokens
+    return {"HFEngine full": ("full length", lambda p, n, s: run_engine(full, p, n, s)),
+            "HFEngine eos": ("with EOS", lambda p, n, s: run_engine(with_eos, p, n, s))}
 
-        start = time.perf_counter()
-        vllm_engine = VLLMEngine(save_model(model, tokenizer, Path(tmp) / "model"), dtype="float32",
-                                 enforce_eager=args.vllm_eager)
-        print(f"vLLM engine up in {time.perf_counter() - start:.1f} s (enforce_eager={args.vllm_eager})")
-        variants["vLLM"] = lambda *a: run_engine(vllm_engine, *a)
-    return variants
+
+def hf_generate_variants(model, tokenizer) -> dict:
+    """name -> (mode, run) for transformers' `model.generate`, forced to full length or stopping at EOS."""
+    return {"generate full": ("full length", lambda p, n, s: run_hf_generate(model, tokenizer, p, n, s, True)),
+            "generate eos": ("with EOS", lambda p, n, s: run_hf_generate(model, tokenizer, p, n, s))}
+
+
+def report(wall: dict[str, list[float]], cpu: dict[str, list[float]], modes: dict[str, str]) -> None:
+    print(f"\n{'variant':16s} {'mode':12s} {'tok/s (wall)':>13s} {'tok/CPU-s':>10s}   (medians)")
+    for name in wall:
+        print(f"{name:16s} {modes[name]:12s} {statistics.median(wall[name]):13.1f} {statistics.median(cpu[name]):10.1f}")
+    for mode, engine, baseline in (("full length", "HFEngine full", "generate full"),
+                                   ("with EOS", "HFEngine eos", "generate eos")):
+        for label, table in (("wall", wall), ("CPU", cpu)):
+            ratios = [e / h for e, h in zip(table[engine], table[baseline])]
+            print(f"ratio HFEngine / generate, {mode:11s} ({label:4s}): median {statistics.median(ratios):.2f}x "
+                  f"(per round: {', '.join(f'{r:.2f}' for r in ratios)})")
 
 
 def main() -> None:
@@ -86,54 +92,41 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--ignore-eos", action="store_true", help="every completion runs to --new-tokens")
-    parser.add_argument("--no-generate", action="store_true", help="leave model.generate out (the slowest)")
-    parser.add_argument("--no-vllm", action="store_true", help="leave vLLM out even where it is installed")
-    parser.add_argument("--vllm-eager", action="store_true", help="vLLM without torch.compile")
+    parser.add_argument("--vocab", type=int, default=None, help="pad the model's vocabulary to this size")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
     tokenizer = build_char_tokenizer()
     model = build_tiny_model(tokenizer, arch=args.arch, **PRESETS[args.preset])
+    if args.vocab:
+        model.resize_token_embeddings(args.vocab)
     params = sum(p.numel() for p in model.parameters())
     prompts = make_prompts(tokenizer, args.prompts, args.prompt_len, seed=0)
-    with tempfile.TemporaryDirectory() as tmp:
-        variants = build_variants(args, model, tokenizer, tmp)
-        print(f"model {args.arch}/{args.preset}: {params / 1e6:.1f}M params | {args.prompts} prompts x "
-              f"{args.prompt_len} tokens, n={args.n}, {args.new_tokens} new tokens"
-              f"{' (EOS ignored)' if args.ignore_eos else ''}, {args.threads} threads")
-        measure(variants, prompts, args)
+    variants = {**hf_engine_variants(model, tokenizer), **hf_generate_variants(model, tokenizer)}
+    print(f"model {args.arch}/{args.preset}: {params / 1e6:.1f}M params, vocab {model.config.vocab_size} | "
+          f"{args.prompts} prompts x {args.prompt_len} tokens, n={args.n}, {args.new_tokens} new tokens, "
+          f"{args.threads} threads; load {os.getloadavg()[0]:.2f}")
 
-
-def measure(variants: dict, prompts, args) -> None:
     warmup = SamplingParams(temperature=1.0, max_new_tokens=4, seed=0)  # first-call allocations, lazy inits
-    for run in variants.values():
+    for _, run in variants.values():
         run(prompts, args.n, warmup)
+
     wall: dict[str, list[float]] = {name: [] for name in variants}  # tokens per wall second
     cpu: dict[str, list[float]] = {name: [] for name in variants}  # tokens per CPU second
     for rep in range(args.repeats):
-        sampling = SamplingParams(temperature=1.0, max_new_tokens=args.new_tokens, seed=rep,
-                                  ignore_eos=args.ignore_eos)
-        for name, run in variants.items():
+        sampling = SamplingParams(temperature=1.0, max_new_tokens=args.new_tokens, seed=rep)
+        for name, (mode, run) in variants.items():
             torch.manual_seed(rep)
             start, start_cpu = time.perf_counter(), time.process_time()
             tokens = run(prompts, args.n, sampling)
             seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - start_cpu
             wall[name].append(tokens / seconds)
             cpu[name].append(tokens / cpu_seconds)
-            print(f"  rep {rep}: {name:15s} {tokens:6d} tokens in {seconds:7.2f} s wall "
+            print(f"  round {rep}: {name:15s} {tokens:6d} tokens in {seconds:7.2f} s wall "
                   f"({cpu_seconds:7.2f} s CPU) = {tokens / seconds:7.1f} tok/s")
-
-    print(f"\n{'variant':16s} {'tok/s (wall)':>13s} {'tok/CPU-s':>10s}   (medians)")
-    for name in variants:
-        print(f"{name:16s} {statistics.median(wall[name]):13.1f} {statistics.median(cpu[name]):10.1f}")
-    base = "model.generate" if "model.generate" in variants else "rlvr HFEngine"
-    for other in [name for name in variants if name != base]:
-        for label, table in (("wall", wall), ("CPU", cpu)):
-            ratios = [e / h for e, h in zip(table[other], table[base])]
-            print(f"ratio {other} / {base} ({label:4s}): median {statistics.median(ratios):.2f}x "
-                  f"(per repeat: {', '.join(f'{r:.2f}' for r in ratios)})")
+    report(wall, cpu, {name: mode for name, (mode, _) in variants.items()})
+    print(f"load at the end {os.getloadavg()[0]:.2f}")
 
 
-if __name__ == "__main__":  # vLLM may start worker processes, which re-import this file
+if __name__ == "__main__":
     main()

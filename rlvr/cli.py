@@ -6,6 +6,9 @@ Each subcommand lives in a module that provides `add_parser(subparsers)`; the pa
 Errors, the same for every subcommand and for `python -m rlvr`: bad input (config, argument, missing
 file, bad data row) prints one line and exits with 2; anything else is an internal error, one line and
 exit code 1. RLVR_DEBUG=1 shows the traceback instead. Subcommands raise; only `main` maps.
+
+Run from the shell (argv None), `main` first re-executes itself with a fast allocator preloaded
+(`rlvr.allocator`; RLVR_ALLOCATOR=system switches that off).
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import argparse
 import importlib
 import os
 import sys
+
+from rlvr.allocator import AllocatorError, setup_allocator
 
 COMMAND_MODULES = [  # each provides add_parser(subparsers) (or add_parsers, for several commands)
     "rlvr.commands.train",  # demo, train, sft
@@ -44,6 +49,12 @@ USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError)  # ConfigError
 
 def main(argv: list[str] | None = None) -> int:
     """`rlvr ...` and `python -m rlvr ...`: the one place errors become exit codes."""
+    if argv is None:  # the real command line, not a call from Python: set up the allocator first
+        try:
+            setup_allocator()
+        except AllocatorError as err:
+            print(f"rlvr: error: {err}", file=sys.stderr)
+            return 2
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)

@@ -24,3 +24,13 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q -e ".[test,gym]" "torch==2.13.0"
   touch "$stamp"
 fi
+# A fast allocator: the rlvr command re-executes itself with tcmalloc preloaded when it is installed
+# (rlvr/allocator.py, figures in docs/performance.md).
+if ! ls /usr/lib/*/libtcmalloc_minimal.so.4 /usr/lib64/libtcmalloc_minimal.so.4 >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    { apt-get update -qq && apt-get install -y -qq libtcmalloc-minimal4; } >/dev/null ||
+      echo "setup: could not install libtcmalloc-minimal4; rlvr will use the system malloc" >&2
+  else
+    echo "setup: for faster training install tcmalloc: sudo apt-get install libtcmalloc-minimal4" >&2
+  fi
+fi

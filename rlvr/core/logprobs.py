@@ -2,10 +2,11 @@
 
 Why not `log_softmax(logits).gather(...)`: `log_softmax` writes a second `(B, T, V)` tensor that
 autograd keeps until backward, and backward adds two more (the scattered gather gradient and the
-softmax gradient); at B=16, T=512, V=32000 each is 1 GB. Here both functions run over chunks of rows
-in forward *and* backward (custom autograd functions): the only vocabulary-wide temporaries are one
-chunk's, autograd saves only the logits (no copy) and `(B, T)` results, and backward writes the
-logits' gradient, which any method must produce, directly. The math per row z (Bridle 1990):
+softmax gradient); at B=16, T=512, V=32000 each is 1 GB. Here both functions run over chunks of
+the flattened (B*T) rows in forward *and* backward (custom autograd functions): the only
+vocabulary-wide temporaries are one chunk's, autograd saves only the logits (no copy) and `(B, T)`
+results, and backward writes the logits' gradient, which any method must produce, directly.
+The math per row z (Bridle 1990):
     log pi(y) = z_y - logsumexp(z)              d/dz = onehot(y) - softmax(z)
     H = -sum_v p_v log p_v,  p = softmax(z)     dH/dz_v = -p_v (log p_v + H)
 
@@ -49,14 +50,23 @@ def _check_logits(logits: Tensor) -> None:
         )
 
 
-def _blocks(logits: Tensor, step: int):
-    """(b, row slice) pairs covering a `(B, T, V)` tensor in chunks of at most `step` rows.
+def _flat_chunks(logits: Tensor, step: int):
+    """(row slice, (n, V) chunk) pairs covering the B*T rows of a `(B, T, V)` tensor, `step` rows at a
+    time, across batch boundaries (one Python iteration per chunk, not per sequence).
 
-    Chunks never cross the batch dimension, so a strided view such as `logits[:, :-1]` (a causal
-    LM's shift) is never copied: each `logits[b, rows]` is a plain view."""
-    for b in range(logits.shape[0]):
-        for s in range(0, logits.shape[1], step):
-            yield b, slice(s, s + step)
+    When (B, T) fold into one dimension the chunks are views; a strided view such as `logits[:, :-1]`
+    (a causal LM's shift) cannot fold, and then only the chunk's rows are gathered (a chunk-sized
+    copy), never the whole tensor."""
+    batch, time, vocab = logits.shape
+    folds = batch <= 1 or logits.stride(0) == time * logits.stride(1)
+    flat = logits.view(batch * time, vocab) if folds and logits.stride(-1) == 1 else None
+    for start in range(0, batch * time, step):
+        rows = slice(start, min(start + step, batch * time))
+        if flat is not None:
+            yield rows, flat[rows]
+        else:
+            index = torch.arange(rows.start, rows.stop, device=logits.device)
+            yield rows, logits[index // time, index % time]
 
 
 class _TokenLogprobs(torch.autograd.Function):
@@ -64,23 +74,24 @@ class _TokenLogprobs(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits: Tensor, labels: Tensor, step: int, dtype: torch.dtype) -> Tensor:
-        out = logits.new_empty(logits.shape[:-1], dtype=dtype)
-        for b, rows in _blocks(logits, step):
-            chunk = logits[b, rows].to(dtype)  # (n, V); a copy only when upcasting
-            out[b, rows] = torch.log_softmax(chunk, -1).gather(-1, labels[b, rows]).squeeze(-1)
-        ctx.save_for_backward(logits, labels)
+        out = logits.new_empty(logits.shape[0] * logits.shape[1], dtype=dtype)  # (B*T,)
+        flat_labels = labels.reshape(-1, 1)  # (B*T, 1)
+        for rows, chunk in _flat_chunks(logits, step):
+            out[rows] = torch.log_softmax(chunk.to(dtype), -1).gather(-1, flat_labels[rows]).squeeze(-1)
+        ctx.save_for_backward(logits, flat_labels)
         ctx.step, ctx.dtype = step, dtype
-        return out
+        return out.view(logits.shape[:-1])
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out: Tensor):
-        logits, labels = ctx.saved_tensors
-        grad = torch.empty_like(logits)
-        for b, rows in _blocks(logits, ctx.step):
-            g = grad_out[b, rows, None].to(ctx.dtype)  # (n, 1)
-            chunk_grad = torch.softmax(logits[b, rows].to(ctx.dtype), -1).mul_(-g)
-            grad[b, rows] = chunk_grad.scatter_add_(-1, labels[b, rows], g)
+        logits, flat_labels = ctx.saved_tensors
+        grad = logits.new_empty(logits.shape)  # contiguous, so it folds to (B*T, V)
+        flat_grad, flat_out = grad.view(-1, logits.shape[-1]), grad_out.reshape(-1, 1)
+        for rows, chunk in _flat_chunks(logits, ctx.step):
+            g = flat_out[rows].to(ctx.dtype)  # (n, 1)
+            chunk_grad = torch.softmax(chunk.to(ctx.dtype), -1).mul_(-g)
+            flat_grad[rows] = chunk_grad.scatter_add_(-1, flat_labels[rows], g)
         return grad, None, None, None
 
 
@@ -89,25 +100,26 @@ class _Entropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits: Tensor, step: int, dtype: torch.dtype) -> Tensor:
-        out = logits.new_empty(logits.shape[:-1], dtype=dtype)
-        for b, rows in _blocks(logits, step):
-            p = torch.softmax(logits[b, rows].to(dtype), -1)  # (n, V)
-            out[b, rows] = torch.special.entr(p).sum(-1)  # entr(p) = -p log p, 0 at p = 0
+        out = logits.new_empty(logits.shape[0] * logits.shape[1], dtype=dtype)  # (B*T,)
+        for rows, chunk in _flat_chunks(logits, step):
+            p = torch.softmax(chunk.to(dtype), -1)  # (n, V)
+            out[rows] = torch.special.entr(p).sum(-1)  # entr(p) = -p log p, 0 at p = 0
         ctx.save_for_backward(logits, out)
         ctx.step = step
-        return out
+        return out.view(logits.shape[:-1])
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out: Tensor):
-        logits, entropy = ctx.saved_tensors
-        grad = torch.empty_like(logits)
-        for b, rows in _blocks(logits, ctx.step):
-            logp = torch.log_softmax(logits[b, rows].to(entropy.dtype), -1)  # (n, V)
+        logits, entropy = ctx.saved_tensors  # entropy: (B*T,)
+        grad = logits.new_empty(logits.shape)
+        flat_grad, flat_out = grad.view(-1, logits.shape[-1]), grad_out.reshape(-1, 1)
+        for rows, chunk in _flat_chunks(logits, ctx.step):
+            logp = torch.log_softmax(chunk.to(entropy.dtype), -1)  # (n, V)
             p = logp.exp()
             # -p (log p + H); clamping log p = -inf (a -inf logit) to the finite minimum gives 0, not NaN
-            logp.clamp_min_(torch.finfo(logp.dtype).min).add_(entropy[b, rows, None])
-            grad[b, rows] = logp.mul_(p).mul_(-grad_out[b, rows, None].to(entropy.dtype))
+            logp.clamp_min_(torch.finfo(logp.dtype).min).add_(entropy[rows, None])
+            flat_grad[rows] = logp.mul_(p).mul_(-flat_out[rows].to(entropy.dtype))
         return grad, None, None
 
 

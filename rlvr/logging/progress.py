@@ -5,6 +5,7 @@ accuracy, KL, completion length, s/step."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Any, TextIO
@@ -54,6 +55,8 @@ class TrainProgress:
         self._task = self._bar.add_task(description, total=total, completed=start, stats="")
 
     def __enter__(self) -> "TrainProgress":
+        if self.enabled and os.environ.get("RLVR_ALLOCATOR_STATUS"):  # set by the CLI (rlvr.allocator)
+            print(os.environ["RLVR_ALLOCATOR_STATUS"], file=self.stream, flush=True)
         self._bar.start()
         return self
 

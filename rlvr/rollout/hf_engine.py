@@ -6,7 +6,9 @@ What makes it faster than `model.generate(num_return_sequences=n)` on CPU:
 - the KV cache is preallocated (`PreallocatedKVCache`) and written in place, not grown by torch.cat;
 - a finished sequence leaves the batch at once: the last live row is moved into its slot, so the
   forward pass only ever runs on live rows;
-- only the last position's logits are computed (`logits_to_keep=1`).
+- only the last position's logits are computed (`logits_to_keep=1`);
+- tokens are drawn by inverse CDF (one random number per row, not per vocabulary entry), and a
+  decoding step syncs with the host once.
 """
 
 from __future__ import annotations
@@ -76,7 +78,9 @@ class HFEngine:
         finally:
             self.model.train(was_training)
         owners = [i for i in range(len(prompts)) for _ in range(n)]
-        return [self._completion(prompts[i], prompt_ids[i], row, sampling) for i, row in zip(owners, rows)]
+        texts = self.tokenizer.batch_decode([row[0] for row in rows], skip_special_tokens=True)
+        return [self._completion(prompts[i], prompt_ids[i], row, text, sampling)
+                for i, row, text in zip(owners, rows, texts)]
 
     def load_weights(self, named_tensors: Iterable[tuple[str, Tensor]]) -> None:
         """Copy tensors into the model in place, by state-dict name; unknown names raise KeyError. A PEFT
@@ -148,37 +152,44 @@ class HFEngine:
         return cache, valid, lengths[expand].clone(), logits[expand]
 
     def _run_chunk(self, prompt_ids, counts, sampling: SamplingParams, generator):
-        """Sample one batch of groups. Returns per row (token_ids, logprobs, stop_reason, finished)."""
+        """Sample one batch of groups. Returns per row (token_ids, logprobs, stop_reason, finished).
+
+        Host syncs per token: one (the count of finished rows), plus the tokens' copy to the host
+        only when stop strings must be checked; generated tokens and log-probs stay on the device
+        until the chunk ends."""
         max_new = sampling.max_new_tokens
         cache, valid, positions, logits = self._prefill(prompt_ids, counts, max_new)
-        rows = cache.rows
-        tokens = torch.zeros(rows, max_new, dtype=torch.long)  # (R, T) by sequence id
-        logprobs = torch.zeros(rows, max_new)
-        lengths = torch.full((rows,), max_new, dtype=torch.long)
-        stopped = torch.zeros(rows, dtype=torch.bool)
+        rows, dev = cache.rows, self.device
+        tokens = torch.zeros(rows, max_new, dtype=torch.long, device=dev)  # (R, T) by sequence id
+        logprobs = torch.zeros(rows, max_new, device=dev)
+        lengths = torch.full((rows,), max_new, dtype=torch.long, device=dev)
+        stopped = torch.zeros(rows, dtype=torch.bool, device=dev)
         stops = StopChecker(self.tokenizer, sampling.stop)
-        seq = torch.arange(rows)  # row -> sequence id
+        seq = torch.arange(rows, device=dev)  # row -> sequence id
         for t in range(max_new):
             token, logprob = sample_next(logits, sampling.temperature, sampling.top_k, sampling.top_p,
                                          generator, self.logprobs_mode)
-            tokens[seq, t], logprobs[seq, t] = token.cpu(), logprob.float().cpu()
-            eos = torch.isin(token, self.eos_ids) & (not sampling.ignore_eos)
-            done = eos.cpu() | stops.hits(tokens, seq, t)
-            lengths[seq[done]], stopped[seq[done]] = t + 1, True
-            if t == max_new - 1 or bool(done.all()):
+            tokens[seq, t], logprobs[seq, t] = token, logprob.float()
+            done = torch.isin(token, self.eos_ids) & (not sampling.ignore_eos)  # (R',)
+            if stops.stops:
+                done |= stops.hits(tokens.cpu(), seq.cpu(), t).to(dev)
+            lengths[seq] = torch.where(done, t + 1, lengths[seq])  # no boolean indexing: that would sync
+            stopped[seq] = stopped[seq] | done
+            finished = int(done.sum())  # the one sync every step
+            if t == max_new - 1 or finished == seq.numel():
                 break
-            if bool(done.any()):
-                keep = self._compact(cache, valid, done)  # (R',) on CPU
-                seq, keep = seq[keep], keep.to(self.device)
-                positions, token = positions[keep], token[keep]
+            if finished:
+                keep = self._compact(cache, valid, done.cpu()).to(dev)  # (R',)
+                seq, positions, token = seq[keep], positions[keep], token[keep]
             valid[: cache.rows, cache.length] = True
             mask = valid[: cache.rows, : cache.length + 1][:, None, None, :]  # (R', 1, 1, L + 1)
             logits = self._forward(token[:, None], positions[:, None], mask, cache)
             cache.length += 1
             positions = positions + 1
-        reasons = stops.reasons
-        return [(tokens[r, : lengths[r]].tolist(), logprobs[r, : lengths[r]].tolist(), reasons.get(r),
-                 bool(stopped[r])) for r in range(rows)]
+        reasons, lengths = stops.reasons, lengths.tolist()
+        token_rows, logprob_rows, stopped = tokens.tolist(), logprobs.tolist(), stopped.tolist()
+        return [(token_rows[r][: lengths[r]], logprob_rows[r][: lengths[r]], reasons.get(r), stopped[r])
+                for r in range(rows)]
 
     @staticmethod
     def _compact(cache: PreallocatedKVCache, valid: Tensor, done: Tensor) -> Tensor:
@@ -196,9 +207,9 @@ class HFEngine:
         cache.rows = live
         return order[:live]
 
-    def _completion(self, prompt: str, prompt_ids: list[int], row, sampling: SamplingParams) -> Completion:
+    @staticmethod
+    def _completion(prompt: str, prompt_ids: list[int], row, text: str, sampling: SamplingParams) -> Completion:
         token_ids, logprobs, stop_reason, finished = row
-        text = self.tokenizer.decode(token_ids, skip_special_tokens=True)
         if stop_reason is not None:
             text = cut_at_stop(text, sampling.stop)
         return Completion(prompt=prompt, prompt_ids=list(prompt_ids), token_ids=token_ids, logprobs=logprobs,

@@ -49,6 +49,30 @@ def process_logits(logits: Tensor, temperature: float, top_k: int, top_p: float)
     return apply_top_p(apply_top_k(logits, top_k), top_p)
 
 
+def sample_inverse_cdf(probs: Tensor, generator: torch.Generator | None) -> Tensor:
+    """One token per row of `probs` (R, V) (rows sum to ~1, zeros allowed) by inverse transform sampling.
+
+    Why not `torch.multinomial`: on CPU it draws one random number per vocabulary entry (45 ms per
+    step at 128 x 16,384, measured); this draws one per row (2.5 ms). Token v is chosen when
+    u in (C_{v-1}, C_v], C the row's cumulative sum and u uniform on (0, C_V], so P(v) = p_v / sum(p)
+    up to float32 rounding of C: an interval is a multiple of the ulp of the mass before it (6e-8 of
+    it), so a token far less likely than that is drawn with a rounded probability. A zero-probability
+    token has an empty interval and is never chosen. (A float64 sum measured 3.6 ms vs 2.5 ms.)
+    """
+    uniform = torch.rand(probs.shape[0], generator=generator, device=probs.device, dtype=probs.dtype)
+    return invert_cdf(probs, uniform)
+
+
+def invert_cdf(probs: Tensor, uniform: Tensor) -> Tensor:
+    """probs (R, V) >= 0, uniform (R,) in [0, 1) -> (R,) the first v with C_v >= (1 - uniform) * C_V.
+
+    u = (1 - uniform) * C_V lies in (0, C_V] even after rounding (a product with a factor <= 1 never
+    rounds above C_V), so the search always lands on a token of nonzero probability."""
+    cdf = probs.cumsum(dim=-1)  # (R, V), non-decreasing
+    target = (1.0 - uniform[:, None]) * cdf[:, -1:]  # (R, 1) in (0, C_V]
+    return torch.searchsorted(cdf, target).squeeze(-1)
+
+
 def sample_next(
     logits: Tensor,
     temperature: float,
@@ -74,8 +98,7 @@ def sample_next(
         scored = logits
     else:
         processed = process_logits(logits, temperature, top_k, top_p)  # (R, V)
-        probs = processed.softmax(dim=-1)
-        tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (R,)
+        tokens = sample_inverse_cdf(processed.softmax(dim=-1), generator)  # (R,)
         scored = logits if logprobs_mode == "raw_logprobs" else processed
     logprobs = scored.log_softmax(dim=-1).gather(-1, tokens[:, None]).squeeze(-1)  # (R,)
     return tokens, logprobs

@@ -5,7 +5,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlvr.rollout.sampling import apply_top_k, apply_top_p, process_logits, sample_next
+from torch import Tensor
+
+from rlvr.rollout.sampling import apply_top_k, apply_top_p, invert_cdf, process_logits, sample_next
 
 NEG = float("-inf")
 
@@ -97,3 +99,71 @@ def test_same_generator_seed_same_tokens():
     b = sample_next(logits, 1.0, 0, 0.9, torch.Generator().manual_seed(3))
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
     assert math.isfinite(a[1].sum().item())
+
+
+def test_invert_cdf_by_hand():
+    # C = [0, 0.5, 0.5, 1, 1]: token 1 owns u in (0, 0.5], token 3 owns (0.5, 1]; zeros own nothing
+    probs = torch.tensor([[0.0, 0.5, 0.0, 0.5, 0.0]]).expand(5, 5)
+    uniform = torch.tensor([0.0, 0.25, 0.5, 0.75, 0.999])  # u = 1 - uniform = 1, .75, .5, .25, .001
+    assert invert_cdf(probs, uniform).tolist() == [3, 3, 1, 1, 1]
+    # unnormalised rows: C = [1, 4], u = 4 (1 - uniform); token 0 owns u in (0, 1], i.e. uniform >= 0.75
+    probs = torch.tensor([[1.0, 3.0]]).expand(3, 2)
+    assert invert_cdf(probs, torch.tensor([0.7, 0.76, 0.0])).tolist() == [1, 0, 1]
+
+
+def chi_square_critical(dof: int, quantile: float = 0.999) -> float:
+    """Wilson-Hilferty (1931) approximation of the chi-square quantile (relative error < 1% for dof >= 3)."""
+    z = torch.special.ndtri(torch.tensor(quantile, dtype=torch.float64)).item()
+    return dof * (1 - 2 / (9 * dof) + z * math.sqrt(2 / (9 * dof))) ** 3
+
+
+def chi_square(tokens: Tensor, probs: Tensor) -> tuple[float, int]:
+    """Pearson's statistic of the draws against probs (V,), over the tokens of nonzero probability."""
+    counts = torch.bincount(tokens, minlength=probs.numel()).double()
+    support = probs > 0
+    assert counts[~support].sum() == 0, "a zero-probability token was drawn"
+    expected = probs[support].double() * tokens.numel()
+    return float(((counts[support] - expected) ** 2 / expected).sum()), int(support.sum()) - 1
+
+
+def test_chi_square_by_hand():
+    # p = [0.5, 0.25, 0.25], 8 draws: expected (4, 2, 2); counts (5, 1, 2) -> 1/4 + 1/2 + 0 = 0.75
+    stat, dof = chi_square(torch.tensor([0, 0, 0, 0, 0, 1, 2, 2]), torch.tensor([0.5, 0.25, 0.25, 0.0]))
+    assert stat == pytest.approx(0.75) and dof == 2
+
+
+def test_inverse_cdf_draws_pass_chi_square_on_a_hand_computed_case():
+    # temperature 1, top-k 3 of probabilities (0.4, 0.3, 0.2, 0.1) -> (4/9, 3/9, 2/9, 0)
+    logits = torch.log(torch.tensor([[0.4, 0.3, 0.2, 0.1]])).expand(40000, 4)
+    tokens, _ = sample_next(logits, 1.0, 3, 1.0, torch.Generator().manual_seed(0))
+    stat, dof = chi_square(tokens, torch.tensor([4 / 9, 3 / 9, 2 / 9, 0.0]))
+    assert dof == 2 and stat < chi_square_critical(dof)
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.lists(st.floats(-4, 4), min_size=4, max_size=40), st.floats(0.3, 2.0), st.integers(0, 6),
+       st.floats(0.5, 1.0), st.integers(0, 2**31))
+def test_draws_follow_the_processed_distribution(values, temperature, top_k, top_p, seed):
+    logits = torch.tensor([values])
+    target = process_logits(logits, temperature, top_k, top_p).softmax(-1)[0]  # (V,)
+    # merge tokens expected < 5 times into one cell, as Pearson's test requires
+    draws = 20000
+    tokens, _ = sample_next(logits.expand(draws, -1), temperature, top_k, top_p,
+                            torch.Generator().manual_seed(seed))
+    assert bool((target[tokens] > 0).all()), "a filtered token was drawn"
+    rare = target * draws < 5
+    cells = torch.where(rare, target.numel(), torch.arange(target.numel()))  # rare tokens -> one extra cell
+    merged = torch.zeros(target.numel() + 1, dtype=target.dtype).index_add_(0, cells, target)
+    stat, dof = chi_square(cells[tokens], merged)
+    if dof >= 1:
+        assert stat < chi_square_critical(max(dof, 3), 0.9999)
+    else:  # a single token carries all the mass
+        assert tokens.unique().numel() == 1
+
+
+def test_seeded_sampling_is_deterministic_and_seed_dependent():
+    logits = torch.randn(256, 50, generator=torch.Generator().manual_seed(2))
+    a, _ = sample_next(logits, 1.0, 0, 1.0, torch.Generator().manual_seed(5))
+    b, _ = sample_next(logits, 1.0, 0, 1.0, torch.Generator().manual_seed(5))
+    c, _ = sample_next(logits, 1.0, 0, 1.0, torch.Generator().manual_seed(6))
+    assert torch.equal(a, b) and not torch.equal(a, c)

@@ -1,0 +1,174 @@
+"""Where one RL step's time goes: rollout, scoring, old/reference log-prob passes, training forward,
+loss, backward, optimizer, weight sync, and the rest (batching, advantages, logging, Python).
+
+Runs the real loop (`rlvr.train.loop.train`) on a config and times each part by wrapping the
+functions the loop calls; nested parts are counted exclusively (the model forward inside the
+training forward is its own row). Evaluation and the end-of-run report are left out of the step.
+Times are CPU seconds of the process (`time.process_time`, all threads), which other jobs sharing
+the cores barely disturb; wall seconds are printed next to them, with the load average.
+
+    .venv/bin/python benchmarks/bench_profile.py demo [--steps 5]
+    .venv/bin/python benchmarks/bench_profile.py 20m [--steps 2]
+
+"demo" is `rlvr demo`'s config (SFT warm start included, not timed). "20m" is the same task and
+algorithm on a ~20M Qwen2 (`bench20m`, no warm start), 32 completions per step forced to 128 tokens.
+Wrapped names come from `rlvr.train.loop`; if the loop is restructured the script fails loudly
+rather than mislabel time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import tempfile
+import time
+import warnings
+from collections import defaultdict
+from contextlib import contextmanager
+
+import torch
+
+import rlvr.train.loop as loop
+from rlvr.config import load_config
+from rlvr.train.commands import DEMO_CONFIG
+from rlvr.train.setup import prepare_run
+
+QUIET = ["eval.every=1000000", "task.eval_size=8", "eval.samples=1", "checkpoint.every=1000000",
+         "log.progress=false", "log.tensorboard=false", "log.plots=false"]
+SETTINGS = {
+    "demo": [],
+    "20m": ["model.tiny_preset=bench20m", "sft.steps=0", "rollout.max_new_tokens=128", "train.batch_size=32",
+            "train.group_size=8", "train.mini_batch_size=16"],
+}
+EXCLUDED = ("evaluation", "end of run")
+
+
+class Profile:
+    """Exclusive CPU and wall time per label; a label's time excludes that of labels nested in it."""
+
+    def __init__(self):
+        self.cpu, self.wall, self.calls = defaultdict(float), defaultdict(float), defaultdict(int)
+        self.inclusive_cpu, self.inclusive_wall = defaultdict(float), defaultdict(float)
+        self.stack: list[list] = []  # [label, child cpu, child wall]
+        self.tokens = {"padded": 0, "real": 0}
+
+    @contextmanager
+    def part(self, label: str):
+        if any(frame[0] in EXCLUDED for frame in self.stack):  # e.g. generate inside evaluation
+            yield
+            return
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        self.stack.append([label, 0.0, 0.0])
+        try:
+            yield
+        finally:
+            _, child_cpu, child_wall = self.stack.pop()
+            cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+            self.cpu[label] += cpu - child_cpu
+            self.wall[label] += wall - child_wall
+            self.inclusive_cpu[label] += cpu
+            self.inclusive_wall[label] += wall
+            self.calls[label] += 1
+            if self.stack:
+                self.stack[-1][1] += cpu
+                self.stack[-1][2] += wall
+
+    def wrap(self, fn, label):
+        def timed(*args, **kwargs):
+            with self.part(label(*args, **kwargs) if callable(label) else label):
+                return fn(*args, **kwargs)
+        return timed
+
+
+def instrument(prof: Profile, run) -> None:
+    """Wrap what the loop calls; every name must exist, or the profile would silently miss time."""
+    for name in ("cached_logprobs", "policy_forward", "build_batch", "compute_advantages", "_evaluate", "_finish"):
+        if not hasattr(loop, name):
+            raise SystemExit(f"bench_profile: rlvr.train.loop has no {name!r}; update this script's wrappers")
+    loop.cached_logprobs = prof.wrap(loop.cached_logprobs, lambda model, *a, **k: (
+        "reference log-prob pass" if model is run.reference else "old log-prob pass"))
+    loop.policy_forward = prof.wrap(_count_padding(prof, run.pad_id, loop.policy_forward),
+                                    "training forward: log-probs, entropy")
+    loop.build_batch = prof.wrap(loop.build_batch, "batching")
+    loop.compute_advantages = prof.wrap(loop.compute_advantages, "advantages")
+    loop._evaluate = prof.wrap(loop._evaluate, "evaluation")
+    loop._finish = prof.wrap(loop._finish, "end of run")
+    torch.Tensor.backward = prof.wrap(torch.Tensor.backward, "backward")
+    torch.nn.utils.clip_grad_norm_ = prof.wrap(torch.nn.utils.clip_grad_norm_, "grad clip")
+    run.optimizer.step = prof.wrap(run.optimizer.step, "optimizer step")
+    run.sampler.sample = prof.wrap(run.sampler.sample, "rollout: prompts, scoring")
+    run.engine.generate = prof.wrap(run.engine.generate, "rollout: generate")
+    run.engine.load_weights = prof.wrap(run.engine.load_weights, "weight sync")
+    object.__setattr__(run.algo, "loss", prof.wrap(run.algo.loss, "loss"))
+    _time_model_forward(prof, run.policy)
+
+
+def _count_padding(prof: Profile, pad_id: int, fn):
+    def counted(policy, value_model, batch, *args, **kwargs):
+        prof.tokens["padded"] += batch.input_ids.numel()
+        prof.tokens["real"] += int((batch.input_ids != pad_id).sum())
+        return fn(policy, value_model, batch, *args, **kwargs)
+    return counted
+
+
+def _time_model_forward(prof: Profile, model) -> None:
+    """The policy's own forward inside the training forward, as a nested part."""
+    parts = []
+
+    def pre(*_):
+        if prof.stack and prof.stack[-1][0] == "training forward: log-probs, entropy":
+            parts.append(prof.part("training forward: model"))
+            parts[-1].__enter__()
+
+    def post(*_):
+        if parts and prof.stack and prof.stack[-1][0] == "training forward: model":
+            parts.pop().__exit__(None, None, None)
+
+    model.register_forward_pre_hook(pre)
+    model.register_forward_hook(post)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("setting", choices=sorted(SETTINGS))
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--set", nargs="*", default=[], help="extra config overrides, key=value")
+    args = parser.parse_args()
+    out = tempfile.mkdtemp(prefix="rlvr-profile-")
+    overrides = [f"out_dir={out}", f"train.steps={args.steps}", *QUIET, *SETTINGS[args.setting], *args.set]
+    cfg = load_config(DEMO_CONFIG, overrides)
+    run = prepare_run(cfg)
+    if args.setting == "20m":
+        run.engine.eos_ids = run.engine.eos_ids[:0]  # no EOS id: every completion runs to 128 tokens
+    prof = Profile()
+    instrument(prof, run)
+    warnings.filterwarnings("ignore", message=re.escape("Seems like `optimizer.step()` has been overridden"))
+    load = os.getloadavg()[0]
+    with prof.part("train"):
+        loop.train(cfg, run=run)
+    report(prof, args, cfg, load)
+
+
+def report(prof: Profile, args, cfg, load: float) -> None:
+    steps = args.steps
+    cpu_total = prof.inclusive_cpu["train"] - sum(prof.inclusive_cpu[x] for x in EXCLUDED)
+    wall_total = prof.inclusive_wall["train"] - sum(prof.inclusive_wall[x] for x in EXCLUDED)
+    prof.cpu["other (logging, Python)"] = prof.cpu.pop("train")
+    prof.wall["other (logging, Python)"] = prof.wall.pop("train")
+    rows = sorted(((k, v) for k, v in prof.cpu.items() if k not in EXCLUDED), key=lambda kv: -kv[1])
+    print(f"setting {args.setting}: model {cfg.model.tiny_preset}, {cfg.train.batch_size} completions/step, "
+          f"max_new_tokens {cfg.rollout.max_new_tokens}, mu {cfg.algorithm.mu}, threads {cfg.threads}, "
+          f"{steps} steps; load {load:.2f} at start, {os.getloadavg()[0]:.2f} at end")
+    print(f"{'part':40s} {'CPU ms/step':>11s} {'share':>6s} {'wall ms/step':>12s}")
+    for label, cpu in rows:
+        print(f"{label:40s} {1000 * cpu / steps:11.1f} {cpu / cpu_total:6.1%} "
+              f"{1000 * prof.wall[label] / steps:12.1f}")
+    print(f"{'step (sum)':40s} {1000 * cpu_total / steps:11.1f} {1:6.0%} {1000 * wall_total / steps:12.1f}")
+    if prof.tokens["padded"]:
+        print(f"padding in the training forward: {1 - prof.tokens['real'] / prof.tokens['padded']:.1%} "
+              f"of {prof.tokens['padded'] // steps} token slots per step")
+
+
+if __name__ == "__main__":
+    main()
