@@ -40,10 +40,11 @@ class GroupPolicyGradient:
     tau: float | None = None
     kl_estimator: str = "k3"
     beta: float = 0.0
+    advantage_eps: float = 1e-4  # added to the std by the estimators that divide by one (core.STD_SCALED)
 
     def __post_init__(self) -> None:
         # per-token estimators (PPO's gae, reinforce_pp) live in rlvr.algorithms.ppo; the loss is this one
-        self._advantage_fn = None if self.advantage in TOKEN_ADVANTAGES else get_advantage_fn(self.advantage)
+        self._advantage_fn = None if self.advantage in TOKEN_ADVANTAGES else get_advantage_fn(self.advantage, self.advantage_eps)
         self._loss_fn = get_policy_loss(self.policy_loss)
         self._kl_fn = get_kl_estimator(self.kl_estimator)
         if self.aggregation == "seq_sum_constant" and self.loss_constant is None:
@@ -58,7 +59,7 @@ class GroupPolicyGradient:
         """From an `AlgorithmConfig`; the constant normaliser defaults to the generation budget."""
         constant = algo.loss_constant if algo.loss_constant is not None else float(max_new_tokens)
         return cls(algo.advantage, algo.policy_loss, algo.aggregation, constant, algo.clip_low,
-                   algo.clip_high, algo.tau, algo.kl_estimator, algo.beta)
+                   algo.clip_high, algo.tau, algo.kl_estimator, algo.beta, algo.advantage_eps)
 
     @property
     def needs_reference(self) -> bool:
