@@ -24,7 +24,8 @@ def accumulation_denominator(mode: str, mask: Tensor) -> Tensor | int:
     """The outer normaliser of `aggregate_loss` over a whole minibatch (B, W): its valid-token count
     for `token_mean`, its number of sequences otherwise. Micro-batch losses computed with it sum to
     the minibatch loss exactly, so gradient accumulation changes nothing (verl, TRL do the same)."""
-    return mask.sum() if mode == "token_mean" else mask.shape[0]
+    # clamp: a minibatch whose rows all left the loss mask (DAPO's overlong filter) has loss 0, not 0 / 0
+    return mask.sum().clamp(min=1) if mode == "token_mean" else mask.shape[0]
 
 
 @dataclass

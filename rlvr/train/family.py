@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from rlvr.algorithms.dynamic_sampling import METRICS, RolloutSampler, overlong_filter
+from rlvr.algorithms.dynamic_sampling import METRICS, RolloutSampler, overlong_filter, overlong_loss_mask
 from rlvr.algorithms.ppo import TOKEN_ADVANTAGES, VALUE_MODELS, TokenAdvantages, ValueModel, build_value_model, forward_with_values
 from rlvr.config import Config, ConfigError
 from rlvr.rollout.base import SamplingParams
@@ -76,7 +76,8 @@ def rollout_sampler(cfg: Config, engine: Any, stream: Any, task: Any, reward: An
 
 def compute_advantages(run: Any, batch: Any, completions: list, micro_batch_size: int) -> Tensor:
     """(N,) group-relative advantages, or (N, W) per token (PPO's GAE, REINFORCE++); with
-    `overlong_filter`, truncated completions get 0 (DAPO)."""
+    `overlong_filter`, truncated completions get 0 and leave `batch.mask` (DAPO; see
+    `overlong_loss_mask` and the dynamic_sampling module for the two exceptions)."""
     if run.token_adv is None:
         advantages = run.algo.advantages(batch.rewards, run.cfg.train.group_size)
     else:
@@ -85,6 +86,8 @@ def compute_advantages(run: Any, batch: Any, completions: list, micro_batch_size
     if run.cfg.algorithm.overlong_filter:
         truncated = torch.tensor([c.finish_reason == "length" for c in completions])
         advantages = overlong_filter(advantages, truncated)
+        if run.cfg.algorithm.aggregation != "seq_mean_token_mean":
+            batch.mask = overlong_loss_mask(batch.mask, truncated)
     return advantages
 
 
