@@ -1,6 +1,7 @@
 """`rlvr experiment ...`: the lecture experiments from the command line.
 
     rlvr experiment sort-toy --delta all --out runs/sort_toy
+    rlvr experiment sort-toy --delta normalized --reward all --prompts repeated --seeds 8
     rlvr experiment two-state
 
 `add_parser(subparsers)` registers the `experiment` command on the main `rlvr` parser; the chosen
@@ -13,7 +14,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from rlvr.experiments.sort_toy import DELTAS, format_table, plot_sort_toy, run_deltas, save_metrics
+from rlvr.experiments.sort_rewards import PROMPT_SETS, SORT_REWARDS
+from rlvr.experiments.sort_toy import DELTAS, SortToyConfig, format_table, plot_sort_toy, run_sort_toy, save_metrics
 from rlvr.experiments.two_state import check_against_core, format_two_state, two_state_example
 
 
@@ -33,12 +35,20 @@ def _positive_float(text: str) -> float:
 
 def _sort_toy(args: argparse.Namespace) -> int:
     deltas = list(DELTAS) if args.delta == "all" else [args.delta]
-    results = run_deltas(deltas, epochs=args.epochs, inner_steps=args.inner_steps, responses=args.responses,
-                         lr=args.lr, seed=args.seed, seeds=args.seeds)
+    rewards = list(SORT_REWARDS) if args.reward == "all" else [args.reward]
+    results = {}
+    for delta in deltas:
+        for reward in rewards:
+            label = "/".join([delta] * (len(deltas) > 1 or len(rewards) == 1) + [reward] * (len(rewards) > 1))
+            results[label] = run_sort_toy(SortToyConfig(
+                delta=delta, reward=reward, prompts=PROMPT_SETS[args.prompts], epochs=args.epochs,
+                inner_steps=args.inner_steps, responses=args.responses, lr=args.lr, seed=args.seed, seeds=args.seeds))
     print(format_table(results))
     out = Path(args.out)
-    png = plot_sort_toy(results, out / f"sort_toy_{args.delta}.png")
-    jsonl = save_metrics(results, out / f"sort_toy_{args.delta}.jsonl")
+    name = "_".join(["sort_toy", args.delta] + [args.reward] * (args.reward != "inclusion")
+                    + [args.prompts] * (args.prompts != "lecture"))
+    png = plot_sort_toy(results, out / f"{name}.png")
+    jsonl = save_metrics(results, out / f"{name}.jsonl")
     print(f"plot: {png}\nmetrics: {jsonl}")
     return 0
 
@@ -57,6 +67,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                                           "max_only deltas (CS336 lecture 17)")
     toy.add_argument("--delta", choices=[*DELTAS, "all"], default="all",
                      help="which delta multiplies grad log pi; 'all' runs the four and draws them on one figure")
+    toy.add_argument("--reward", choices=[*SORT_REWARDS, "all"], default="inclusion",
+                     help="reward design (lecture 17): exact (0/1), position (matching positions), inclusion "
+                          "(prompt tokens present + ordered pairs, hackable with repeated tokens); 'all' runs the three")
+    toy.add_argument("--prompts", choices=list(PROMPT_SETS), default="lecture",
+                     help="lecture: [1 0 2], [3 2 4], [1 2 3]; repeated: prompts that repeat a token, where the "
+                          "inclusion reward has maximum-reward answers that are not sorted")
     toy.add_argument("--epochs", type=_positive_int, default=100, help="sampling rounds (lecture: 100)")
     toy.add_argument("--inner-steps", type=_positive_int, default=10,
                      help="Adam steps on each round's samples (lecture: 10)")
