@@ -137,6 +137,9 @@ def train(cfg: Config, resume: bool = False, run: Run | None = None) -> RunResul
                 "truncated": sum(c.finish_reason == "length" for c in completions) / len(completions),
                 **_means(stats), "lr": run.scheduler.get_last_lr()[0],
             }
+            wrong = ~torch.tensor([bool(c) for c in scores.correct], dtype=torch.bool)  # (N,)
+            if wrong.any():  # per-sequence normalisation's length bias shows on wrong answers (Liu et al. 2025)
+                record["completion_length/wrong"] = lengths[wrong].mean().item()
             if grad_norms:
                 record["grad_norm"] = torch.stack(grad_norms).mean().item()
             timings = {"s_per_step": time.perf_counter() - tic, "rollout_s": t_rollout, "update_s": t_update}
