@@ -3,6 +3,7 @@
     rlvr experiment sort-toy --delta all --out runs/sort_toy
     rlvr experiment sort-toy --delta normalized --reward all --prompts repeated --seeds 8
     rlvr experiment two-state
+    rlvr experiment lecture17 --out docs/lecture17
 
 `add_parser(subparsers)` registers the `experiment` command on the main `rlvr` parser; the chosen
 sub-command's function is stored as `args.func(args) -> exit code`.
@@ -53,6 +54,16 @@ def _sort_toy(args: argparse.Namespace) -> int:
     return 0
 
 
+def _lecture17(args: argparse.Namespace) -> int:
+    from rlvr.experiments.lecture17 import QUICK, run_lecture17  # imports the trainer: only for this command
+
+    report, claims = run_lecture17(args.out, args.runs, QUICK if args.quick else None)
+    for c in claims:
+        print(f"{c.verdict:>13}  {c.lecture}: {c.measured}")
+    print(f"report: {report}")
+    return 0
+
+
 def _two_state(args: argparse.Namespace) -> int:
     result = two_state_example()
     print(format_two_state(result, check_against_core(result)))
@@ -83,6 +94,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                      help="independent replicas trained side by side; results give mean and min-max over them")
     toy.add_argument("--out", default="runs/sort_toy", help="folder for the PNG and the metrics jsonl")
     toy.set_defaults(func=_sort_toy)
+
+    lec = sub.add_parser("lecture17", help="every claim of CS336 lecture 17 measured on CPU: report.md + figures")
+    lec.add_argument("--out", default="docs/lecture17", help="folder for report.md and its figures (regenerated)")
+    lec.add_argument("--runs", default="runs/lecture17", help="folder for the training runs (models, metrics)")
+    lec.add_argument("--quick", action="store_true", help="tiny sizes: checks the pipeline in seconds, proves nothing")
+    lec.set_defaults(func=_lecture17)
 
     two = sub.add_parser("two-state", help="exact variance of the policy gradient with and without a baseline")
     two.set_defaults(func=_two_state)
