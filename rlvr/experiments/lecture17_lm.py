@@ -35,13 +35,13 @@ TASK = {"name": "sort", "options": {"length": 4, "reward": "sparse"}}
 @dataclass
 class LMSizes:
     seeds: int = 3
-    sft_steps: int = 200
-    rl_steps: int = 30
-    batch_size: int = 64
+    sft_steps: int = 150
+    rl_steps: int = 16
+    batch_size: int = 32
     group_size: int = 8
     max_new_tokens: int = 20
-    eval_size: int = 64
-    rollout_prompts: int = 64  # prompts whose groups measure std scaling's weights
+    eval_size: int = 32
+    rollout_prompts: int = 32  # prompts whose groups measure std scaling's weights
     threads: int = 2
 
 
