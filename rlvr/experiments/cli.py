@@ -55,9 +55,12 @@ def _sort_toy(args: argparse.Namespace) -> int:
 
 
 def _lecture17(args: argparse.Namespace) -> int:
-    from rlvr.experiments.lecture17 import QUICK, run_lecture17  # imports the trainer: only for this command
+    from dataclasses import replace
 
-    report, claims = run_lecture17(args.out, args.runs, QUICK if args.quick else None)
+    from rlvr.experiments.lecture17 import QUICK, Lecture17Sizes, run_lecture17  # imports the trainer: only here
+
+    sizes = QUICK if args.quick else Lecture17Sizes()
+    report, claims = run_lecture17(args.out, args.runs, replace(sizes, workers=args.workers or sizes.workers))
     for c in claims:
         print(f"{c.verdict:>13}  {c.lecture}: {c.measured}")
     print(f"report: {report}")
@@ -99,6 +102,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     lec.add_argument("--out", default="docs/lecture17", help="folder for report.md and its figures (regenerated)")
     lec.add_argument("--runs", default="runs/lecture17", help="folder for the training runs (models, metrics)")
     lec.add_argument("--quick", action="store_true", help="tiny sizes: checks the pipeline in seconds, proves nothing")
+    lec.add_argument("--workers", type=_positive_int, default=None,
+                     help="processes running independent parts side by side (default 2, one per idle core; 1 with --quick)")
     lec.set_defaults(func=_lecture17)
 
     two = sub.add_parser("two-state", help="exact variance of the policy gradient with and without a baseline")

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import platform
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlvr.experiments.claims import Claim, write_report
-from rlvr.experiments.lecture17_lm import LMSizes, kimi_claim, length_bias_claim, run_variants, std_scaling_claim
-from rlvr.experiments.lecture17_thinking import thinking_claim
+from rlvr.experiments.lecture17_lm import (LMSizes, collect, kimi_claim, length_bias_claim, run_seed,
+                                           std_scaling_claim)
+from rlvr.experiments.lecture17_thinking import thinking_claim, thinking_curve
 from rlvr.experiments.lecture17_toys import baseline_claim, delta_claims, hack_claim, kl_claim
 
 
@@ -32,12 +34,13 @@ class Lecture17Sizes:
     thinking_sft_steps: int = 150
     thinking_budgets: tuple[int, ...] = (2, 6, 10, 14, 18)
     thinking_prompts: int = 32
+    workers: int = 2  # processes running independent parts side by side (one per idle core)
 
 
 QUICK = Lecture17Sizes(toy_seeds=3, toy_epochs=2, kl_seeds=3, kl_samples=200,
                        lm=LMSizes(seeds=2, sft_steps=2, rl_steps=2, batch_size=8, group_size=4, max_new_tokens=6,
                                   eval_size=4, rollout_prompts=4, threads=1),
-                       thinking_sft_steps=2, thinking_budgets=(2, 4), thinking_prompts=4)
+                       thinking_sft_steps=2, thinking_budgets=(2, 4), thinking_prompts=4, workers=1)
 
 INTRO = ("Each claim of Stanford CS336 (Spring 2025) lecture 17 \"Policy gradient\" (and of the papers it "
          "cites) in one line, the number rlvr measured (mean ± sample sd over seeds, n given) and whether "
@@ -46,30 +49,30 @@ INTRO = ("Each claim of Stanford CS336 (Spring 2025) lecture 17 \"Policy gradien
          "than the paper's.")
 
 
+def _toy_claims(out: Path, sizes: Lecture17Sizes) -> list[Claim]:
+    return [*delta_claims(out, sizes.toy_seeds, sizes.toy_epochs), baseline_claim(),
+            kl_claim(sizes.kl_seeds, sizes.kl_samples), hack_claim(out, sizes.toy_seeds, sizes.toy_epochs)]
+
+
 def run_lecture17(out: str | Path, runs: str | Path, sizes: Lecture17Sizes | None = None) -> tuple[Path, list[Claim]]:
     """Run every experiment, write `out/report.md` and its figures (training runs go to `runs`);
-    returns (report path, claims)."""
+    returns (report path, claims). Independent parts (the toys, each seed's RL runs, each seed's thinking
+    model) run in `sizes.workers` processes; each process uses `sizes.lm.threads` torch threads."""
     sizes, out, runs_dir = sizes or Lecture17Sizes(), Path(out), Path(runs)
     out.mkdir(parents=True, exist_ok=True)
-    tic, timings = time.perf_counter(), []
-
-    def lap(name: str) -> None:
-        timings.append(f"{name} {time.perf_counter() - tic:.0f} s")
-
-    claims = delta_claims(out, sizes.toy_seeds, sizes.toy_epochs)
-    claims.append(baseline_claim())
-    claims.append(kl_claim(sizes.kl_seeds, sizes.kl_samples))
-    lap("toys")
-    variants = run_variants(runs_dir, sizes.lm)
-    lap("RL runs")
-    claims.append(std_scaling_claim(runs_dir, sizes.lm))
-    claims.append(length_bias_claim(variants, out, sizes.lm))
-    claims.append(kimi_claim(variants, out, sizes.lm))
-    claims.append(hack_claim(out, sizes.toy_seeds, sizes.toy_epochs))
-    lap("rollouts and hack")
-    claims.append(thinking_claim(runs_dir, out, sizes.lm, sizes.thinking_budgets, sizes.thinking_sft_steps,
-                                 sizes.thinking_prompts))
-    lap("thinking budget")
-    footer = (f"Wall time of this run: {time.perf_counter() - tic:.0f} s on {platform.machine()} "
-              f"(cumulative: {', '.join(timings)}); the training runs are in `{runs_dir}`, not part of the report.")
+    tic, lm = time.perf_counter(), sizes.lm
+    with ProcessPoolExecutor(max_workers=sizes.workers) as pool:
+        seeds = [pool.submit(run_seed, runs_dir, seed, lm) for seed in range(lm.seeds)]
+        thinking = [pool.submit(thinking_curve, runs_dir, seed, lm.threads, sizes.thinking_budgets,
+                                sizes.thinking_sft_steps, sizes.thinking_prompts) for seed in range(lm.seeds)]
+        toys = pool.submit(_toy_claims, out, sizes)
+        variants = collect([f.result() for f in seeds])
+        curves = [f.result() for f in thinking]
+        toy_claims = toys.result()
+    claims = [*toy_claims[:-1], std_scaling_claim(runs_dir, lm), length_bias_claim(variants, out, lm),
+              kimi_claim(variants, out, lm), toy_claims[-1],
+              thinking_claim(curves, out, sizes.thinking_budgets, sizes.thinking_sft_steps, sizes.thinking_prompts)]
+    footer = (f"Wall time of this run: {time.perf_counter() - tic:.0f} s on {platform.machine()}, "
+              f"{sizes.workers} worker processes x {lm.threads} torch threads; the training runs are in "
+              f"`{runs_dir}`, not part of the report.")
     return write_report(claims, out, "CS336 lecture 17, reproduced by rlvr", INTRO, footer), claims

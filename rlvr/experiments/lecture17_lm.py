@@ -42,7 +42,7 @@ class LMSizes:
     max_new_tokens: int = 20
     eval_size: int = 32
     rollout_prompts: int = 32  # prompts whose groups measure std scaling's weights
-    threads: int = 2
+    threads: int = 1  # torch threads per process; the workers fill the cores
 
 
 def _overrides(out: Path, seed: int, s: LMSizes) -> list[str]:
@@ -64,21 +64,28 @@ def _late_mean(rows: list[dict], key: str, first_step: int) -> float:
     return sum(values) / len(values) if values else float("nan")
 
 
-def run_variants(out: Path, s: LMSizes) -> dict[str, list[list[dict]]]:
-    """{variant: [metrics rows of seed 0, seed 1, ...]} for per_sequence, constant, kimi_late."""
-    runs: dict[str, list[list[dict]]] = {"per_sequence": [], "constant": [], "kimi_late": []}
+def run_seed(out: Path, seed: int, s: LMSizes) -> dict[str, list[dict]]:
+    """{variant: metrics rows} of one seed: per_sequence (with the SFT warm start), then constant and
+    kimi_late from that warm start. A run whose metrics already reach the last step is read, not redone."""
     kimi = f"task.rewards=[{{name: kimi_length, weight: 1.0, options: {{start_step: {s.rl_steps // 2 + 1}}}}}]"
-    for seed in range(s.seeds):
-        first = out / f"seed{seed}" / "per_sequence"
-        result = train(load_config(None, _overrides(first, seed, s) + ["algorithm.aggregation=seq_mean_token_mean"]))
-        warm = result.run_dir / "sft_model"
-        runs["per_sequence"].append(_metrics(result.run_dir))
-        for name, extra in (("constant", ["algorithm.aggregation=seq_sum_constant"]),
-                            ("kimi_late", ["algorithm.aggregation=seq_mean_token_mean", kimi])):
-            cfg = load_config(None, _overrides(out / f"seed{seed}" / name, seed, s)
-                              + ["sft.steps=0", f"model.path={warm}", *extra])
-            runs[name].append(_metrics(train(cfg).run_dir))
-    return runs
+    first = out / f"seed{seed}" / "per_sequence"
+    warm = first / "sft_model"
+    plan = [("per_sequence", ["algorithm.aggregation=seq_mean_token_mean"]),
+            ("constant", ["sft.steps=0", f"model.path={warm}", "algorithm.aggregation=seq_sum_constant"]),
+            ("kimi_late", ["sft.steps=0", f"model.path={warm}", "algorithm.aggregation=seq_mean_token_mean", kimi])]
+    rows = {}
+    for name, extra in plan:
+        run_dir = out / f"seed{seed}" / name
+        done = (run_dir / "metrics.jsonl").is_file() and any(r.get("step") == s.rl_steps for r in _metrics(run_dir))
+        if not done:
+            train(load_config(None, _overrides(run_dir, seed, s) + extra))
+        rows[name] = _metrics(run_dir)
+    return rows
+
+
+def collect(per_seed: list[dict[str, list[dict]]]) -> dict[str, list[list[dict]]]:
+    """[{variant: rows} per seed] -> {variant: [rows per seed]}."""
+    return {name: [seed_runs[name] for seed_runs in per_seed] for name in per_seed[0]}
 
 
 def _plot_series(runs: dict[str, list[list[dict]]], keys: list[tuple[str, str]], path: Path, marker: int = 0) -> Path:

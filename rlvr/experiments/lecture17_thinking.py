@@ -18,7 +18,7 @@ from typing import Sequence
 
 from rlvr.config import load_config
 from rlvr.experiments.claims import Claim, fmt, mean_sd
-from rlvr.experiments.lecture17_lm import TASK, LMSizes
+from rlvr.experiments.lecture17_lm import TASK
 from rlvr.models import load_model_and_tokenizer
 from rlvr.rollout import HFEngine, SamplingParams
 from rlvr.tasks import get_task
@@ -44,36 +44,39 @@ def thinking_rows(task, n: int, seed: int) -> list[dict]:
     return rows
 
 
-def thinking_claim(runs: Path, figures: Path, s: LMSizes, budgets: Sequence[int], sft_steps: int,
-                   eval_prompts: int) -> Claim:
+def thinking_curve(runs: Path, seed: int, threads: int, budgets: Sequence[int], sft_steps: int,
+                   eval_prompts: int) -> list[float]:
+    """Greedy accuracy at each budget of one seed's model taught to think."""
     task = get_task(TASK["name"], **TASK["options"])
-    curves: list[list[float]] = []
-    for seed in range(s.seeds):
-        folder = runs / f"seed{seed}" / "thinking"
-        folder.mkdir(parents=True, exist_ok=True)
-        data = folder / "sft.jsonl"
-        data.write_text("".join(json.dumps(r) + "\n" for r in thinking_rows(task, 4000, seed)), encoding="utf-8")
-        # SFT is what is measured; the one RL step the loop requires is taken at learning rate ~0
-        cfg = load_config(None, [f"seed={seed}", f"out_dir={folder / 'run'}", "model.tiny_preset=test",
-                                 f"sft.data={data}", f"sft.steps={sft_steps}", "sft.batch_size=32", "sft.lr=3e-3",
-                                 "train.steps=1", "train.batch_size=8", "train.group_size=4", "optim.lr=1e-12",
-                                 "eval.every=0", "eval.samples=0", "task.eval_size=4", "log.progress=false",
-                                 "log.tensorboard=false", "checkpoint.every=0", f"threads={s.threads}",
-                                 "rollout.max_new_tokens=8"])
-        model, tokenizer = load_model_and_tokenizer(train(cfg).run_dir / "sft_model")
-        points = budget_sweep(HFEngine(model, tokenizer), task, task.eval_examples(eval_prompts, seed), budgets,
-                              sampling=SamplingParams(temperature=0.0, max_new_tokens=12))
-        curves.append([p.accuracy for p in points])
+    folder = runs / f"seed{seed}" / "thinking"
+    folder.mkdir(parents=True, exist_ok=True)
+    data = folder / "sft.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in thinking_rows(task, 4000, seed)), encoding="utf-8")
+    # SFT is what is measured; the one RL step the loop requires is taken at learning rate ~0
+    cfg = load_config(None, [f"seed={seed}", f"out_dir={folder / 'run'}", "model.tiny_preset=test",
+                             f"sft.data={data}", f"sft.steps={sft_steps}", "sft.batch_size=32", "sft.lr=3e-3",
+                             "train.steps=1", "train.batch_size=8", "train.group_size=4", "optim.lr=1e-12",
+                             "eval.every=0", "eval.samples=0", "task.eval_size=4", "log.progress=false",
+                             "log.tensorboard=false", "checkpoint.every=0", f"threads={threads}",
+                             "rollout.max_new_tokens=8"])
+    model, tokenizer = load_model_and_tokenizer(train(cfg).run_dir / "sft_model")
+    points = budget_sweep(HFEngine(model, tokenizer), task, task.eval_examples(eval_prompts, seed), budgets,
+                          sampling=SamplingParams(temperature=0.0, max_new_tokens=12))
+    return [p.accuracy for p in points]
+
+
+def thinking_claim(curves: list[list[float]], figures: Path, budgets: Sequence[int], sft_steps: int,
+                   eval_prompts: int) -> Claim:
     _plot(budgets, curves, figures / "thinking_budget.png")
     low, high = [c[0] for c in curves], [c[-1] for c in curves]
     by_budget = "; ".join(f"{b}: {fmt([c[i] for c in curves], 2)}" for i, b in enumerate(budgets))
     setup = (f"Tiny model, {sft_steps} SFT steps on thinking demonstrations (this module's docstring), "
-             f"{s.seeds} seeds, greedy answers on {eval_prompts} held-out sort-4 prompts. A full thinking is about "
-             f"{len(THINK_START) + 9} tokens (character tokenizer). Accuracy by budget: {by_budget}. Far smaller "
-             f"than Qwen3's (reasoning models, budgets of thousands of tokens, AIME-style tasks).")
+             f"{len(curves)} seeds, greedy answers on {eval_prompts} held-out sort-4 prompts. A full thinking is "
+             f"about {len(THINK_START) + 9} tokens (character tokenizer). Accuracy by budget: {by_budget}. Far "
+             f"smaller than Qwen3's (reasoning models, budgets of thousands of tokens, AIME-style tasks).")
     return Claim("thinking-budget", "A larger thinking budget gives higher accuracy (Qwen3's thinking budget)",
                  f"accuracy at budget {budgets[0]} {fmt(low, 2)} vs at {budgets[-1]} {fmt(high, 2)}",
-                 mean_sd(high)[0] > mean_sd(low)[0], s.seeds, setup, ["thinking_budget.png"])
+                 mean_sd(high)[0] > mean_sd(low)[0], len(curves), setup, ["thinking_budget.png"])
 
 
 def _plot(budgets: Sequence[int], curves: list[list[float]], path: Path) -> Path:
