@@ -26,14 +26,14 @@ from rlvr.experiments.lecture17_toys import baseline_claim, delta_claims, hack_c
 
 @dataclass
 class Lecture17Sizes:
-    toy_seeds: int = 8  # replicas of the sorting toy, trained side by side
+    toy_seeds: int = 16  # replicas of the sorting toy, trained side by side
     toy_epochs: int = 100  # the lecture's 100
     kl_seeds: int = 5
     kl_samples: int = 4000
     lm: LMSizes = field(default_factory=LMSizes)
-    thinking_sft_steps: int = 150
-    thinking_budgets: tuple[int, ...] = (2, 6, 10, 14, 18)
-    thinking_prompts: int = 32
+    thinking_sft_steps: int = 500
+    thinking_budgets: tuple[int, ...] = (4, 10, 14, 18, 26)
+    thinking_prompts: int = 64
     workers: int = 2  # processes running independent parts side by side (one per idle core)
 
 

@@ -35,13 +35,13 @@ TASK = {"name": "sort", "options": {"length": 4, "reward": "sparse"}}
 @dataclass
 class LMSizes:
     seeds: int = 3
-    sft_steps: int = 150
-    rl_steps: int = 16
-    batch_size: int = 32
+    sft_steps: int = 400
+    rl_steps: int = 30
+    batch_size: int = 64
     group_size: int = 8
     max_new_tokens: int = 20
-    eval_size: int = 32
-    rollout_prompts: int = 32  # prompts whose groups measure std scaling's weights
+    eval_size: int = 64
+    rollout_prompts: int = 64  # prompts whose groups measure std scaling's weights
     threads: int = 1  # torch threads per process; the workers fill the cores
 
 
@@ -128,7 +128,14 @@ def length_bias_claim(runs: dict[str, list[list[dict]]], out: Path, s: LMSizes) 
              f"Liu et al. (2025): Qwen2.5 models, hundreds of steps, thousands of tokens.")
     return Claim("length-bias", "Per-sequence length normalisation lets wrong answers grow longer than Dr. GRPO's "
                  "constant normaliser", f"wrong-answer length per-sequence {fmt(per_seq, 2)} vs constant "
-                 f"{fmt(const, 2)}", mean_sd(per_seq)[0] > mean_sd(const)[0], s.seeds, setup, ["length_bias.png"])
+                 f"{fmt(const, 2)}; {_difference(per_seq, const)}", mean_sd(per_seq)[0] > mean_sd(const)[0], s.seeds,
+                 setup, ["length_bias.png"])
+
+
+def _difference(a: list[float], b: list[float]) -> str:
+    """'difference d ± se (standard error), within noise' when |d| < 2 se: a direction is not a size."""
+    d, se = mean_sd(a)[0] - mean_sd(b)[0], se_of_difference(a, b)
+    return f"difference {d:+.2f} ± {se:.2f} (s.e.){', within noise' if abs(d) < 2 * se else ''}"
 
 
 def kimi_claim(runs: dict[str, list[list[dict]]], out: Path, s: LMSizes) -> Claim:
@@ -150,7 +157,8 @@ def kimi_claim(runs: dict[str, list[list[dict]]], out: Path, s: LMSizes) -> Clai
              f"lower by more than 2 standard errors. Far smaller than Kimi k1.5 (long-CoT models, the reward "
              f"added after a warm-up phase of a large run).")
     return Claim("kimi-length", "Kimi's length reward switched on late shortens completions without losing "
-                 "accuracy", f"length with {fmt(length['kimi_late'], 2)} vs without {fmt(length['per_sequence'], 2)}; "
+                 "accuracy", f"length with {fmt(length['kimi_late'], 2)} vs without {fmt(length['per_sequence'], 2)} "
+                 f"({_difference(length['kimi_late'], length['per_sequence'])}); "
                  f"training accuracy with {fmt(acc['kimi_late'])} vs without {fmt(acc['per_sequence'])}",
                  shorter and kept, s.seeds, setup, ["kimi_length.png"])
 
