@@ -124,12 +124,19 @@ def length_bias_claim(runs: dict[str, list[list[dict]]], out: Path, s: LMSizes) 
              f"model after {s.sft_steps} SFT steps, GRPO, {s.rl_steps} RL steps of {s.batch_size} completions "
              f"(groups of {s.group_size}), {s.seeds} seeds, the two normalisers from the same warm start. Number: "
              f"mean length of the wrong training completions over steps {late}-{s.rl_steps}. Training accuracy "
-             f"there: per-sequence {fmt(acc['per_sequence'])}, constant {fmt(acc['constant'])}. Far smaller than "
+             f"there: per-sequence {fmt(acc['per_sequence'])}, constant {fmt(acc['constant'])}. A difference under 2 "
+             f"standard errors is reported as undecided. Far smaller than "
              f"Liu et al. (2025): Qwen2.5 models, hundreds of steps, thousands of tokens.")
     return Claim("length-bias", "Per-sequence length normalisation lets wrong answers grow longer than Dr. GRPO's "
                  "constant normaliser", f"wrong-answer length per-sequence {fmt(per_seq, 2)} vs constant "
-                 f"{fmt(const, 2)}; {_difference(per_seq, const)}", mean_sd(per_seq)[0] > mean_sd(const)[0], s.seeds,
+                 f"{fmt(const, 2)}; {_difference(per_seq, const)}", _direction(per_seq, const), s.seeds,
                  setup, ["length_bias.png"])
+
+
+def _direction(a: list[float], b: list[float]) -> bool | None:
+    """mean(a) > mean(b) by at least 2 standard errors: True; below by as much: False; else None (noise)."""
+    d, se = mean_sd(a)[0] - mean_sd(b)[0], se_of_difference(a, b)
+    return None if abs(d) < 2 * se or d == 0 else d > 0
 
 
 def _difference(a: list[float], b: list[float]) -> str:
@@ -146,7 +153,7 @@ def kimi_claim(runs: dict[str, list[list[dict]]], out: Path, s: LMSizes) -> Clai
     _plot_series({k: runs[k] for k in ("per_sequence", "kimi_late")},
                  [("completion_length", "Completion length (tokens)"), ("accuracy", "Training accuracy")],
                  out / "kimi_length.png", marker=start)
-    shorter = mean_sd(length["kimi_late"])[0] < mean_sd(length["per_sequence"])[0]
+    shorter = _direction(length["per_sequence"], length["kimi_late"])
     kept = mean_sd(acc["kimi_late"])[0] >= mean_sd(acc["per_sequence"])[0] - 2 * se_of_difference(
         acc["kimi_late"], acc["per_sequence"])
     setup = (f"The per-sequence runs of the length-bias claim, against the same runs with Kimi k1.5's length reward "
@@ -154,13 +161,14 @@ def kimi_claim(runs: dict[str, list[list[dict]]], out: Path, s: LMSizes) -> Clai
              f"{start}-{s.rl_steps}: completion length, and training accuracy (without: {fmt(acc['per_sequence'])}; "
              f"with: {fmt(acc['kimi_late'])}); held-out greedy accuracy at the end: without "
              f"{fmt(final['per_sequence'])}, with {fmt(final['kimi_late'])}. Holds = shorter, and accuracy not "
-             f"lower by more than 2 standard errors. Far smaller than Kimi k1.5 (long-CoT models, the reward "
+             f"lower by more than 2 standard errors; a length difference under 2 standard errors is undecided. "
+             f"Far smaller than Kimi k1.5 (long-CoT models, the reward "
              f"added after a warm-up phase of a large run).")
     return Claim("kimi-length", "Kimi's length reward switched on late shortens completions without losing "
                  "accuracy", f"length with {fmt(length['kimi_late'], 2)} vs without {fmt(length['per_sequence'], 2)} "
                  f"({_difference(length['kimi_late'], length['per_sequence'])}); "
                  f"training accuracy with {fmt(acc['kimi_late'])} vs without {fmt(acc['per_sequence'])}",
-                 shorter and kept, s.seeds, setup, ["kimi_length.png"])
+                 None if shorter is None else shorter and kept, s.seeds, setup, ["kimi_length.png"])
 
 
 def std_weights(rewards: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -59,7 +59,10 @@ def thinking_curve(runs: Path, seed: int, threads: int, budgets: Sequence[int], 
                              "eval.every=0", "eval.samples=0", "task.eval_size=4", "log.progress=false",
                              "log.tensorboard=false", "checkpoint.every=0", f"threads={threads}",
                              "rollout.max_new_tokens=8"])
-    model, tokenizer = load_model_and_tokenizer(train(cfg).run_dir / "sft_model")
+    warm = folder / "run" / "sft_model"
+    if not warm.is_dir():  # a finished run is read back, not redone
+        train(cfg)
+    model, tokenizer = load_model_and_tokenizer(warm)
     points = budget_sweep(HFEngine(model, tokenizer), task, task.eval_examples(eval_prompts, seed), budgets,
                           sampling=SamplingParams(temperature=0.0, max_new_tokens=12))
     return [p.accuracy for p in points]
