@@ -115,6 +115,8 @@ class AlgorithmConfig:
     advantage: str = f("grpo", "Advantage estimator by name (rlvr.core ADVANTAGES). `grpo`: group "
                                "z-score (Shao et al. 2024); `centered`: group-centred without the std "
                                "division, which up-weights too-easy/too-hard prompts (Liu et al. 2025).")
+    advantage_eps: float = f(1e-4, "Added to the std before dividing, in every estimator that divides by one "
+                                   "(grpo, whitened, reinforce_pp_baseline). CS336 lecture 17 uses 1e-4.")
     policy_loss: str = f("clipped", "Policy loss by name (rlvr.core policy-loss registry); `clipped` is "
                                     "PPO's clipped surrogate (Schulman et al. 2017).")
     aggregation: str = f("seq_mean_token_mean", "How per-token losses become one number. "
@@ -144,12 +146,14 @@ class AlgorithmConfig:
     lam: float = f(1.0, "GAE lambda (Schulman et al. 2016): 1 = returns minus V; lower leans on the value "
                         "model (PPO-RLHF: 0.95). reinforce_pp needs 1.")
     whiten_advantages: bool = f(True, "Normalise per-token advantages over the batch's tokens (gae, reinforce_pp).")
-    dynamic_sampling: bool = f(False, "DAPO: drop groups whose rewards are all equal (no gradient) and sample "
+    dynamic_sampling: bool = f(False, "DAPO: drop groups whose accuracy is 0 or 1 (no gradient) and sample "
                                       "more prompts to refill the batch.")
     dynamic_sampling_rounds: int = f(3, "Most extra sampling rounds per step; past it, flat groups fill the batch.")
-    dynamic_sampling_metric: str = f("reward", "What must vary in a kept group: reward, or accuracy (the DAPO "
-                                               "paper; ignores shaping terms such as the overlong penalty).")
-    overlong_filter: bool = f(False, "DAPO: truncated completions carry no policy gradient (advantage 0).")
+    dynamic_sampling_metric: str = f("accuracy", "What must vary in a kept group: accuracy (the DAPO paper, eq. 11: "
+                                                 "0 < #correct < G; shaping terms such as the overlong penalty do "
+                                                 "not count) or reward (any reward difference).")
+    overlong_filter: bool = f(False, "DAPO: truncated completions leave the loss mask (no policy gradient, no KL, "
+                                     "not in token_mean's denominator).")
 
 
 @dataclass

@@ -40,9 +40,9 @@ PRESETS: dict[str, Preset] = {
     "dapo": Preset(
         {"algorithm.advantage": "grpo", "algorithm.clip_low": 0.2, "algorithm.clip_high": 0.28,
          "algorithm.aggregation": "token_mean", "algorithm.dynamic_sampling": True,
-         "algorithm.overlong_filter": True, **_NO_KL},
-        "Clip-higher (0.2 / 0.28), token-mean loss, dynamic sampling that refills groups with equal rewards, "
-        "truncated completions filtered out, no KL.",
+         "algorithm.dynamic_sampling_metric": "accuracy", "algorithm.overlong_filter": True, **_NO_KL},
+        "Clip-higher (0.2 / 0.28), token-mean loss, dynamic sampling that keeps groups whose accuracy is strictly "
+        "between 0 and 1, truncated completions removed from the loss mask, no KL.",
         "Yu et al. 2025, DAPO: An Open-Source LLM Reinforcement Learning System at Scale, sec. 3.1-3.4"),
     "rloo": Preset(
         {"algorithm.advantage": "rloo", "algorithm.policy_loss": "pg", "algorithm.aggregation": "seq_mean_token_sum",

@@ -10,10 +10,17 @@ in one extra round. If the cap is reached first, the batch is topped up with fla
 advantage is 0 under any group-centred estimator), so every step trains on the configured shapes;
 `sampling/padded_groups` says how often that happened.
 
+Which groups are kept: by default (`metric="accuracy"`) those whose accuracy is strictly between 0 and
+1, DAPO's eq. 11 constraint 0 < |{o_i : is_equivalent(a, o_i)}| < G; shaping terms (an overlong
+penalty, a length reward) do not make an all-wrong or all-right group informative. `metric="reward"`
+keeps any group whose total rewards differ.
+
 Overlong filtering (DAPO sec. 3.4): a truncated completion is not wrong, only unfinished, so it
-should not be penalised. Here its advantage is set to 0, which removes its policy-gradient term; for
-every aggregation but `token_mean` this equals masking its loss (TRL's `mask_truncated_completions`),
-under `token_mean` its tokens still count in the denominator and a KL term in the loss still applies.
+should not be penalised. Its advantage is set to 0 and its tokens leave the loss mask
+(`overlong_loss_mask`), so it adds no policy gradient, no KL term and no token to `token_mean`'s
+denominator (TRL's `mask_truncated_completions`). Two exceptions keep the mask: when every completion
+is truncated (nothing would be left to average), and under `seq_mean_token_mean`, where an empty row
+would be 0 / 0; there the zero advantage alone removes the policy gradient.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ def informative_groups(values: Tensor, group_size: int) -> Tensor:
     """values (N,), groups of `group_size` contiguous -> (N / G,) bool, True where not all equal.
 
     Exact equality: it is the condition under which the core's group-centred advantages are exactly 0.
+    On 0/1 correctness it is DAPO's rule, accuracy strictly between 0 and 1.
     """
     if values.dim() != 1 or group_size < 1 or values.shape[0] % group_size:
         raise ValueError(f"need values (N,) with N divisible by group_size, got {tuple(values.shape)}, {group_size}")
@@ -109,7 +117,7 @@ class RolloutSampler:
     purpose: int = 0
     dynamic: bool = False
     max_extra_rounds: int = 0
-    metric: str = "reward"
+    metric: str = "accuracy"
 
     def __post_init__(self) -> None:
         if self.metric not in METRICS:
@@ -159,3 +167,14 @@ def overlong_filter(advantages: Tensor, truncated: Tensor) -> Tensor:
                          f"got {truncated.dtype} {tuple(truncated.shape)}")
     keep = ~truncated
     return advantages * (keep if advantages.dim() == 1 else keep[:, None])
+
+
+def overlong_loss_mask(mask: Tensor, truncated: Tensor) -> Tensor:
+    """mask (B, W) bool with the rows of truncated completions (B,) bool cleared (DAPO sec. 3.4);
+    unchanged when every row is truncated, so a loss never averages over zero tokens."""
+    if truncated.dtype != torch.bool or truncated.shape != mask.shape[:1]:
+        raise ValueError(f"truncated must be a bool (B,) tensor for mask {tuple(mask.shape)}, "
+                         f"got {truncated.dtype} {tuple(truncated.shape)}")
+    if bool(truncated.all()):
+        return mask
+    return mask & ~truncated[:, None]

@@ -24,7 +24,8 @@ def accumulation_denominator(mode: str, mask: Tensor) -> Tensor | int:
     """The outer normaliser of `aggregate_loss` over a whole minibatch (B, W): its valid-token count
     for `token_mean`, its number of sequences otherwise. Micro-batch losses computed with it sum to
     the minibatch loss exactly, so gradient accumulation changes nothing (verl, TRL do the same)."""
-    return mask.sum() if mode == "token_mean" else mask.shape[0]
+    # clamp: a minibatch whose rows all left the loss mask (DAPO's overlong filter) has loss 0, not 0 / 0
+    return mask.sum().clamp(min=1) if mode == "token_mean" else mask.shape[0]
 
 
 @dataclass
@@ -40,10 +41,11 @@ class GroupPolicyGradient:
     tau: float | None = None
     kl_estimator: str = "k3"
     beta: float = 0.0
+    advantage_eps: float = 1e-4  # added to the std by the estimators that divide by one (core.STD_SCALED)
 
     def __post_init__(self) -> None:
         # per-token estimators (PPO's gae, reinforce_pp) live in rlvr.algorithms.ppo; the loss is this one
-        self._advantage_fn = None if self.advantage in TOKEN_ADVANTAGES else get_advantage_fn(self.advantage)
+        self._advantage_fn = None if self.advantage in TOKEN_ADVANTAGES else get_advantage_fn(self.advantage, self.advantage_eps)
         self._loss_fn = get_policy_loss(self.policy_loss)
         self._kl_fn = get_kl_estimator(self.kl_estimator)
         if self.aggregation == "seq_sum_constant" and self.loss_constant is None:
@@ -58,7 +60,7 @@ class GroupPolicyGradient:
         """From an `AlgorithmConfig`; the constant normaliser defaults to the generation budget."""
         constant = algo.loss_constant if algo.loss_constant is not None else float(max_new_tokens)
         return cls(algo.advantage, algo.policy_loss, algo.aggregation, constant, algo.clip_low,
-                   algo.clip_high, algo.tau, algo.kl_estimator, algo.beta)
+                   algo.clip_high, algo.tau, algo.kl_estimator, algo.beta, algo.advantage_eps)
 
     @property
     def needs_reference(self) -> bool:

@@ -1,7 +1,9 @@
 """`rlvr experiment ...`: the lecture experiments from the command line.
 
     rlvr experiment sort-toy --delta all --out runs/sort_toy
+    rlvr experiment sort-toy --delta normalized --reward all --prompts repeated --seeds 8
     rlvr experiment two-state
+    rlvr experiment lecture17 --out docs/lecture17
 
 `add_parser(subparsers)` registers the `experiment` command on the main `rlvr` parser; the chosen
 sub-command's function is stored as `args.func(args) -> exit code`.
@@ -12,7 +14,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rlvr.pipelines.experiments.sort_toy import DELTAS, format_table, plot_sort_toy, run_deltas, save_metrics
+from rlvr.pipelines.experiments.sort_rewards import PROMPT_SETS, SORT_REWARDS
+from rlvr.pipelines.experiments.sort_toy import DELTAS, SortToyConfig, format_table, plot_sort_toy, run_sort_toy, save_metrics
 from rlvr.pipelines.experiments.two_state import check_against_core, format_two_state, two_state_example
 
 
@@ -32,13 +35,34 @@ def _positive_float(text: str) -> float:
 
 def _sort_toy(args: argparse.Namespace) -> int:
     deltas = list(DELTAS) if args.delta == "all" else [args.delta]
-    results = run_deltas(deltas, epochs=args.epochs, inner_steps=args.inner_steps, responses=args.responses,
-                         lr=args.lr, seed=args.seed, seeds=args.seeds)
+    rewards = list(SORT_REWARDS) if args.reward == "all" else [args.reward]
+    results = {}
+    for delta in deltas:
+        for reward in rewards:
+            label = "/".join([delta] * (len(deltas) > 1 or len(rewards) == 1) + [reward] * (len(rewards) > 1))
+            results[label] = run_sort_toy(SortToyConfig(
+                delta=delta, reward=reward, prompts=PROMPT_SETS[args.prompts], epochs=args.epochs,
+                inner_steps=args.inner_steps, responses=args.responses, lr=args.lr, seed=args.seed, seeds=args.seeds))
     print(format_table(results))
     out = Path(args.out)
-    png = plot_sort_toy(results, out / f"sort_toy_{args.delta}.png")
-    jsonl = save_metrics(results, out / f"sort_toy_{args.delta}.jsonl")
+    name = "_".join(["sort_toy", args.delta] + [args.reward] * (args.reward != "inclusion")
+                    + [args.prompts] * (args.prompts != "lecture"))
+    png = plot_sort_toy(results, out / f"{name}.png")
+    jsonl = save_metrics(results, out / f"{name}.jsonl")
     print(f"plot: {png}\nmetrics: {jsonl}")
+    return 0
+
+
+def _lecture17(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from rlvr.pipelines.experiments.lecture17 import QUICK, Lecture17Sizes, run_lecture17  # imports the trainer: only here
+
+    sizes = QUICK if args.quick else Lecture17Sizes()
+    report, claims = run_lecture17(args.out, args.runs, replace(sizes, workers=args.workers or sizes.workers))
+    for c in claims:
+        print(f"{c.verdict:>13}  {c.lecture}: {c.measured}")
+    print(f"report: {report}")
     return 0
 
 
@@ -56,6 +80,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                                           "max_only deltas (CS336 lecture 17)")
     toy.add_argument("--delta", choices=[*DELTAS, "all"], default="all",
                      help="which delta multiplies grad log pi; 'all' runs the four and draws them on one figure")
+    toy.add_argument("--reward", choices=[*SORT_REWARDS, "all"], default="inclusion",
+                     help="reward design (lecture 17): exact (0/1), position (matching positions), inclusion "
+                          "(prompt tokens present + ordered pairs, hackable with repeated tokens); 'all' runs the three")
+    toy.add_argument("--prompts", choices=list(PROMPT_SETS), default="lecture",
+                     help="lecture: [1 0 2], [3 2 4], [1 2 3]; repeated: prompts that repeat a token, where the "
+                          "inclusion reward has maximum-reward answers that are not sorted")
     toy.add_argument("--epochs", type=_positive_int, default=100, help="sampling rounds (lecture: 100)")
     toy.add_argument("--inner-steps", type=_positive_int, default=10,
                      help="Adam steps on each round's samples (lecture: 10)")
@@ -66,6 +96,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                      help="independent replicas trained side by side; results give mean and min-max over them")
     toy.add_argument("--out", default="runs/sort_toy", help="folder for the PNG and the metrics jsonl")
     toy.set_defaults(func=_sort_toy)
+
+    lec = sub.add_parser("lecture17", help="every claim of CS336 lecture 17 measured on CPU: report.md + figures")
+    lec.add_argument("--out", default="docs/lecture17", help="folder for report.md and its figures (regenerated)")
+    lec.add_argument("--runs", default="runs/lecture17", help="folder for the training runs (models, metrics)")
+    lec.add_argument("--quick", action="store_true", help="tiny sizes: checks the pipeline in seconds, proves nothing")
+    lec.add_argument("--workers", type=_positive_int, default=None,
+                     help="processes running independent parts side by side (default 2, one per idle core; 1 with --quick)")
+    lec.set_defaults(func=_lecture17)
 
     two = sub.add_parser("two-state", help="exact variance of the policy gradient with and without a baseline")
     two.set_defaults(func=_two_state)

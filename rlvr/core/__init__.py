@@ -3,6 +3,8 @@ preference losses. Torch only; no config objects, no I/O. See docs/core.md for f
 
 from rlvr.core.advantages import (
     ADVANTAGES,
+    DEFAULT_EPS,
+    STD_SCALED,
     centered_advantages,
     gae,
     get_advantage_fn,
@@ -58,6 +60,8 @@ __all__ = [
     "entropy_from_logits",
     "gae",
     "get_advantage_fn",
+    "DEFAULT_EPS",
+    "STD_SCALED",
     "get_kl_estimator",
     "get_policy_loss",
     "get_preference_loss",

@@ -3,7 +3,8 @@
 Group estimators take `rewards (N,)` laid out as N / G groups of `group_size` G contiguous samples of one
 prompt and return `(N,)`. They share one signature, `fn(rewards, group_size) -> advantages`, and are
 registered in `ADVANTAGES`; options (GRPO's `scale_by_std`, `eps`) have defaults, so a registry caller
-never passes anything else. Subtracting a baseline that does not depend on the sample's own action
+never passes anything else. `get_advantage_fn(name, eps)` binds `eps` for the estimators that divide by a
+std (`STD_SCALED`), so a configured epsilon reaches every one of them. Subtracting a baseline that does not depend on the sample's own action
 leaves the expected gradient unchanged and lowers its variance (Williams 1992; Sutton & Barto 13.4).
 
 `gae` is different: it works per token on `(B, T)` rewards and a learned value, for PPO, so it is not
@@ -12,6 +13,7 @@ in `ADVANTAGES`.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Callable
 
 import torch
@@ -26,6 +28,9 @@ from rlvr.core._checks import (
 )
 
 AdvantageFn = Callable[[Tensor, int], Tensor]
+# Added to the std before dividing. CS336 lecture 17 (`compute_deltas`, "normalized") uses 1e-4; a
+# smaller one lets a group whose rewards differ by a rounding error explode to +-1/sqrt(eps)-sized deltas.
+DEFAULT_EPS = 1e-4
 
 
 def _groups(rewards: Tensor, group_size: int, minimum: int = 1) -> Tensor:
@@ -55,7 +60,7 @@ def centered_advantages(rewards: Tensor, group_size: int) -> Tensor:
 
 
 def grpo_advantages(
-    rewards: Tensor, group_size: int, scale_by_std: bool = True, eps: float = 1e-6
+    rewards: Tensor, group_size: int, scale_by_std: bool = True, eps: float = DEFAULT_EPS
 ) -> Tensor:
     """A_i = (r_i - mean(group)) / (std(group) + eps), std unbiased as `torch.std` (GRPO, Shao et al.
     2024, DeepSeekMath). `scale_by_std=False` is Dr. GRPO's unbiased variant."""
@@ -67,10 +72,11 @@ def grpo_advantages(
 
 
 def max_only_advantages(rewards: Tensor, group_size: int) -> Tensor:
-    """A_i = r_i for the best sample of its group, 0 for every other: learn only from the best of G
-    (best-of-n / rejection-sampling fine-tuning, RAFT, Dong et al. 2023). Ties go to the first best."""
+    """A_i = r_i where r_i is its group's maximum, 0 elsewhere: learn only from the best of G
+    (best-of-n / rejection-sampling fine-tuning, RAFT, Dong et al. 2023). Ties all keep their reward, as
+    CS336 lecture 17's `max_rewards`: [3, 3, 1, 3] -> [3, 3, 0, 3], [2, 2, 2, 2] -> [2, 2, 2, 2]."""
     r = _groups(rewards, group_size)  # (N/G, G)
-    best = torch.zeros_like(r, dtype=torch.bool).scatter_(1, r.argmax(dim=1, keepdim=True), True)
+    best = r == r.max(dim=1, keepdim=True).values  # (N/G, G) every sample tied at the maximum
     return torch.where(best, r, torch.zeros((), dtype=r.dtype, device=r.device)).reshape(-1)
 
 
@@ -82,7 +88,7 @@ def rloo_advantages(rewards: Tensor, group_size: int) -> Tensor:
     return (group_size / (group_size - 1) * _center(r)).reshape(-1)
 
 
-def whitened_advantages(rewards: Tensor, group_size: int, eps: float = 1e-6) -> Tensor:
+def whitened_advantages(rewards: Tensor, group_size: int, eps: float = DEFAULT_EPS) -> Tensor:
     """A_i = (r_i - mean(batch)) / (std(batch) + eps): global batch whitening, no per-prompt baseline
     (REINFORCE++, Hu et al. 2025). `group_size` is only validated: the statistics ignore groups."""
     r = _groups(rewards, group_size).reshape(-1)
@@ -91,7 +97,7 @@ def whitened_advantages(rewards: Tensor, group_size: int, eps: float = 1e-6) -> 
     return _center(r) / (r.std() + eps)
 
 
-def reinforce_pp_baseline_advantages(rewards: Tensor, group_size: int, eps: float = 1e-6) -> Tensor:
+def reinforce_pp_baseline_advantages(rewards: Tensor, group_size: int, eps: float = DEFAULT_EPS) -> Tensor:
     """Group mean as baseline, then batch whitening (REINFORCE++-baseline, Hu et al. 2025)."""
     centered = centered_advantages(rewards, group_size)
     if centered.numel() < 2:
@@ -110,11 +116,16 @@ ADVANTAGES: dict[str, AdvantageFn] = {
 }
 
 
-def get_advantage_fn(name: str) -> AdvantageFn:
-    """`ADVANTAGES[name]`, or a ValueError listing the valid names."""
+STD_SCALED = ("grpo", "whitened", "reinforce_pp_baseline")  # the estimators that divide by a std (+ eps)
+
+
+def get_advantage_fn(name: str, eps: float = DEFAULT_EPS) -> AdvantageFn:
+    """`ADVANTAGES[name]` with `eps` bound where it divides by a std, or a ValueError listing the names."""
     if name not in ADVANTAGES:
         raise ValueError(f"unknown advantage {name!r}; choose from {sorted(ADVANTAGES)}")
-    return ADVANTAGES[name]
+    if not eps >= 0:
+        raise ValueError(f"advantage eps must be >= 0, got {eps}")
+    return partial(ADVANTAGES[name], eps=eps) if name in STD_SCALED else ADVANTAGES[name]
 
 
 def gae(

@@ -48,8 +48,9 @@ def _mask_or_all(mask: Tensor | None, like: Tensor) -> Tensor:
 
 
 def _check_clips(clip_low: float, clip_high: float) -> None:
-    if not 0 <= clip_low < 1 or not clip_high >= 0:
-        raise ValueError(f"need 0 <= clip_low < 1 and clip_high >= 0, got {clip_low}, {clip_high}")
+    # clip_low >= 1 is allowed: 1 - clip_low <= 0 < ratio, so it switches the lower clip off.
+    if not clip_low >= 0 or not clip_high >= 0:
+        raise ValueError(f"need clip_low >= 0 and clip_high >= 0, got {clip_low}, {clip_high}")
 
 
 def _clipped_objective(ratio: Tensor, adv: Tensor, clip_low: float, clip_high: float) -> Tensor:

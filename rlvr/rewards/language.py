@@ -1,11 +1,14 @@
-"""Language-consistency reward (DeepSeek-R1, sec. 2.3.2): the share of the reasoning written in
-the target language, measured by script.
+"""Language-consistency reward (DeepSeek-R1, sec. 2.3.2): "the proportion of target language words in
+the CoT".
 
-Each letter (Unicode category L*) is assigned a script from its Unicode name (LATIN, CYRILLIC,
-CJK, HIRAGANA, ...); the score is the fraction of letters whose script belongs to the target
-language. Digits, punctuation, spaces and math symbols do not count either way, so equations do
-not dilute the score; mixing scripts lowers it. A reasoning with no letter at all scores 0 (no
-evidence of the target language). Only the standard library's `unicodedata` is used.
+The reasoning is split into words: a maximal run of letters (Unicode L*, with their combining marks M*)
+is one word, and every CJK ideograph, hiragana or katakana character is a word of its own (those
+scripts write no spaces between words). Each letter gets a script from its Unicode name (LATIN,
+CYRILLIC, CJK, HANGUL, ...); a word is in the target language when all its letters are in one of the
+language's scripts. The score is target words / all words. Digits, punctuation and math symbols make
+no word, so equations do not dilute it; a reasoning with no word at all scores 0 (no evidence of the
+target language). Scripts stand in for languages: English and French are both Latin. Only the standard
+library's `unicodedata` is used.
 """
 
 from __future__ import annotations
@@ -31,14 +34,38 @@ LANGUAGE_SCRIPTS: dict[str, tuple[str, ...]] = {
 _THINK = re.compile(r"<think>(.*?)(?:</think>|$)", re.DOTALL)
 
 
-def script_share(text: str, scripts: tuple[str, ...]) -> float:
-    """Fraction of the letters of `text` written in one of `scripts`; 0.0 without letters."""
-    letters = in_script = 0
+# Scripts written without spaces between words: each character is one word (R1: count each CJK
+# character as a word).
+CHARACTER_WORDS = ("CJK", "HIRAGANA", "KATAKANA")
+
+
+def _script(ch: str) -> str:
+    return unicodedata.name(ch, "")
+
+
+def words(text: str) -> list[str]:
+    """The words of `text`: runs of letters (and their combining marks); each CJK/kana character alone."""
+    out, current = [], []
     for ch in text:
-        if unicodedata.category(ch).startswith("L"):
-            letters += 1
-            in_script += unicodedata.name(ch, "").startswith(scripts)
-    return in_script / letters if letters else 0.0
+        category = unicodedata.category(ch)
+        if category.startswith("L") and _script(ch).startswith(CHARACTER_WORDS):
+            out += ["".join(current)] if current else []
+            out.append(ch)
+            current = []
+        elif category.startswith("L") or (category.startswith("M") and current):
+            current.append(ch)
+        elif current:
+            out.append("".join(current))
+            current = []
+    return out + (["".join(current)] if current else [])
+
+
+def script_share(text: str, scripts: tuple[str, ...]) -> float:
+    """Fraction of the words of `text` whose letters are all in one of `scripts`; 0.0 without words."""
+    found = words(text)
+    in_script = sum(all(_script(ch).startswith(scripts) for ch in w if unicodedata.category(ch).startswith("L"))
+                    for w in found)
+    return in_script / len(found) if found else 0.0
 
 
 def reasoning_part(prompt: str, completion: str) -> str:
@@ -49,7 +76,7 @@ def reasoning_part(prompt: str, completion: str) -> str:
 
 
 class LanguageConsistencyReward:
-    """Share of the reasoning's letters in the script of `lang` (e.g. 'en' -> Latin, 'zh' -> Han)."""
+    """Share of the reasoning's words in the script of `lang` (e.g. 'en' -> Latin, 'zh' -> Han)."""
 
     def __init__(self, lang: str = "en") -> None:
         if lang not in LANGUAGE_SCRIPTS:

@@ -39,10 +39,14 @@ class ScoredBatch:
     def metrics(self) -> dict[str, Tensor | float]:
         """Reward, accuracy, reward components, sampling stats, length and truncation of the batch."""
         lengths = torch.tensor([len(c) for c in self.completion_ids], dtype=torch.float32)
+        wrong = ~torch.tensor([bool(c) for c in self.correct], dtype=torch.bool)  # (N,)
+        # per-sequence normalisation's length bias shows on wrong answers (Liu et al. 2025)
+        on_wrong = {"completion_length/wrong": lengths[wrong].mean()} if wrong.any() else {}
         return {
             "reward": self.rewards.mean(), "reward_std": self.rewards.std(),
             "accuracy": sum(self.correct) / len(self.correct),
             **self.components, **self.stats,
             "completion_length": lengths.mean(),
             "truncated": sum(r == "length" for r in self.finish_reasons) / len(self.finish_reasons),
+            **on_wrong,
         }

@@ -28,7 +28,9 @@ from rlvr.thinking.fusion import THINK_END, split_thinking
 
 EARLY_STOP_PHRASE = ("Considering the limited time by the user, I have to give the solution based on the "
                      "thinking directly now.")
-EARLY_STOP_TEXT = f"\n\n{EARLY_STOP_PHRASE}\n{THINK_END}\n\n"  # Qwen3 Sec. 4.3, phrase then the closing tag
+# Qwen3 Sec. 4.3, phrase then the closing tag. The report writes `</think>.`; the period is left out on
+# purpose: the chat template follows `</think>` with a blank line, and a stray "." would open the answer.
+EARLY_STOP_TEXT = f"\n\n{EARLY_STOP_PHRASE}\n{THINK_END}\n\n"
 
 
 class ThinkingBudgetEngine:

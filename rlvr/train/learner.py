@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import save_file
 from torch import Tensor
 
-from rlvr.algorithms.dynamic_sampling import overlong_filter
+from rlvr.algorithms.dynamic_sampling import overlong_filter, overlong_loss_mask
 from rlvr.algorithms.grpo import GroupPolicyGradient, accumulation_denominator
 from rlvr.algorithms.ppo import VALUE_MODEL_FILE, ValueModel, build_value_model, forward_with_values
 from rlvr.config import Config
@@ -93,6 +93,8 @@ class Learner:
             self.token_adv.annotate(rows, self.policy, self.value_model, micro)
         if cfg.algorithm.overlong_filter:  # DAPO: a truncated completion is unfinished, not wrong
             rows.advantages = overlong_filter(rows.advantages, batch.truncated)
+            if cfg.algorithm.aggregation != "seq_mean_token_mean":  # an empty row would be 0 / 0 there
+                rows.mask = overlong_loss_mask(rows.mask, batch.truncated.to(rows.mask.device))
         return rows
 
     def _forward(self, mb: RolloutBatch) -> tuple[Tensor, Tensor, Tensor | None]:

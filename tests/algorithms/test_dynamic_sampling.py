@@ -13,6 +13,7 @@ from rlvr.algorithms.dynamic_sampling import (
     informative_groups,
     next_round_size,
     overlong_filter,
+    overlong_loss_mask,
 )
 from rlvr.rewards.base import RewardOutput
 from rlvr.rollout.base import Completion, SamplingParams
@@ -169,3 +170,72 @@ def test_concat_weights_component_means_by_completions_and_sums_errors():
     merged = Rollout.concat([part(2, 1.0, 1.0), part(4, 0.0, 2.0)])
     assert merged.scores.components == {"reward/errors": 3.0, "reward/task": pytest.approx(1 / 3)}
     assert len(merged.completions) == 6
+
+
+def test_default_rule_is_dapos_accuracy_strictly_between_0_and_1():
+    """An all-wrong group whose overlong penalty varies is flat in accuracy: DAPO drops it."""
+    extra = [{"name": "overlong", "weight": 1.0, "options": {"cache_len": 3}}]  # lengths 1, 2 -> 0, -1/3
+    task = BitTask()
+    sampler = RolloutSampler(ScriptedEngine(), ListStream([Example(p, "1") for p in ["flat0", "mixed0"]]), task,
+                             build_reward(task, extra), SamplingParams(max_new_tokens=4), group_size=2,
+                             num_groups=1, seed=7, dynamic=True, max_extra_rounds=1)
+    batch = sampler.sample(step=1)
+    assert [c.prompt for c in batch.completions] == ["mixed0", "mixed0"]
+    assert batch.stats["sampling/informative_share"] == 0.5
+    from rlvr.config import load_config
+
+    assert load_config(None, ["algorithm.preset=dapo"]).algorithm.dynamic_sampling_metric == "accuracy"
+    assert load_config(None, []).algorithm.dynamic_sampling_metric == "accuracy"
+
+
+def test_overlong_loss_mask_clears_truncated_rows_unless_all_are():
+    mask = torch.tensor([[True, True, False], [True, True, True], [True, False, False]])
+    out = overlong_loss_mask(mask, torch.tensor([False, True, False]))
+    assert out.tolist() == [[True, True, False], [False, False, False], [True, False, False]]
+    assert overlong_loss_mask(mask, torch.ones(3, dtype=torch.bool)).tolist() == mask.tolist()
+    with pytest.raises(ValueError, match="truncated"):
+        overlong_loss_mask(mask, torch.tensor([0, 1, 0]))
+
+
+def _overlong_learner(aggregation):
+    """The parts of a Learner that `Learner._prepare` reads: one optimizer step per rollout, no
+    reference, group advantages, the overlong filter on."""
+    from types import SimpleNamespace
+
+    from rlvr.algorithms.grpo import GroupPolicyGradient
+    from rlvr.rollout.batch import build_batch
+
+    cfg = SimpleNamespace(micro_batch_size=4, rollout=SimpleNamespace(temperature=1.0),
+                          algorithm=SimpleNamespace(overlong_filter=True, aggregation=aggregation, kl_reward_coef=0.0))
+    return SimpleNamespace(cfg=cfg, single_step=True, reference=None, token_adv=None,
+                           objective=GroupPolicyGradient(aggregation=aggregation, loss_constant=4.0),
+                           tensors=lambda b: build_batch(b.prompt_ids, b.completion_ids, None, b.rewards, 0))
+
+
+@pytest.mark.parametrize("aggregation", ["token_mean", "seq_mean_token_sum", "seq_sum_constant"])
+def test_overlong_filter_removes_truncated_tokens_from_the_loss(aggregation):
+    """DAPO: the loss with a truncated completion equals the loss of the batch without its tokens, so a
+    truncated completion no longer counts in token_mean's denominator (it did when only its advantage was 0)."""
+    from rlvr.algorithms.grpo import accumulation_denominator
+    from rlvr.rollout.scored import ScoredBatch
+    from rlvr.train.learner import Learner
+
+    scored = ScoredBatch(prompts=["p", "p", "q", "q"], prompt_ids=[[1]] * 4,
+                         completion_ids=[[5, 6], [5, 6, 7, 8], [5], [5, 6, 7]], sampler_logprobs=[[0.0]] * 4,
+                         rewards=torch.tensor([1.0, 0.0, 1.0, 0.0]), correct=[True, False, True, False],
+                         finish_reasons=["stop", "length", "stop", "stop"], group_size=2)
+    learner = _overlong_learner(aggregation)
+    batch = Learner._prepare(learner, scored)
+    adv = batch.advantages
+    assert adv[1] == 0 and not batch.mask[1].any() and batch.mask.sum() == 6  # 2 + 1 + 3 tokens left
+    objective = learner.objective
+    logp = torch.linspace(-2.0, -0.5, batch.mask.numel()).reshape(batch.mask.shape).requires_grad_()
+    loss, _ = objective.loss(logp, logp.detach(), adv, batch.mask, None,
+                             accumulation_denominator(aggregation, batch.mask))
+    kept = torch.tensor([0, 2, 3])
+    ref, _ = objective.loss(logp[kept], logp.detach()[kept], adv[kept], batch.mask[kept], None,
+                            accumulation_denominator(aggregation, batch.mask[kept]))
+    if aggregation == "token_mean":
+        torch.testing.assert_close(loss, ref)  # same token count: the truncated row is out of the denominator
+    else:
+        torch.testing.assert_close(loss * 4, ref * 3)  # per-sequence modes still divide by B = 4

@@ -35,14 +35,36 @@ def test_by_hand():
     torch.testing.assert_close(raw_advantages(r, 3), r)
     centered = torch.tensor([1 - mean, 0 - mean, 2 - mean, 0, 0, 0])
     torch.testing.assert_close(centered_advantages(r, 3), centered)
-    torch.testing.assert_close(grpo_advantages(r, 3), centered / torch.tensor([std + 1e-6] * 3 + [1e-6] * 3))
+    torch.testing.assert_close(grpo_advantages(r, 3), centered / torch.tensor([std + 1e-4] * 3 + [1e-4] * 3))
     torch.testing.assert_close(grpo_advantages(r, 3, scale_by_std=False), centered_advantages(r, 3))
     # leave-one-out: 1 - (0 + 2) / 2, 0 - (1 + 2) / 2, 2 - (1 + 0) / 2
     torch.testing.assert_close(rloo_advantages(r, 3), torch.tensor([1 - 1.0, 0 - 1.5, 2 - 0.5, 0, 0, 0]))
-    # best of group 1 is index 2; in the tied group 2 the first sample wins
-    torch.testing.assert_close(max_only_advantages(r, 3), torch.tensor([0, 0, 2.0, 5.0, 0, 0]))
+    # best of group 1 is index 2; in the tied group 2 every sample keeps its reward
+    torch.testing.assert_close(max_only_advantages(r, 3), torch.tensor([0, 0, 2.0, 5.0, 5.0, 5.0]))
     batch_mean, batch_std = r.mean(), r.std()
-    torch.testing.assert_close(whitened_advantages(r, 3), (r - batch_mean) / (batch_std + 1e-6))
+    torch.testing.assert_close(whitened_advantages(r, 3), (r - batch_mean) / (batch_std + 1e-4))
+
+
+def test_max_only_keeps_every_tied_maximum_as_the_lecture():
+    """CS336 lecture 17 `max_rewards`: every sample equal to the group maximum keeps its reward."""
+    r = torch.tensor([3.0, 3.0, 1.0, 3.0, 2.0, 2.0, 2.0, 2.0])
+    torch.testing.assert_close(max_only_advantages(r, 4), torch.tensor([3.0, 3.0, 0.0, 3.0, 2.0, 2.0, 2.0, 2.0]))
+
+
+def test_eps_default_is_the_lectures_and_reaches_every_std_estimator():
+    """Lecture 17 divides by std + 1e-4; `get_advantage_fn(name, eps)` binds eps wherever a std divides."""
+    r = torch.tensor([0.0, 1.0, 0.0, 0.0], dtype=torch.float64)
+    std = r.std()  # one group: unbiased std sqrt(0.75 / 3) = 0.5
+    assert math.isclose(float(std), 0.5)
+    torch.testing.assert_close(grpo_advantages(r, 4), (r - 0.25) / (0.5 + 1e-4))
+    for name in ("grpo", "whitened", "reinforce_pp_baseline"):
+        loose, tight = get_advantage_fn(name, eps=0.5)(r, 4), get_advantage_fn(name, eps=0.0)(r, 4)
+        torch.testing.assert_close(loose, (r - 0.25) / (0.5 + 0.5))
+        torch.testing.assert_close(tight, (r - 0.25) / 0.5)
+    for name in ("raw", "centered", "rloo", "max_only"):  # no std: eps changes nothing
+        torch.testing.assert_close(get_advantage_fn(name, eps=0.5)(r, 4), ADVANTAGES[name](r, 4))
+    with pytest.raises(ValueError, match="eps"):
+        get_advantage_fn("grpo", eps=-1.0)
 
 
 @pytest.mark.parametrize("name", BASELINED)
@@ -83,8 +105,11 @@ def test_group_properties(seed, groups, g):
     centered = centered_advantages(r, g).reshape(groups, g)
     torch.testing.assert_close(centered.sum(1), torch.zeros(groups, dtype=r.dtype), atol=1e-9, rtol=0)
     best = max_only_advantages(r, g).reshape(groups, g)
-    assert ((best != 0).sum(1) <= 1).all()
-    torch.testing.assert_close(best.sum(1), r.reshape(groups, g).max(1).values)
+    top = r.reshape(groups, g).max(1, keepdim=True).values
+    torch.testing.assert_close(best, torch.where(r.reshape(groups, g) == top, top.expand(-1, g), 0.0))
+    tied = r.reshape(groups, g).repeat_interleave(2, dim=1).reshape(-1)  # every value twice in its group
+    kept = (max_only_advantages(tied, 2 * g).reshape(groups, 2 * g) != 0).sum(1)
+    assert (kept >= 2).all()  # both copies of the maximum keep their reward (randn: no exact 0)
     if g > 1:  # with g = 1 every centered advantage is 0, and eps = 0 divides 0 by 0
         w = reinforce_pp_baseline_advantages(r, g, eps=0.0)
         torch.testing.assert_close(w.mean(), torch.tensor(0.0, dtype=r.dtype), atol=1e-9, rtol=0)
@@ -125,7 +150,8 @@ def test_baseline_keeps_expected_gradient_and_lowers_variance_two_state_example(
 def test_registry_and_bad_input():
     r = torch.tensor([1.0, 0.0, 1.0, 1.0])
     for name, fn in ADVANTAGES.items():
-        assert get_advantage_fn(name) is fn and fn(r, 2).shape == r.shape
+        torch.testing.assert_close(get_advantage_fn(name)(r, 2), fn(r, 2))
+        assert fn(r, 2).shape == r.shape
     with pytest.raises(ValueError, match="choose from"):
         get_advantage_fn("gae")
     with pytest.raises(ValueError, match="does not divide"):

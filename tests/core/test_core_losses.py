@@ -195,7 +195,7 @@ def test_bad_input():
     with pytest.raises(ValueError, match="0/1"):
         sequence_clipped_surrogate_loss(logp, old, adv, mask.float() * 2)
     with pytest.raises(ValueError, match="clip_low"):
-        clipped_surrogate_loss(logp, old, adv, clip_low=1.5)
+        clipped_surrogate_loss(logp, old, adv, clip_low=-0.1)
     with pytest.raises(ValueError, match="does not divide"):
         kimi_loss(logp, old, adv, mask, 0.1, group_size=2)
     with pytest.raises(ValueError, match=r"rewards must be \(3,\)"):
@@ -221,3 +221,17 @@ def test_kimi_registry_entry_takes_centred_advantages_as_given_so_micro_batches_
     torch.testing.assert_close(split, grad_full)
     with pytest.raises(ValueError, match=r"kimi advantages must be \(8,\)"):
         POLICY_LOSSES["kimi"](logp, old, adv[:4], mask, tau=0.1)
+
+
+@pytest.mark.parametrize("clip_low", [1.0, 1.5])
+def test_clip_low_of_one_or_more_switches_the_lower_clip_off(clip_low):
+    """1 - clip_low <= 0 < ratio: the lower clip never binds, so the loss is PPO's with only the upper clip."""
+    logp, old, adv, mask = _case(0)
+    logp = (logp - 3.0).detach().requires_grad_()  # ratios far below 1 - 0.2: the lower clip would bind
+    loss, metrics = clipped_surrogate_loss(logp, old, adv, clip_low, 0.2, mask)
+    ratio = (logp - old).exp()
+    expected = torch.maximum(-adv[:, None] * ratio, -adv[:, None] * ratio.clamp(max=1.2))
+    torch.testing.assert_close(loss, expected)
+    assert float(metrics["clip_frac_low"]) == 0.0
+    clipped, _ = clipped_surrogate_loss(logp, old, adv, 0.2, 0.2, mask)
+    assert not torch.allclose(clipped, loss)  # with 0.2 the lower clip does bind on these ratios

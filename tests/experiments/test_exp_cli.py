@@ -27,6 +27,17 @@ def test_sort_toy_all_writes_plot_and_metrics(tmp_path, capsys):
     assert len(rows) == 4 * 2 * 2 and {r["delta"] for r in rows} == {"raw", "centered", "normalized", "max_only"}
 
 
+def test_sort_toy_reward_designs_on_repeated_prompts(tmp_path, capsys):
+    argv = ["sort-toy", "--delta", "normalized", "--reward", "all", "--prompts", "repeated", "--epochs", "2",
+            "--inner-steps", "1", "--seeds", "2", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "exact match" in out and all(name in out for name in ("exact", "position", "inclusion"))
+    assert (tmp_path / "sort_toy_normalized_all_repeated.png").stat().st_size > 0
+    rows = [json.loads(line) for line in (tmp_path / "sort_toy_normalized_all_repeated.jsonl").read_text().splitlines()]
+    assert {r["reward_fn"] for r in rows} == {"exact", "position", "inclusion"} and all("exact_match" in r for r in rows)
+
+
 def test_two_state_prints_exact_numbers(capsys):
     assert main(["two-state"]) == 0
     out = capsys.readouterr().out
@@ -37,7 +48,8 @@ def test_parser_defaults_and_errors():
     args = parse(["experiment", "sort-toy"])
     assert (args.delta, args.epochs, args.inner_steps, args.responses, args.lr, args.seed) == (
         "all", 100, 10, 10, 1e-3, 5)
-    for bad in (["--delta", "median"], ["--epochs", "0"], ["--lr", "-1"]):
+    assert (args.reward, args.prompts) == ("inclusion", "lecture")
+    for bad in (["--delta", "median"], ["--epochs", "0"], ["--lr", "-1"], ["--reward", "bleu"]):
         with pytest.raises(SystemExit) as e:
             parse(["experiment", "sort-toy", *bad])
         assert e.value.code == 2

@@ -5,12 +5,12 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from rlvr.core import get_advantage_fn
+from rlvr.pipelines.experiments.sort_rewards import inclusion_ordering_reward
 from rlvr.pipelines.experiments.sort_toy import (
     DELTAS,
     SortModel,
     SortToyConfig,
     expected_reward,
-    inclusion_ordering_reward,
     response_logprobs,
     run_deltas,
     run_sort_toy,

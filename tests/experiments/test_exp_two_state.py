@@ -19,6 +19,9 @@ def test_lecture_numbers_by_hand():
     assert r.no_baseline.coordinate_variance[0] == F(121 + 81, 16) - F(1, 16)
     # the lecture's |grad pi| = 1 shortcut: population variance of (11, 9, 0, 2) and of (1, -1, -1, 1)
     assert r.scalar_variance == (F(85, 4), F(1))
+    # the lecture prints torch.std (n - 1): sqrt(85 / 3) = 5.32 and sqrt(4 / 3) = 1.15
+    assert r.scalar_unbiased_variance == (F(85, 3), F(4, 3))
+    assert r.scalar_std == pytest.approx((5.3229, 1.1547), abs=1e-4)
 
 
 def test_core_reproduces_the_exact_gradients():
@@ -37,5 +40,7 @@ def test_baseline_is_unbiased_and_never_increases_variance(rewards):
 def test_report_and_errors():
     text = format_two_state(two_state_example(), 0.0)
     assert "51/2" in text and "1/4" in text and "expected gradients equal: True" in text
+    assert "exact population variance: Var[R] = 85/4 -> Var[R - b(s)] = 1" in text
+    assert "unbiased standard deviation (torch.std, n - 1): std[R] = 5.32 -> std[R - b(s)] = 1.15" in text
     with pytest.raises(ValueError, match="same number"):
         two_state_example(((1, 2), (3,)))

@@ -10,6 +10,7 @@ from rlvr.rewards import (BatchContext, CombinedReward, KimiLengthReward, Langua
                           OverlongPenalty, RewardConfigError, StepGated, dapo_overlong_penalty, format_ok,
                           kimi_length_reward, r1_format_reward, r1_format_reward_strict, reward_from_name,
                           script_share)
+from rlvr.rewards.language import words
 
 R1_PROMPT = "User: what is 1/2 as a decimal? Assistant: <think>"
 
@@ -138,18 +139,23 @@ def test_language_share_by_hand():
     en, zh = LanguageConsistencyReward("en"), LanguageConsistencyReward("zh")
     assert en("q", "<think>hello world</think><answer>1</answer>", {}) == 1.0
     assert zh("q", "<think>你好世界</think>", {}) == 1.0
-    assert en("q", "<think>hello 你好</think>", {}) == pytest.approx(5 / 7)
-    assert en("q", "2 + 2 = 4", {}) == 0.0  # no letters: no evidence of the language
+    # R1 counts words, not letters: 1 English word + 2 CJK characters (one word each) -> 1/3 (letters gave 5/7)
+    assert en("q", "<think>hello 你好</think>", {}) == pytest.approx(1 / 3)
+    assert en("q", "<think>the answer is 你</think>", {}) == pytest.approx(3 / 4)
+    assert en("q", "2 + 2 = 4", {}) == 0.0  # no words: no evidence of the language
     assert LanguageConsistencyReward("ja")("q", "日本語のテキスト", {}) == 1.0
+    assert LanguageConsistencyReward("ru")("q", "это test", {}) == 0.5
+    assert words("naïve x2, 日本 done") == ["naïve", "x", "日", "本", "done"]
     with pytest.raises(ValueError, match="choose from"):
         LanguageConsistencyReward("klingon")
 
 
-@given(st.text(alphabet="abcdefXYZ", min_size=1, max_size=30), st.text(alphabet="中文字汉", max_size=30),
-       st.text(alphabet="0123456789 +-=.,()", max_size=20))
-def test_language_properties(latin, han, neutral):
-    mixed = latin + han
+@given(st.lists(st.text(alphabet="abcdefXYZ", min_size=1, max_size=8), min_size=1, max_size=6),
+       st.text(alphabet="中文字汉", max_size=30), st.text(alphabet="0123456789 +-=.,()", max_size=20))
+def test_language_properties(latin_words, han, neutral):
+    mixed = " ".join(latin_words) + " " + han
     share = script_share(mixed, ("LATIN",))
-    assert share == pytest.approx(len(latin) / (len(latin) + len(han)))
-    assert script_share(mixed + neutral, ("LATIN",)) == share  # digits and symbols do not count
-    assert script_share(mixed + latin, ("LATIN",)) >= share
+    assert share == pytest.approx(len(latin_words) / (len(latin_words) + len(han)))  # a Han character = a word
+    assert script_share(mixed + " " + neutral, ("LATIN",)) == share  # digits and symbols make no word
+    assert script_share(mixed + " " + " ".join(latin_words), ("LATIN",)) >= share
+    assert script_share(" ".join(latin_words), ("LATIN",)) == 1.0

@@ -154,3 +154,15 @@ def test_jsonl_resume_drops_records_after_the_checkpoint(tmp_path):
     resumed.write({"step": 2, "x": float("nan")})
     resumed.close()
     assert read_jsonl(path)[-1] == {"step": 2, "x": "nan"}
+
+
+def test_advantage_eps_from_the_config_reaches_the_estimator():
+    """algorithm.advantage_eps (default 1e-4, CS336 lecture 17) is the eps of GRPO's std division."""
+    from rlvr.config import load_config
+
+    rewards = torch.tensor([0.0, 1.0, 0.0, 0.0])  # one group of 4: mean 0.25, unbiased std 0.5
+    for eps in (1e-4, 0.5):
+        cfg = load_config(None, [f"algorithm.advantage_eps={eps}"])
+        algo = GroupPolicyGradient.from_config(cfg.algorithm, cfg.rollout.max_new_tokens)
+        torch.testing.assert_close(algo.advantages(rewards, 4), (rewards - 0.25) / (0.5 + eps))
+    assert load_config(None, []).algorithm.advantage_eps == 1e-4

@@ -13,10 +13,12 @@ changes between runs, and it comes from `rlvr.core`'s advantage registry:
     normalized delta = (R - mean) / (std + eps)          (GRPO's z-score)
     max_only   delta = R for the group's best, else 0    (learn from the best sample only)
 
-Reward (the lecture's `sort_inclusion_ordering_reward`): one point per prompt token that appears in the
-response plus one point per adjacent response pair in non-decreasing order, so 0..5 for length 3.
-Since positions are independent, the expected reward of a policy is computed exactly by enumerating
-all 5^3 responses, which gives a noise-free learning curve beside the sampled batch mean.
+Reward: one of the lecture's three designs (`rlvr.pipelines.experiments.sort_rewards`): `exact` (0/1), `position`
+(matching positions) or `inclusion` (the lecture's `sort_inclusion_ordering_reward`, the default: one
+point per prompt token that appears in the response plus one per ordered adjacent pair, 0..5 for length
+3). Since positions are independent, the expected reward of a policy and its exact-match probability
+are computed exactly by enumerating all V^L responses, which gives noise-free learning curves beside
+the sampled batch mean; exact match beside an `inclusion` reward shows when the reward is hacked.
 """
 
 from __future__ import annotations
@@ -32,24 +34,10 @@ import torch
 from torch import Tensor, nn
 
 from rlvr.core import aggregate_loss, get_advantage_fn, pg_loss
+from rlvr.pipelines.experiments.sort_rewards import LECTURE_PROMPTS, SORT_REWARDS, max_sort_reward
 
 # delta name on the command line -> rlvr.core advantage registry name
 DELTAS: dict[str, str] = {"raw": "raw", "centered": "centered", "normalized": "grpo", "max_only": "max_only"}
-LECTURE_PROMPTS = ((1, 0, 2), (3, 2, 4), (1, 2, 3))
-
-
-def inclusion_ordering_reward(prompts: Tensor, responses: Tensor) -> Tensor:
-    """CS336 lecture 17 `sort_inclusion_ordering_reward`, vectorised.
-
-    prompts (..., L) and responses (..., L) integer tensors with matching leading dims -> (...) float:
-    #{prompt tokens x (with multiplicity) that occur anywhere in the response}
-    + #{adjacent response pairs with r_t <= r_{t+1}}.
-    """
-    if prompts.shape[-1] != responses.shape[-1]:
-        raise ValueError(f"prompt and response lengths differ: {tuple(prompts.shape)} vs {tuple(responses.shape)}")
-    present = (prompts.unsqueeze(-1) == responses.unsqueeze(-2)).any(dim=-1)  # (..., L) prompt token found
-    ordered = responses[..., 1:] >= responses[..., :-1]  # (..., L-1)
-    return (present.sum(-1) + ordered.sum(-1)).to(torch.get_default_dtype())
 
 
 class SortModel(nn.Module):
@@ -89,10 +77,13 @@ class SortToyConfig:
     seed: int = 5  # the lecture's torch.manual_seed(5)
     seeds: int = 1  # independent replicas trained side by side (K); results report their mean and spread
     prompts: tuple[tuple[int, ...], ...] = LECTURE_PROMPTS
+    reward: str = "inclusion"  # one of sort_rewards.SORT_REWARDS (lecture's main run: inclusion)
 
     def __post_init__(self) -> None:
         if self.delta not in DELTAS:
             raise ValueError(f"unknown delta {self.delta!r}; choose from {list(DELTAS)}")
+        if self.reward not in SORT_REWARDS:
+            raise ValueError(f"unknown reward {self.reward!r}; choose from {list(SORT_REWARDS)}")
         for name in ("epochs", "inner_steps", "responses", "embedding_dim", "vocab_size", "seeds"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -113,22 +104,33 @@ class SortToyResult:
     sampled_reward: list[list[float]] = field(default_factory=list)  # (steps, K) batch mean reward
     expected_reward: list[list[float]] = field(default_factory=list)  # (steps, K) exact E[R] at the step
     final_expected_reward: list[float] = field(default_factory=list)  # (K,) exact E[R] after training
+    exact_match: list[list[float]] = field(default_factory=list)  # (steps, K) exact P(response = sorted)
+    final_exact_match: list[float] = field(default_factory=list)  # (K,) exact P(response = sorted) at the end
+    final_at_max: list[float] = field(default_factory=list)  # (K,) exact P(reward = its maximum) at the end
     max_reward: float = float("nan")  # best achievable reward (the sorted answer scores it)
 
     @property
     def final_mean(self) -> float:
         return sum(self.final_expected_reward) / len(self.final_expected_reward)
 
+    @property
+    def final_exact_mean(self) -> float:
+        return sum(self.final_exact_match) / len(self.final_exact_match)
 
-def expected_reward(model: SortModel, prompts: Tensor, vocab_size: int) -> Tensor:
+
+def expected_reward(model: SortModel, prompts: Tensor, vocab_size: int, reward: str = "inclusion",
+                    at_max: bool = False) -> Tensor:
     """Exact E_{a ~ pi(.|s)}[R(s, a)] per replica, averaged over prompts, by enumerating all V^L
-    responses -> (K,)."""
+    responses -> (K,). `reward="exact"` gives the exact-match probability; `at_max=True` the probability
+    that the reward reaches its maximum."""
     length = prompts.shape[1]
     every = torch.tensor(list(itertools.product(range(vocab_size), repeat=length)))  # (V^L, L)
     with torch.no_grad():
         logp = torch.log_softmax(model(prompts), dim=-1)  # (K, B, L, V)
         seq_logp = logp[:, :, torch.arange(length), every].sum(-1)  # (K, B, V^L) positions independent
-        rewards = inclusion_ordering_reward(prompts.unsqueeze(1), every.unsqueeze(0))  # (B, V^L)
+        rewards = SORT_REWARDS[reward](prompts.unsqueeze(1), every.unsqueeze(0))  # (B, V^L)
+        if at_max:
+            rewards = (rewards == max_sort_reward(reward, length)).to(rewards.dtype)
         return (seq_logp.exp() * rewards).sum(-1).mean(-1)
 
 
@@ -154,15 +156,16 @@ def run_sort_toy(config: SortToyConfig) -> SortToyResult:
     (b, length), k, g = prompts.shape, config.seeds, config.responses
     model = SortModel(config.vocab_size, config.embedding_dim, length, length, replicas=k)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
-    advantage_fn = get_advantage_fn(DELTAS[config.delta])
+    advantage_fn, reward_fn = get_advantage_fn(DELTAS[config.delta]), SORT_REWARDS[config.reward]
     mask = torch.ones(k * b * g, length, dtype=torch.bool)
-    result = SortToyResult(config, max_reward=float(2 * length - 1))
+    result = SortToyResult(config, max_reward=max_sort_reward(config.reward, length))
     for epoch in range(config.epochs):
         # --- rollout and rewards: once per epoch, reused by the inner steps (as in the lecture) ---
         responses = sample_responses(model(prompts), g)  # (K, B, G, L)
-        rewards = inclusion_ordering_reward(prompts.unsqueeze(1), responses)  # (K, B, G)
+        rewards = reward_fn(prompts.unsqueeze(1), responses)  # (K, B, G)
         deltas = advantage_fn(rewards.reshape(-1), g)  # (K*B*G,) groups of G contiguous
-        e_reward = expected_reward(model, prompts, config.vocab_size).tolist()
+        e_reward = expected_reward(model, prompts, config.vocab_size, config.reward).tolist()
+        e_exact = expected_reward(model, prompts, config.vocab_size, "exact").tolist()
         for step in range(config.inner_steps):
             # --- update: -delta * log pi per token; mean over each replica's tokens, summed over replicas ---
             logprobs = response_logprobs(model, prompts, responses)  # (K*B*G, L)
@@ -175,7 +178,10 @@ def run_sort_toy(config: SortToyConfig) -> SortToyResult:
             result.loss.append(per_token.detach().reshape(k, -1).mean(-1).tolist())
             result.sampled_reward.append(rewards.reshape(k, -1).mean(-1).tolist())
             result.expected_reward.append(e_reward)
-    result.final_expected_reward = expected_reward(model, prompts, config.vocab_size).tolist()
+            result.exact_match.append(e_exact)
+    result.final_expected_reward = expected_reward(model, prompts, config.vocab_size, config.reward).tolist()
+    result.final_exact_match = expected_reward(model, prompts, config.vocab_size, "exact").tolist()
+    result.final_at_max = expected_reward(model, prompts, config.vocab_size, config.reward, at_max=True).tolist()
     return result
 
 
@@ -184,13 +190,20 @@ def run_deltas(deltas: list[str], **overrides) -> dict[str, SortToyResult]:
     return {d: run_sort_toy(SortToyConfig(delta=d, **overrides)) for d in deltas}
 
 
+def run_rewards(rewards: list[str], **overrides) -> dict[str, SortToyResult]:
+    """One run per reward design, same seed and everything else equal."""
+    return {r: run_sort_toy(SortToyConfig(reward=r, **overrides)) for r in rewards}
+
+
 LOSS_CAPTION = (
     "Why the loss is not a progress signal: it is the surrogate -mean(delta * log pi), and only its gradient "
     "is the policy gradient. Its value depends on the deltas, which are recomputed from every new batch: "
     "centered and normalized deltas have mean 0, so their loss hovers near 0 whatever the reward; raw "
     "deltas are all >= 0, so their loss falls toward 0 as the policy turns deterministic (log pi -> 0), "
     "whether or not the reward it settles on is high. Judge progress by the reward (left): the exact "
-    "expected reward of the policy (solid) and the batch mean of the sampled rewards (faint)."
+    "expected reward of the policy (solid) and the batch mean of the sampled rewards (faint), as a share of "
+    "the reward's maximum; and by exact match (middle), the probability of answering the sorted prompt, "
+    "which a hacked reward does not raise."
 )
 
 
@@ -203,8 +216,17 @@ def _sem(rows: list[list[float]]) -> list[float]:
     return [(sum((x - sum(r) / k) ** 2 for x in r) / (k - 1) / k) ** 0.5 for r in rows]
 
 
+def _band(ax, res: SortToyResult, rows: list[list[float]], color: str, scale: float = 1.0) -> None:
+    """+- one standard error of the mean over seeds."""
+    if res.config.seeds > 1:
+        mean, sem = _mean(rows), _sem(rows)
+        ax.fill_between(res.steps, [(m - e) / scale for m, e in zip(mean, sem)],
+                        [(m + e) / scale for m, e in zip(mean, sem)], color=color, alpha=0.15)
+
+
 def plot_sort_toy(results: dict[str, SortToyResult], path: str | Path) -> Path:
-    """Reward (left) and loss (right) against steps, one line per delta, with the caption on the loss."""
+    """Reward as a share of its maximum (left), exact match (middle) and loss (right) against steps,
+    one line per run, with the caption on the loss."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -212,24 +234,24 @@ def plot_sort_toy(results: dict[str, SortToyResult], path: str | Path) -> Path:
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig, (ax_r, ax_l) = plt.subplots(1, 2, figsize=(13, 5.2))
-    for i, (delta, res) in enumerate(results.items()):
-        color = f"C{i}"
-        ax_r.plot(res.steps, _mean(res.expected_reward), color=color, label=f"{delta} (exact E[R])")
-        ax_r.plot(res.steps, _mean(res.sampled_reward), color=color, alpha=0.25, linewidth=0.8)
-        if res.config.seeds > 1:  # +- one standard error of the mean over seeds
-            mean, sem = _mean(res.expected_reward), _sem(res.expected_reward)
-            ax_r.fill_between(res.steps, [m - e for m, e in zip(mean, sem)], [m + e for m, e in zip(mean, sem)],
-                              color=color, alpha=0.15)
-        ax_l.plot(res.steps, _mean(res.loss), color=color, label=delta, linewidth=0.9)
+    fig, (ax_r, ax_x, ax_l) = plt.subplots(1, 3, figsize=(17, 5.2))
+    for i, (label, res) in enumerate(results.items()):
+        color, top = f"C{i}", res.max_reward
+        ax_r.plot(res.steps, [m / top for m in _mean(res.expected_reward)], color=color, label=f"{label} (exact E[R])")
+        ax_r.plot(res.steps, [m / top for m in _mean(res.sampled_reward)], color=color, alpha=0.25, linewidth=0.8)
+        _band(ax_r, res, res.expected_reward, color, top)
+        ax_x.plot(res.steps, _mean(res.exact_match), color=color, label=label)
+        _band(ax_x, res, res.exact_match, color)
+        ax_l.plot(res.steps, _mean(res.loss), color=color, label=label, linewidth=0.9)
     first = next(iter(results.values()))
-    ax_r.axhline(first.max_reward, color="gray", linestyle=":", linewidth=1, label="max reward")
+    ax_r.axhline(1.0, color="gray", linestyle=":", linewidth=1, label="max reward")
     seeds = f", mean of {first.config.seeds} seeds (band: +-1 s.e.)" if first.config.seeds > 1 else ""
-    ax_r.set(xlabel="step", ylabel="reward", title=f"Reward{seeds}")
+    ax_r.set(xlabel="step", ylabel="reward / max reward", title=f"Reward{seeds}")
+    ax_x.set(xlabel="step", ylabel="P(response = sorted prompt)", title="Exact match (exact, not sampled)", ylim=(0, 1))
     ax_l.set(xlabel="step", ylabel="loss", title="Loss (surrogate)")
-    ax_r.legend(fontsize=8)
-    ax_l.legend(fontsize=8)
-    fig.text(0.01, 0.01, textwrap.fill(LOSS_CAPTION, 190), fontsize=8, va="bottom")
+    for ax in (ax_r, ax_x, ax_l):
+        ax.legend(fontsize=8)
+    fig.text(0.01, 0.01, textwrap.fill(LOSS_CAPTION, 240), fontsize=8, va="bottom")
     fig.tight_layout(rect=(0, 0.12, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -237,22 +259,26 @@ def plot_sort_toy(results: dict[str, SortToyResult], path: str | Path) -> Path:
 
 
 def format_table(results: dict[str, SortToyResult]) -> str:
-    """One row per delta: final exact expected reward (mean, min, max over seeds) and last sampled reward."""
-    lines = [f"{'delta':<11} {'final E[R]':>10} {'min':>6} {'max':>6} {'last batch R':>13}   (max reward "
-             f"{next(iter(results.values())).max_reward:g})"]
-    for delta, res in results.items():
+    """One row per run: final exact expected reward (mean, min, max over seeds), its maximum, the last
+    sampled reward and the final exact-match probability."""
+    lines = [f"{'run':<11} {'final E[R]':>10} {'min':>6} {'max':>6} {'of max':>6} {'last batch R':>13} "
+             f"{'exact match':>11}"]
+    for label, res in results.items():
         f = res.final_expected_reward
-        lines.append(f"{delta:<11} {res.final_mean:>10.3f} {min(f):>6.3f} {max(f):>6.3f} "
-                     f"{sum(res.sampled_reward[-1]) / len(f):>13.3f}")
+        lines.append(f"{label:<11} {res.final_mean:>10.3f} {min(f):>6.3f} {max(f):>6.3f} {res.max_reward:>6g} "
+                     f"{sum(res.sampled_reward[-1]) / len(f):>13.3f} {res.final_exact_mean:>11.3f}")
     return "\n".join(lines)
 
 
 def save_metrics(results: dict[str, SortToyResult], path: str | Path) -> Path:
-    """Every step of every run as jsonl: delta, step, loss / rewards averaged over seeds."""
-    rows = [{"delta": d, "step": s, "loss": sum(lo) / len(lo), "sampled_reward": sum(sr) / len(sr),
-             "expected_reward": sum(er) / len(er)}
-            for d, res in results.items()
-            for s, lo, sr, er in zip(res.steps, res.loss, res.sampled_reward, res.expected_reward)]
+    """Every step of every run as jsonl: run label, delta, reward design, step, loss / rewards / exact
+    match averaged over seeds."""
+    rows = [{"run": label, "delta": res.config.delta, "reward_fn": res.config.reward, "step": s,
+             "loss": sum(lo) / len(lo), "sampled_reward": sum(sr) / len(sr), "expected_reward": sum(er) / len(er),
+             "exact_match": sum(em) / len(em)}
+            for label, res in results.items()
+            for s, lo, sr, er, em in zip(res.steps, res.loss, res.sampled_reward, res.expected_reward,
+                                         res.exact_match)]
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")

@@ -40,6 +40,13 @@ class TwoStateResult:
     no_baseline: Estimator
     with_baseline: Estimator
     scalar_variance: tuple[Fraction, Fraction]  # the lecture's |grad pi| = 1 simplification: Var[R], Var[R - b]
+    # the same, Bessel-corrected (n - 1), as the lecture's torch.std figures: their square roots are 5.32 -> 1.15
+    scalar_unbiased_variance: tuple[Fraction, Fraction]
+
+    @property
+    def scalar_std(self) -> tuple[float, float]:
+        """Unbiased standard deviations of R and R - b(s): the numbers the lecture prints."""
+        return (float(self.scalar_unbiased_variance[0]) ** 0.5, float(self.scalar_unbiased_variance[1]) ** 0.5)
 
 
 def _score(n_states: int, n_actions: int, s: int, a: int) -> list[Fraction]:
@@ -68,13 +75,15 @@ def two_state_example(rewards: tuple[tuple[int, ...], ...] = LECTURE_REWARDS) ->
     n_a = len(rewards[0])
     centered = [x - baseline[i // n_a] for i, x in enumerate(flat)]
     scalar = (_variance(flat), _variance(centered))
+    unbiased = (_variance(flat, ddof=1), _variance(centered, ddof=1))
     return TwoStateResult(tuple(rewards), tuple(baseline), _estimator(rewards, [Fraction(0)] * len(rewards)),
-                          _estimator(rewards, baseline), scalar)
+                          _estimator(rewards, baseline), scalar, unbiased)
 
 
-def _variance(xs: list[Fraction]) -> Fraction:
+def _variance(xs: list[Fraction], ddof: int = 0) -> Fraction:
+    """Population variance (ddof 0) or the Bessel-corrected one (ddof 1, as torch.std)."""
     mean = sum(xs, Fraction(0)) / len(xs)
-    return sum(((x - mean) ** 2 for x in xs), Fraction(0)) / len(xs)
+    return sum(((x - mean) ** 2 for x in xs), Fraction(0)) / (len(xs) - ddof)
 
 
 def check_against_core(result: TwoStateResult) -> float:
@@ -119,8 +128,10 @@ def format_two_state(result: TwoStateResult, core_error: float | None = None) ->
         "",
         f"expected gradients equal: {nb.mean == wb.mean};  variance ratio: {nb.variance / wb.variance} "
         f"({float(nb.variance):g} -> {float(wb.variance):g})",
-        f"lecture's |grad pi| = 1 simplification: Var[R] = {result.scalar_variance[0]} -> "
-        f"Var[R - b(s)] = {result.scalar_variance[1]}",
+        f"lecture's |grad pi| = 1 simplification, exact population variance: Var[R] = {result.scalar_variance[0]} "
+        f"-> Var[R - b(s)] = {result.scalar_variance[1]}",
+        f"the lecture's figures, unbiased standard deviation (torch.std, n - 1): std[R] = {result.scalar_std[0]:.2f} "
+        f"-> std[R - b(s)] = {result.scalar_std[1]:.2f}",
     ]
     if core_error is not None:
         lines.append(f"rlvr.core check (autograd through pg_loss, raw/centered advantages): "

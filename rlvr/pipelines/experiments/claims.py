@@ -1,0 +1,69 @@
+"""A lecture claim checked by a measurement, and the report that lists them.
+
+Each `Claim` carries the lecture's sentence, the number rlvr measured (mean and spread over seeds),
+whether the direction holds (computed by the experiment from its own numbers, never written by hand)
+and what in the run is smaller than the paper's. `write_report` renders them as one table plus a
+section per claim with its figure.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+
+@dataclass
+class Claim:
+    key: str  # short identifier, also the section anchor
+    lecture: str  # the claim, in one line
+    measured: str  # what rlvr measured, with mean +- sd over seeds
+    holds: bool | None  # None: could not be decided from this run (said in `measured`)
+    seeds: int  # independent seeds (or replicas) behind the number; 0 = exact computation
+    setup: str = ""  # how it was measured, and what is smaller than the paper's
+    figures: list[str] = field(default_factory=list)  # file names inside the report folder
+
+    @property
+    def verdict(self) -> str:
+        return {True: "holds", False: "does not hold", None: "undecided"}[self.holds]
+
+
+def mean_sd(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (n - 1; 0 for a single value)."""
+    n = len(values)
+    if n == 0:
+        raise ValueError("mean_sd needs at least one value")
+    mean = sum(values) / n
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else 0.0
+    return mean, sd
+
+
+def fmt(values: Sequence[float], digits: int = 3) -> str:
+    """'mean +- sd (n=K)'."""
+    mean, sd = mean_sd(values)
+    return f"{mean:.{digits}f} ± {sd:.{digits}f} (n={len(values)})"
+
+
+def se_of_difference(a: Sequence[float], b: Sequence[float]) -> float:
+    """Standard error of mean(a) - mean(b) for independent samples (Welch)."""
+    return math.sqrt(mean_sd(a)[1] ** 2 / len(a) + mean_sd(b)[1] ** 2 / len(b))
+
+
+def write_report(claims: Sequence[Claim], out: str | Path, title: str, intro: str, footer: str = "") -> Path:
+    """`out/report.md`: a one-line-per-claim table, then each claim's setup and figures."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = [f"# {title}", "", intro, "", "| claim | measured by rlvr | seeds | direction |", "|---|---|---|---|"]
+    for c in claims:
+        seeds = "exact" if c.seeds == 0 else str(c.seeds)
+        lines.append(f"| [{c.lecture}](#{c.key}) | {c.measured} | {seeds} | **{c.verdict}** |")
+    for c in claims:
+        lines += ["", f'<a id="{c.key}"></a>', f"## {c.lecture}", "", f"Measured: {c.measured}. "
+                  f"Direction: **{c.verdict}**.", "", c.setup]
+        lines += [f"\n![{c.key}]({name})" for name in c.figures]
+    if footer:
+        lines += ["", footer]
+    path = out / "report.md"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path

@@ -1,0 +1,76 @@
+"""`rlvr experiment lecture17 --quick`: the whole pipeline at tiny sizes writes a report with every claim."""
+
+import math
+
+import pytest
+
+from rlvr.pipelines.experiments.claims import Claim, fmt, mean_sd, se_of_difference, write_report
+from rlvr.cli import main as rlvr_main
+from rlvr.pipelines.experiments.lecture17_lm import std_weights
+from rlvr.pipelines.experiments.lecture17_thinking import CUT_SHARE, thinking_rows
+from rlvr.tasks import get_task
+from rlvr.thinking import EARLY_STOP_TEXT, THINK_END
+
+
+def main(argv):
+    return rlvr_main(["experiment", *argv])
+
+
+CLAIM_KEYS = ("centered-beats-raw", "normalized-close-to-centered", "max-only", "baseline-variance",
+              "k3-unbiased-low-variance", "std-scaling", "length-bias", "kimi-length", "inclusion-hacked",
+              "thinking-budget")
+
+
+def test_quick_run_writes_every_claim_and_its_figures(tmp_path, capsys):
+    out, runs = tmp_path / "report", tmp_path / "runs"
+    assert main(["lecture17", "--quick", "--out", str(out), "--runs", str(runs)]) == 0
+    text = (out / "report.md").read_text()
+    table = [line for line in text.splitlines() if line.startswith("| [")]
+    assert len(table) == len(CLAIM_KEYS)  # one line per claim
+    for key in CLAIM_KEYS:
+        assert f'<a id="{key}"></a>' in text and f"(#{key})" in text
+    for line in table:  # every line carries a measured number and a computed verdict
+        assert "±" in line or "exact" in line
+        assert any(v in line for v in ("**holds**", "**does not hold**", "**undecided**"))
+    for name in ("sort_toy_deltas.png", "sort_toy_reward_hack.png", "length_bias.png", "kimi_length.png",
+                 "thinking_budget.png"):
+        assert (out / name).stat().st_size > 0 and f"({name})" in text
+    assert not (out / "runs").exists() and (runs / "seed0" / "per_sequence" / "metrics.jsonl").is_file()
+    assert "report:" in capsys.readouterr().out
+
+
+def test_statistics_by_hand():
+    assert mean_sd([1.0, 3.0]) == (2.0, math.sqrt(2.0))
+    assert mean_sd([5.0]) == (5.0, 0.0)
+    assert fmt([1.0, 3.0], 2) == "2.00 ± 1.41 (n=2)"
+    assert se_of_difference([1.0, 3.0], [0.0, 0.0]) == pytest.approx(1.0)  # sqrt(2 / 2 + 0)
+    with pytest.raises(ValueError):
+        mean_sd([])
+
+
+def test_report_verdicts_come_from_the_claims(tmp_path):
+    claims = [Claim("a", "A beats B", "1 vs 0", True, 3), Claim("b", "C", "n/a", None, 0, "setup", ["f.png"])]
+    text = write_report(claims, tmp_path, "T", "intro").read_text()
+    assert "| [A beats B](#a) | 1 vs 0 | 3 | **holds** |" in text
+    assert "| [C](#b) | n/a | exact | **undecided** |" in text and "![b](f.png)" in text
+
+
+def test_std_weights_by_hand():
+    """Groups of 4 with 1 and 2 correct: GRPO divides |A| by std + eps, centered does not."""
+    import torch
+
+    rewards = torch.tensor([1.0, 0, 0, 0, 1, 1, 0, 0])
+    k, grpo, centered = std_weights(rewards, 4)
+    assert k.tolist() == [1.0, 2.0]
+    # group 1: |A_c| = (0.75 + 3 * 0.25) / 4 = 0.375, std = 0.5; group 2: |A_c| = 0.5, std = sqrt(1/3)
+    torch.testing.assert_close(centered, torch.tensor([0.375, 0.5]))
+    torch.testing.assert_close(grpo, torch.tensor([0.375 / (0.5 + 1e-4), 0.5 / (math.sqrt(1 / 3) + 1e-4)]))
+
+
+def test_thinking_rows_teach_the_format_and_the_early_stop():
+    rows = thinking_rows(get_task("sort", length=4, reward="sparse"), 200, 0)
+    cut = [r for r in rows if EARLY_STOP_TEXT in r["completion"]]
+    assert 0.1 < len(cut) / len(rows) < 0.4 and abs(len(cut) / len(rows) - CUT_SHARE) < 0.1
+    for r in rows:
+        answer = r["completion"].split(THINK_END)[-1].strip()
+        assert r["completion"].startswith("<think>\n") and answer.split() == sorted(answer.split(), key=int)
