@@ -69,7 +69,7 @@ def token_level_advantages(
         raise ValueError("kl_coef > 0 needs the sampling policy's and the reference's log-probs")
     with torch.no_grad():
         if kl_coef == 0:  # the score alone, on the last token
-            logprobs = ref_logprobs = torch.zeros(mask.shape, dtype=torch.float32)
+            logprobs = ref_logprobs = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
         rewards = kl_shaped_rewards(scores.float(), logprobs.detach(), ref_logprobs.detach(), mask, kl_coef,
                                     kl_estimator)  # (B, W)
         values = torch.zeros_like(rewards) if values is None else values.detach()
@@ -166,7 +166,7 @@ def forward_with_values(policy: nn.Module, value_model: ValueModel, batch, tempe
 @torch.no_grad()
 def sampling_values(policy: nn.Module, value_model: ValueModel, batch, micro_batch_size: int) -> Tensor:
     """V_old (B, W) of the whole batch at sampling time, in micro-batches, without gradient."""
-    out = torch.zeros(batch.mask.shape, dtype=torch.float32)
+    out = torch.zeros(batch.mask.shape, dtype=torch.float32, device=batch.mask.device)
     for lo in range(0, len(batch), micro_batch_size):
         part = batch.select(slice(lo, lo + micro_batch_size))
         _, _, values = forward_with_values(policy, value_model, part, 1.0)

@@ -48,6 +48,12 @@ class RolloutBatch:
                 picked[key] = value[:, :width]
         return replace(self, **picked)
 
+    def to(self, device: torch.device) -> "RolloutBatch":
+        """Every tensor field on `device` (the policy's): the one place batch tensors leave the CPU."""
+        moved = {f.name: getattr(self, f.name).to(device) for f in fields(self)
+                 if isinstance(getattr(self, f.name), Tensor)}
+        return replace(self, **moved)
+
 
 def encode_prompt_completion(tokenizer: PreTrainedTokenizerBase, prompt: str, completion: str
                              ) -> tuple[list[int], list[int]]:
@@ -128,7 +134,7 @@ def policy_logprobs(model, batch: RolloutBatch, temperature: float, with_entropy
 @torch.no_grad()
 def cached_logprobs(model, batch: RolloutBatch, temperature: float, micro_batch_size: int) -> Tensor:
     """log-probs (B, W) of the whole batch under `model`, in micro-batches, without gradient."""
-    out = torch.zeros(batch.mask.shape, dtype=torch.float32)
+    out = torch.zeros(batch.mask.shape, dtype=torch.float32, device=batch.mask.device)
     for lo in range(0, len(batch), micro_batch_size):
         part = batch.select(slice(lo, lo + micro_batch_size))
         logprobs, _ = policy_logprobs(model, part, temperature)

@@ -97,12 +97,14 @@ class VLLMEngine:
         # Unseeded calls draw their seed from torch's global RNG, as HFEngine does, so that
         # torch.manual_seed makes a run reproducible with either engine.
         seed = sampling.seed if sampling.seed is not None else int(torch.randint(2**62, (1,)).item())
-        params = self._vllm.SamplingParams(
+        # vLLM seeds sample j of a request with seed + j: one seed shared by all prompts would give every
+        # prompt the same random draws (correlated samples across the batch), so prompt i starts at seed + i*n.
+        params = [self._vllm.SamplingParams(
             n=n, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
-            max_tokens=sampling.max_new_tokens, stop=list(sampling.stop) or None, seed=seed,
+            max_tokens=sampling.max_new_tokens, stop=list(sampling.stop) or None, seed=seed + i * n,
             ignore_eos=sampling.ignore_eos,
             logprobs=0,  # the sampled token's own log-prob only
-        )
+        ) for i in range(len(prompts))]
         requests = [{"prompt_token_ids": ids} for ids in prompt_ids]
         outputs = self.llm.generate(requests, params, use_tqdm=False)
         return [self._completion(prompt, ids, sample, sampling)

@@ -20,7 +20,7 @@ from rlvr.algorithms.grpo import GroupPolicyGradient, accumulation_denominator
 from rlvr.algorithms.ppo import VALUE_MODEL_FILE, ValueModel, build_value_model, forward_with_values
 from rlvr.config import Config
 from rlvr.core import masked_mean
-from rlvr.models import engine_weights, load_policy, load_reference, load_tokenizer, save_policy
+from rlvr.models import engine_weights, load_policy, load_reference, load_tokenizer, resolve_placement, save_policy
 from rlvr.models.tokenizer import pad_token_id
 from rlvr.rollout.batch import RolloutBatch, build_batch, cached_logprobs, policy_logprobs
 from rlvr.rollout.scored import ScoredBatch
@@ -38,6 +38,7 @@ class Learner:
 
     def __init__(self, cfg: Config, policy_path: str | Path, init_path: str | Path) -> None:
         self.cfg = cfg
+        self.device = resolve_placement(cfg.model).device  # policy, reference, value model and batches
         self.lora = cfg.model.lora.r > 0
         # a LoRA checkpoint holds the adapters only: the base comes from `init_path`
         adapter = policy_path if self.lora and Path(policy_path) != Path(init_path) else None
@@ -65,14 +66,14 @@ class Learner:
         if self.token_adv is None or not self.token_adv.needs_value_model:
             return None
         v = self.cfg.value
-        model = build_value_model(v.model, self.policy, v.path or init)
+        model = build_value_model(v.model, self.policy, v.path or init).to(self.device)
         self.optimizer.add_param_group({"params": list(model.parameters()), "lr": v.lr or self.cfg.optim.lr,
                                         "weight_decay": 0.0})
         return model
 
     def tensors(self, batch: ScoredBatch) -> RolloutBatch:
-        """prompt + completion rows, right-padded, with the batch's rewards."""
-        return build_batch(batch.prompt_ids, batch.completion_ids, None, batch.rewards, self.pad_id)
+        """prompt + completion rows, right-padded, with the batch's rewards, on the policy's device."""
+        return build_batch(batch.prompt_ids, batch.completion_ids, None, batch.rewards, self.pad_id).to(self.device)
 
     def logprobs(self, batch: ScoredBatch | RolloutBatch) -> Tensor:
         """log pi (N, W) of every completion token under the current policy, without gradient."""
@@ -92,9 +93,10 @@ class Learner:
         else:
             self.token_adv.annotate(rows, self.policy, self.value_model, micro)
         if cfg.algorithm.overlong_filter:  # DAPO: a truncated completion is unfinished, not wrong
-            rows.advantages = overlong_filter(rows.advantages, batch.truncated)
+            truncated = batch.truncated.to(self.device)
+            rows.advantages = overlong_filter(rows.advantages, truncated)
             if cfg.algorithm.aggregation != "seq_mean_token_mean":  # an empty row would be 0 / 0 there
-                rows.mask = overlong_loss_mask(rows.mask, batch.truncated.to(rows.mask.device))
+                rows.mask = overlong_loss_mask(rows.mask, truncated)
         return rows
 
     def _forward(self, mb: RolloutBatch) -> tuple[Tensor, Tensor, Tensor | None]:

@@ -62,10 +62,12 @@ def train(cfg: Config, resume: bool = False, run: Run | None = None) -> RunResul
 
             # --- sync: the engine samples the next batch from the new weights ---
             rollout.load_weights(learner.named_weights())
+            t_sync = time.perf_counter() - tic - t_rollout - t_update
 
             # --- eval/log/checkpoint ---
             record = {**_floats(batch.metrics()), **update}
-            timings = {"s_per_step": time.perf_counter() - tic, "rollout_s": t_rollout, "update_s": t_update}
+            timings = {"s_per_step": time.perf_counter() - tic, "rollout_s": t_rollout, "update_s": t_update,
+                       "sync_s": t_sync}
             if step % max(cfg.eval.every, 1) == 0 and cfg.eval.every or step == cfg.train.steps:
                 tic = time.perf_counter()
                 last_eval = _evaluate(run, step)

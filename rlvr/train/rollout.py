@@ -7,12 +7,14 @@ from, so placing the role in a Ray actor or on a vLLM engine changes `build_engi
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Iterable
 
 import torch
 
 from rlvr.algorithms.dynamic_sampling import RolloutSampler
 from rlvr.config import Config
+from rlvr.models import resolve_placement
 from rlvr.rollout.base import RolloutEngine, SamplingParams
 from rlvr.rollout.hf_engine import HFEngine
 from rlvr.rollout.scored import ScoredBatch
@@ -23,10 +25,24 @@ from rlvr.data.stream import build_prompt_stream
 from rlvr.train.evaluate import evaluate_heldout
 
 
+def build_engine(cfg: Config, policy: Any, tokenizer: Any, model_path: str | Path) -> RolloutEngine:
+    """The one place an engine is chosen from the config.
 
-def build_engine(cfg: Config, policy: Any, tokenizer: Any) -> RolloutEngine:
-    """The one place an engine is chosen from the config (transformers today)."""
-    return HFEngine(policy, tokenizer)
+    `hf`: rlvr's sampler on the policy module itself, on the policy's device (no copy of the weights).
+    `vllm`: a vLLM engine in this process, built from the Hugging Face folder `model_path` (the run's
+    start model) in the policy's dtype; the loop's `load_weights` after every step keeps it current.
+    """
+    placement = resolve_placement(cfg.model)
+    if cfg.rollout.engine == "hf":
+        return HFEngine(policy, tokenizer, device=placement.device)
+    from rlvr.rollout.vllm_engine import VLLMEngine  # the optional extra, imported only when asked for
+
+    r = cfg.rollout
+    return VLLMEngine(model_path, dtype=cfg.model.dtype, gpu_memory_utilization=r.gpu_memory_utilization,
+                      enable_prefix_caching=r.enable_prefix_caching, enable_sleep_mode=r.enable_sleep_mode,
+                      seed=cfg.seed,
+                      # CUDA graphs pay off on a GPU; on a CPU, compiling costs more start-up than it saves
+                      enforce_eager=placement.device.type == "cpu")
 
 
 class Rollout:
@@ -47,6 +63,8 @@ class Rollout:
     def collect(self, step: int) -> ScoredBatch:
         """The step's batch: group_size scored samples per prompt, contiguous (DAPO refills flat groups)."""
         rollout = self.sampler.sample(step)
+        if hasattr(self.engine, "sleep"):  # vLLM on a GPU frees its KV cache for the update; wakes on use
+            self.engine.sleep()
         completions, scores = rollout.completions, rollout.scores
         self.stream.update(rollout.examples, scores.correct)  # failure-rate sampling learns what fails
         return ScoredBatch(

@@ -67,9 +67,12 @@ def prepare_run(cfg: Config, resume: bool = False, on_sft=None) -> Run:
     task = get_task(cfg.task.name, **cfg.task.options)
     init = start_model(cfg, run_dir, task, on_sft)
     learner = Learner(cfg, checkpoint / "model" if checkpoint else init, init)
-    rollout = Rollout(cfg, task, build_engine(cfg, learner.policy, learner.tokenizer))
+    rollout = Rollout(cfg, task, build_engine(cfg, learner.policy, learner.tokenizer, init))
     start_step = 0
     if checkpoint is not None:
+        # an engine holding its own copy (vLLM) starts from `init`: give it the checkpoint's weights
+        # (a LoRA checkpoint folder holds adapters only, so the merged weights, not the folder)
+        rollout.engine.load_weights(learner.named_weights())
         state = load_state(checkpoint)
         learner.load_state_dict(state)
         rollout.load_state_dict(state["data"])

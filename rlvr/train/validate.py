@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from rlvr import core
 from rlvr.algorithms.grpo import GroupPolicyGradient
 from rlvr.algorithms.ppo import TOKEN_ADVANTAGES
@@ -34,9 +36,10 @@ def _check_member(key: str, name: str, registry: Any) -> None:
 def check_model(cfg: Config) -> None:
     """The model section (device, dtype, attention, LoRA) and what today's RL loop can run."""
     placement = resolve_placement(cfg.model)
-    if placement.device.type != "cpu":
-        raise ConfigError(f"model.device={cfg.model.device}: `rlvr train` builds its batches on the CPU and does "
-                          f"not move them to {placement.device} yet; use model.device=cpu")
+    if placement.dtype == torch.float16:
+        # float16 gradients underflow without loss scaling (a GradScaler), which the update does not do
+        raise ConfigError("model.dtype=float16: `rlvr train` has no loss scaling for float16 gradients; "
+                          "use bfloat16 (or float32)")
     if cfg.model.lora.r > 0 and cfg.algorithm.advantage == "gae":
         raise ConfigError("model.lora.r > 0 with algorithm.advantage=gae: PPO's value model on a LoRA policy "
                           "is not supported; use a group advantage or model.lora.r=0")

@@ -130,6 +130,14 @@ def flat_weights(policy, engine):
     engine.load_weights(model.named_parameters())
 
 
+def test_prompts_of_one_call_draw_independent_samples(engine, flat_weights):
+    # vLLM seeds sample j of a request with seed + j; a seed shared by the prompts would make a repeated
+    # prompt repeat its samples, and correlate the samples of all prompts of a batch.
+    params = SamplingParams(max_new_tokens=20, seed=3)
+    completions = engine.generate([PROMPTS[0]] * 2, 4, params)
+    assert len({tuple(c.token_ids) for c in completions}) == 8
+
+
 def test_eos_and_length_finish_reasons(policy, engine, flat_weights):
     tokenizer = policy[1]
     completions = engine.generate(PROMPTS, 8, SamplingParams(max_new_tokens=60, seed=0))
