@@ -59,7 +59,7 @@ def test_saved_config_round_trips(tmp_path):
     ({"algorithm": {"kl_estimator": "k4"}}, [], "algorithm.kl_estimator: unknown KL estimator 'k4'"),
     ({"algorithm": {"aggregation": "mean"}}, [], "algorithm.aggregation: unknown name 'mean'"),
     ({"algorithm": {"policy_loss": "kimi"}}, [], "needs tau"),
-    ({"algorithm": {"clip_low": 1.5}}, [], "algorithm:"),
+    ({"algorithm": {"clip_low": 1.5}}, [], "algorithm.clip_low must be in [0, 1)"),
     ({"optim": {"schedule": "step"}}, [], "optim.schedule: unknown schedule 'step'"),
     ({"task": {"name": "sorting"}}, [], "task.name: unknown name 'sorting'"),
     ({"task": {"options": {"lenght": 4}}}, [], "task.options:"),
