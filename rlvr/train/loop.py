@@ -39,9 +39,10 @@ def _floats(metrics: dict) -> dict[str, float]:
     return {k: v.item() if hasattr(v, "item") else v for k, v in metrics.items()}
 
 
-def train(cfg: Config, resume: bool = False, run: Run | None = None) -> RunResult:
-    """Run (or resume) the RL loop described by `cfg`; returns the held-out metrics before and after."""
-    run = run or prepare_run(cfg, resume)
+def train(cfg: Config, resume: bool = False, run: Run | None = None, or_start: bool = False) -> RunResult:
+    """Run (or resume) the RL loop described by `cfg`; returns the held-out metrics before and after.
+    `or_start`: a resume of a folder without a checkpoint starts the run."""
+    run = run or prepare_run(cfg, resume, or_start=or_start)
     rollout, learner = run.rollout, run.learner
     first_eval: dict[str, float] = {}
     last_eval: dict[str, float] = {}
