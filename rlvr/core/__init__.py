@@ -4,9 +4,11 @@ preference losses. Torch only; no config objects, no I/O. See docs/core.md for f
 from rlvr.core.advantages import (
     ADVANTAGES,
     centered_advantages,
+    flat_group_share,
     gae,
     get_advantage_fn,
     grpo_advantages,
+    informative_groups,
     max_only_advantages,
     raw_advantages,
     reinforce_pp_baseline_advantages,
@@ -45,6 +47,8 @@ from rlvr.core.preference import (
 )
 
 __all__ = [
+    "flat_group_share",
+    "informative_groups",
     "ADVANTAGES",
     "AGGREGATION_MODES",
     "KL_ESTIMATORS",

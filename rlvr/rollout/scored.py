@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from rlvr.core import flat_group_share
+
 
 @dataclass
 class ScoredBatch:
@@ -41,6 +43,7 @@ class ScoredBatch:
         lengths = torch.tensor([len(c) for c in self.completion_ids], dtype=torch.float32)
         return {
             "reward": self.rewards.mean(), "reward_std": self.rewards.std(),
+            "flat_group_share": flat_group_share(self.rewards, self.group_size),
             "accuracy": sum(self.correct) / len(self.correct),
             **self.components, **self.stats,
             "completion_length": lengths.mean(),
