@@ -173,3 +173,11 @@ def test_signal_writes_a_checkpoint_at_the_step_boundary(tmp_path, rlvr, signum,
     resumed = rlvr("train", "--resume", str(tmp_path / "run"), "--set", f"train.steps={step + 1}")
     assert resumed.returncode == 0, resumed.stderr
     assert latest_checkpoint(tmp_path / "run").name == f"step_{step + 1:06d}"
+
+
+def test_samples_jsonl_rows_carry_the_reward_components(tmp_path):
+    train(tiny(tmp_path, "train.steps=1", "task.options={length: 3, reward: inclusion}"))
+    rows = [json.loads(line) for line in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
+    assert rows and all({"task/inclusion", "task/ordered_pairs"} <= set(r) for r in rows)
+    assert all(0.0 <= r["task/inclusion"] <= 1.0 for r in rows)
+    assert all(r["reward"] == pytest.approx(0.5 * r["task/inclusion"] + 0.5 * r["task/ordered_pairs"]) for r in rows)
