@@ -5,7 +5,9 @@ Each subcommand lives in a module that provides `add_parser(subparsers)`; the pa
 
 Errors, the same for every subcommand and for `python -m rlvr`: bad input (config, argument, missing
 file, bad data row) prints one line and exits with 2; anything else is an internal error, one line and
-exit code 1. RLVR_DEBUG=1 shows the traceback instead. Subcommands raise; only `main` maps.
+exit code 1. RLVR_DEBUG=1 shows the traceback instead. A run that stops itself (too many non-finite
+steps, a full disk: exit 1; SIGINT/SIGTERM after its checkpoint: 130/143) says so in one line.
+Subcommands raise; only `main` maps.
 
 Run from the shell (argv None), `main` first re-executes itself with a fast allocator preloaded
 (`rlvr.allocator`; RLVR_ALLOCATOR=system switches that off).
@@ -69,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rlvr {args.command}: error: {err}", file=sys.stderr)
         return 2
     except Exception as err:
+        if isinstance(getattr(err, "exit_code", None), int):  # a run that stopped itself (rlvr.train.guard)
+            print(f"rlvr {args.command}: stopped: {err}", file=sys.stderr)
+            return err.exit_code
         if os.environ.get("RLVR_DEBUG"):
             raise
         print(f"rlvr {args.command}: internal error: {type(err).__name__}: {err} (RLVR_DEBUG=1 shows the "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
+import math
 import types
 import typing
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
@@ -108,6 +109,8 @@ class RolloutConfig:
                                           "group prefill their prompt once.")
     enable_sleep_mode: bool = f(True, "vllm on a GPU: free the KV cache (sleep) while the learner updates and "
                                       "re-allocate it (wake) before the next rollout. Ignored on a CPU.")
+    allow_zero_temperature: bool = f(False, "Accept temperature=0 for training rollouts. Greedy groups are "
+                                            "identical, so every advantage is 0 and nothing is learned.")
 
 
 @dataclass
@@ -174,6 +177,9 @@ class TrainConfig:
     mini_batch_size: int = f(0, "Completions per optimizer step (0 = batch_size: one step per rollout).")
     micro_batch_size: int = f(0, "Completions per forward/backward (0 = mini_batch_size). Gradient "
                                  "accumulation keeps the exact minibatch loss, whatever the split.")
+    max_nonfinite_steps: int = f(3, "A step whose loss or gradient is NaN/inf is skipped (no optimizer step, "
+                                    "counted in train/skipped_nonfinite); this many in a row stop the run, "
+                                    "keeping the last good checkpoint.")
 
 
 @dataclass
@@ -237,22 +243,52 @@ class Config:
         return self.train.micro_batch_size or self.mini_batch_size
 
 
-def _check_positive(cfg: Config) -> None:
-    for key, value in [("train.steps", cfg.train.steps), ("train.batch_size", cfg.train.batch_size),
-                       ("train.group_size", cfg.train.group_size), ("algorithm.mu", cfg.algorithm.mu),
-                       ("task.train_size", cfg.task.train_size), ("task.eval_size", cfg.task.eval_size),
-                       ("rollout.max_new_tokens", cfg.rollout.max_new_tokens), ("optim.lr", cfg.optim.lr),
-                       ("checkpoint.keep", cfg.checkpoint.keep),
-                       ("sft.batch_size", cfg.sft.batch_size)]:
-        if value <= 0:
-            raise ConfigError(f"{key} must be > 0, got {value}")
-    for key, value in [("sft.steps", cfg.sft.steps), ("eval.every", cfg.eval.every),
-                       ("checkpoint.every", cfg.checkpoint.every), ("threads", cfg.threads),
-                       ("eval.samples", cfg.eval.samples),
-                       ("optim.warmup_steps", cfg.optim.warmup_steps), ("beta", cfg.algorithm.beta),
-                       ("rollout.temperature", cfg.rollout.temperature)]:
-        if value < 0:
-            raise ConfigError(f"{key} must be >= 0, got {value}")
+# key: (low, high, low included, high included); None = unbounded. Every float must also be finite.
+_RANGES = {
+    "train.steps": (0, None, 0, 0), "train.batch_size": (0, None, 0, 0), "train.group_size": (0, None, 0, 0),
+    "train.max_nonfinite_steps": (0, None, 0, 0), "algorithm.mu": (0, None, 0, 0),
+    "task.train_size": (0, None, 0, 0), "task.eval_size": (0, None, 0, 0),
+    "rollout.max_new_tokens": (0, None, 0, 0), "checkpoint.keep": (0, None, 0, 0),
+    "sft.batch_size": (0, None, 0, 0), "optim.lr": (0, None, 0, 0), "optim.eps": (0, None, 0, 0),
+    "sft.lr": (0, None, 0, 0), "value.lr": (0, None, 0, 0), "value.clip": (0, None, 0, 0),
+    "algorithm.loss_constant": (0, None, 0, 0), "model.lora.alpha": (0, None, 0, 0),
+    "rollout.top_p": (0, 1, 0, 1), "optim.min_lr_ratio": (0, 1, 1, 1), "algorithm.gamma": (0, 1, 1, 1),
+    "algorithm.lam": (0, 1, 1, 1), "model.lora.dropout": (0, 1, 1, 0),
+    **{key: (0, None, 1, 0) for key in (
+        "sft.steps", "eval.every", "checkpoint.every", "threads", "eval.samples", "eval.temperature",
+        "optim.warmup_steps", "optim.weight_decay", "optim.max_grad_norm", "algorithm.beta",
+        "algorithm.clip_low", "algorithm.clip_high", "algorithm.advantage_eps", "algorithm.kl_reward_coef",
+        "algorithm.tau", "algorithm.dynamic_sampling_rounds",
+        "value.coef", "rollout.temperature", "rollout.top_k", "model.lora.r", "log.samples_per_eval",
+        "train.mini_batch_size", "train.micro_batch_size")},
+}
+
+
+def _get(cfg: Any, key: str) -> Any:
+    for part in key.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+def _in_range(value: float, lo: float, hi: float | None, lo_in: int, hi_in: int) -> bool:
+    above = value > lo or (lo_in and value == lo)
+    return above and (hi is None or value < hi or (hi_in and value == hi))
+
+
+def _check_ranges(cfg: Config) -> None:
+    for key, (lo, hi, lo_in, hi_in) in _RANGES.items():
+        value = _get(cfg, key)
+        if value is None:  # an optional value left empty
+            continue
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{key} must be a finite number, got {value}")
+        if not _in_range(value, lo, hi, lo_in, hi_in):
+            low, high = ("[" if lo_in else "(") + str(lo), str(hi) + ("]" if hi_in else ")")
+            bound = f"{'>=' if lo_in else '>'} {lo}" if hi is None else f"in {low}, {high}"
+            raise ConfigError(f"{key} must be {bound}, got {value}")
+    if cfg.rollout.temperature == 0 and not cfg.rollout.allow_zero_temperature:
+        raise ConfigError("rollout.temperature=0 makes every completion of a group identical (zero advantages, "
+                          "nothing to learn); use a temperature > 0 or set rollout.allow_zero_temperature=true")
 
 
 def _check_batches(cfg: Config) -> None:
@@ -266,7 +302,8 @@ def _check_batches(cfg: Config) -> None:
     if cfg.micro_batch_size < 0 or cfg.mini_batch_size % cfg.micro_batch_size:
         raise ConfigError(f"train.mini_batch_size ({cfg.mini_batch_size}) must be divisible by "
                           f"train.micro_batch_size ({cfg.micro_batch_size})")
-    if len(cfg.optim.betas) != 2 or not all(0 <= b < 1 for b in cfg.optim.betas):
+    betas = cfg.optim.betas
+    if len(betas) != 2 or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in betas):
         raise ConfigError(f"optim.betas must be two numbers in [0, 1), got {cfg.optim.betas}")
 
 
@@ -295,7 +332,7 @@ def _check_files(cfg: Config) -> None:
 def validate(cfg: Config) -> Config:
     """Raise ConfigError (one line) on values, sizes and files; return cfg unchanged. Names looked up in
     registries (task, losses, rewards) are checked when a run is set up (`rlvr.train.validate`)."""
-    _check_positive(cfg)
+    _check_ranges(cfg)
     _check_batches(cfg)
     _check_files(cfg)
     _check_rollout_engine(cfg)
@@ -323,9 +360,14 @@ def load_config(path: str | Path | None = None, overrides: list[str] = (), base:
     if path is not None:
         path = config_file(path)
         try:
-            loaded = yaml.safe_load(path.read_text()) or {}
+            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
         except yaml.YAMLError as err:
             raise ConfigError(f"{path}: invalid YAML ({str(err).splitlines()[0]})") from None
+        except UnicodeDecodeError as err:
+            raise ConfigError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+        if not loaded and not overrides:  # an empty file alone would silently train the whole default config
+            raise ConfigError(f"{path}: the config is empty; give at least one section (see configs/)")
+        loaded = loaded or {}
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path}: expected a mapping of sections at the top level")
         raw.update(loaded)

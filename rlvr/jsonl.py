@@ -21,15 +21,18 @@ def read_jsonl(path: str | Path, required: Sequence[str] = (), what: str = "json
             return []
         raise FileNotFoundError(f"{what} file {str(path)!r} does not exist")
     rows = []
-    with open(path, encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{lineno}: not valid JSON ({err.msg})") from None
-            rows.append(check_fields(row, required, f"{path}:{lineno}"))
+    try:
+        lines = path.read_bytes().decode("utf-8").split("\n")  # JSON strings may hold \x85, \u2028
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}:{lineno}: not valid JSON ({err.msg})") from None
+        rows.append(check_fields(row, required, f"{path}:{lineno}"))
     if not rows and not empty_ok:
         raise ValueError(f"{what} file {str(path)!r} is empty")
     return rows

@@ -32,24 +32,13 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor
 
+from rlvr.core import informative_groups
 from rlvr.rollout.base import Completion, RolloutEngine, SamplingParams
 from rlvr.seeds import derive_seed
 from rlvr.rewards.scoring import Scores, score_completions
 
 METRICS = ("reward", "accuracy")  # what must vary within a group for it to be kept
 ERRORS = "reward/errors"  # a count, not a mean
-
-
-def informative_groups(values: Tensor, group_size: int) -> Tensor:
-    """values (N,), groups of `group_size` contiguous -> (N / G,) bool, True where not all equal.
-
-    Exact equality: it is the condition under which the core's group-centred advantages are exactly 0.
-    On 0/1 correctness it is DAPO's rule, accuracy strictly between 0 and 1.
-    """
-    if values.dim() != 1 or group_size < 1 or values.shape[0] % group_size:
-        raise ValueError(f"need values (N,) with N divisible by group_size, got {tuple(values.shape)}, {group_size}")
-    groups = values.reshape(-1, group_size)  # (N/G, G)
-    return (groups != groups[:, :1]).any(dim=1)
 
 
 def next_round_size(missing: int, kept: int, sampled: int, cap: int) -> int:

@@ -88,13 +88,18 @@ def run_eval(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     from rlvr.rollout.base import SamplingParams
     from rlvr.rollout.hf_engine import HFEngine
     from rlvr.tasks import get_task
+    from rlvr.train.preflight import check_model_folder
 
     if args.n < 0 or args.num_examples < 0:
         raise ValueError("--n and --num-examples must be >= 0")
     options = _options(args.task_option)
     if options.get("template") == "chat":
         options.setdefault("tokenizer", args.model)
-    task = get_task(args.task, **options)
+    check_model_folder(args.model, "--model")
+    try:
+        task = get_task(args.task, **options)
+    except TypeError as err:  # an option the task's factory does not take
+        raise ValueError(f"--task-option: {err}") from None
     examples = task.eval_examples(args.num_examples, args.seed)
     model, tokenizer = load_model_and_tokenizer(args.model)
     engine = HFEngine(model, tokenizer, max_batch_size=args.batch_size)

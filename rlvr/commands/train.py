@@ -2,6 +2,7 @@
 
     rlvr train configs/sort.yaml --set train.steps=200 --set optim.lr=3e-4
     rlvr train --resume runs/sort            # continue after an interruption (even kill -9)
+    rlvr train configs/sort.yaml --resume-or-start   # resume out_dir if it has a checkpoint, else start
     rlvr train --help-config                 # every config key, its default and why it exists
     rlvr sft configs/sort.yaml --set sft.steps=300 --out runs/sft
     rlvr demo
@@ -36,7 +37,7 @@ def _train(args: argparse.Namespace) -> int:
         raise ConfigError("give a CONFIG file (or --resume RUN_DIR); see configs/ for examples")
     else:
         cfg = load_config(args.config, args.overrides)
-    result = train(cfg, resume=bool(args.resume))
+    result = train(cfg, resume=bool(args.resume or args.resume_or_start), or_start=args.resume_or_start)
     acc = result.final_eval.get("eval/greedy_accuracy")
     if acc is not None:
         print(f"held-out greedy exact-match accuracy: {acc:.3f}")
@@ -50,6 +51,7 @@ def _sft(args: argparse.Namespace) -> int:
     from rlvr.rollout.hf_engine import HFEngine
     from rlvr.tasks import get_task
     from rlvr.train.evaluate import evaluate_heldout
+    from rlvr.train.preflight import preflight
     from rlvr.train.setup import start_model
 
     sets = [f"{key}={value}" for key, value in [("model.path", args.model), ("task.name", args.task),
@@ -58,6 +60,7 @@ def _sft(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, [*sets, *args.overrides])
     if cfg.sft.steps < 1:
         raise ConfigError("sft.steps must be >= 1 for `rlvr sft` (use --steps)")
+    preflight(cfg, resume=False)
     run_dir = Path(cfg.out_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     task = get_task(cfg.task.name, **cfg.task.options)
@@ -83,6 +86,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                                              "train, optim, eval, checkpoint, log)")
     _overrides(p)
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
+    p.add_argument("--resume-or-start", action="store_true",
+                   help="resume the run folder (--resume RUN_DIR, else the config's out_dir) from its latest "
+                        "checkpoint, or start it when it has none (for jobs that may be preempted)")
     p.add_argument("--help-config", action="store_true", help="list every config key with its help and exit")
     p.set_defaults(func=_train)
 

@@ -6,9 +6,11 @@ from rlvr.core.advantages import (
     DEFAULT_EPS,
     STD_SCALED,
     centered_advantages,
+    flat_group_share,
     gae,
     get_advantage_fn,
     grpo_advantages,
+    informative_groups,
     max_only_advantages,
     raw_advantages,
     reinforce_pp_baseline_advantages,
@@ -47,6 +49,8 @@ from rlvr.core.preference import (
 )
 
 __all__ = [
+    "flat_group_share",
+    "informative_groups",
     "ADVANTAGES",
     "AGGREGATION_MODES",
     "KL_ESTIMATORS",

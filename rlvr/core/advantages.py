@@ -49,6 +49,24 @@ def _center(x: Tensor) -> Tensor:
     return shifted - shifted.mean(dim=-1, keepdim=True)
 
 
+def informative_groups(values: Tensor, group_size: int) -> Tensor:
+    """values (N,), groups of `group_size` contiguous -> (N / G,) bool, True where not all equal.
+
+    Exact equality: it is the condition under which the core's group-centred advantages are exactly 0.
+    On 0/1 correctness it is DAPO's rule (eq. 11), accuracy strictly between 0 and 1.
+    """
+    if values.dim() != 1 or group_size < 1 or values.shape[0] % group_size:
+        raise ValueError(f"need values (N,) with N divisible by group_size, got {tuple(values.shape)}, {group_size}")
+    groups = values.reshape(-1, group_size)  # (N/G, G)
+    return (groups != groups[:, :1]).any(dim=1)
+
+
+def flat_group_share(rewards: Tensor, group_size: int) -> Tensor:
+    """rewards (N,) -> () share of the N / G groups whose rewards are all equal: no learning signal,
+    since every group-relative advantage of such a group is exactly 0."""
+    return 1.0 - informative_groups(rewards, group_size).float().mean()
+
+
 def raw_advantages(rewards: Tensor, group_size: int) -> Tensor:
     """A_i = r_i: plain REINFORCE, no baseline (Williams 1992)."""
     return _groups(rewards, group_size).reshape(-1).clone()

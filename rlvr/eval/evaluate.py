@@ -47,7 +47,8 @@ def grade(engine: RolloutEngine, task: Task, examples: Sequence[Example], n: int
     return [{"index": i // n, "prompt": c.prompt, "completion": c.text, "answer": e.answer,
              "correct": ok, "reward": r, "length": len(c.token_ids), "finish_reason": c.finish_reason,
              "format_ok": None if fmt is None else bool(fmt(c.text, e)),
-             "answer_key": key(c.text, e) if key is not None else c.text.strip()}
+             "answer_key": key(c.text, e) if key is not None else c.text.strip(),
+             "components": {k: v[i] for k, v in reward.components.items() if k != "task"}}  # "task" = reward
             for i, (c, e, ok, r) in enumerate(zip(completions, repeated, correct, reward.scores))]
 
 

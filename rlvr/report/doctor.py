@@ -102,7 +102,7 @@ def check_flat_groups(log: RunLog) -> list[Finding]:
         out.append(Finding(PROBLEM, "no learning signal", "every completion of the batch got the same reward, "
                            "so every group-relative advantage is 0", flat,
                            "raise rollout.temperature or train.group_size, or use easier prompts"))
-    share = log.series("sampling/informative_share")
+    share = log.series("sampling/informative_share") or [(s, 1 - v) for s, v in log.series("flat_group_share")]
     low = tuple(s for s, v in share if v < 0.5)
     if low:
         worst = min(v for _, v in share)

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from rlvr.core import flat_group_share
+
 
 @dataclass
 class ScoredBatch:
@@ -44,6 +46,7 @@ class ScoredBatch:
         on_wrong = {"completion_length/wrong": lengths[wrong].mean()} if wrong.any() else {}
         return {
             "reward": self.rewards.mean(), "reward_std": self.rewards.std(),
+            "flat_group_share": flat_group_share(self.rewards, self.group_size),
             "accuracy": sum(self.correct) / len(self.correct),
             **self.components, **self.stats,
             "completion_length": lengths.mean(),

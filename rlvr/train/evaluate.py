@@ -14,8 +14,10 @@ from rlvr.tasks.base import Example, Task
 
 
 def _rows(records: list[dict[str, Any]], mode: str, limit: int) -> list[dict[str, Any]]:
+    """samples.jsonl rows: the graded fields, then the reward's components (`task/<term>`) flat, as the
+    HTML report shows them."""
     keys = ("prompt", "completion", "answer", "reward", "correct", "finish_reason")
-    return [{"mode": mode, **{k: r[k] for k in keys}} for r in records[:limit]]
+    return [{"mode": mode, **{k: r[k] for k in keys}, **r["components"]} for r in records[:limit]]
 
 
 def evaluate_heldout(engine: RolloutEngine, task: Task, examples: Sequence[Example], max_new_tokens: int,

@@ -24,6 +24,7 @@ from rlvr.models import engine_weights, load_policy, load_reference, load_tokeni
 from rlvr.models.tokenizer import pad_token_id
 from rlvr.rollout.batch import RolloutBatch, build_batch, cached_logprobs, policy_logprobs
 from rlvr.rollout.scored import ScoredBatch
+from rlvr.train.guard import SKIPPED, finite_step, grad_norm
 from rlvr.train.family import token_advantages
 from rlvr.algorithms.optim import build_optimizer, build_scheduler
 from rlvr.seeds import SHUFFLE, derive_seed
@@ -124,7 +125,7 @@ class Learner:
         cfg, mini, micro = self.cfg, self.cfg.mini_batch_size, self.cfg.micro_batch_size
         rows = self._prepare(batch)
         self.policy.train()
-        stats, grad_norms = [], []
+        stats, grad_norms, skipped = [], [], 0
         shuffle = torch.Generator().manual_seed(derive_seed(cfg.seed, batch.step, SHUFFLE))
         for _ in range(cfg.algorithm.mu):
             order = torch.arange(len(rows)) if self.single_step else torch.randperm(len(rows), generator=shuffle)
@@ -135,12 +136,16 @@ class Learner:
                 for mlo in range(0, mini, micro):
                     stats.append(self._micro_step(minibatch.select(slice(mlo, mlo + micro)), denominator,
                                                   mini / micro))
+                norm = grad_norm(self.params, cfg.optim.max_grad_norm)
+                if not finite_step([s["loss"] for s in stats[-(mini // micro):]], norm):
+                    skipped += 1  # a NaN/inf step would poison the weights and the optimizer's moments
+                    continue
                 if cfg.optim.max_grad_norm > 0:
-                    grad_norms.append(torch.nn.utils.clip_grad_norm_(self.params, cfg.optim.max_grad_norm))
+                    grad_norms.append(norm)
                 self.optimizer.step()
                 self.scheduler.step()
         self.policy.eval()
-        metrics = {**_means(stats), "lr": self.scheduler.get_last_lr()[0]}
+        metrics = {**_means(stats), "lr": self.scheduler.get_last_lr()[0], SKIPPED: float(skipped)}
         if grad_norms:
             metrics["grad_norm"] = torch.stack(grad_norms).mean().item()
         return metrics

@@ -15,9 +15,10 @@ from rlvr.config import Config
 from rlvr.logging.plots import plot_metrics
 from rlvr.logging.progress import TrainProgress
 from rlvr.jsonl import read_jsonl
-from rlvr.logging.sinks import METRICS
+from rlvr.logging.sinks import METRICS, SAMPLES
 from rlvr.seeds import EVAL_SAMPLING, derive_seed
-from rlvr.train.checkpoint import save_checkpoint
+from rlvr.train.checkpoint import CHECKPOINTS, save_checkpoint
+from rlvr.train.guard import RunGuard
 from rlvr.train.setup import Run, prepare_run
 
 
@@ -29,9 +30,10 @@ class RunResult:
     steps: int
 
 
-def _evaluate(run: Run, step: int) -> dict[str, float]:
+def _evaluate(run: Run, step: int, guard: RunGuard) -> dict[str, float]:
     metrics, rows = run.rollout.evaluate(run.eval_examples, derive_seed(run.cfg.seed, step, EVAL_SAMPLING))
-    run.logger.log_samples(step, rows)
+    with guard.writing(run.run_dir / SAMPLES):
+        run.logger.log_samples(step, rows)
     return metrics
 
 
@@ -39,16 +41,19 @@ def _floats(metrics: dict) -> dict[str, float]:
     return {k: v.item() if hasattr(v, "item") else v for k, v in metrics.items()}
 
 
-def train(cfg: Config, resume: bool = False, run: Run | None = None) -> RunResult:
-    """Run (or resume) the RL loop described by `cfg`; returns the held-out metrics before and after."""
-    run = run or prepare_run(cfg, resume)
+def train(cfg: Config, resume: bool = False, run: Run | None = None, or_start: bool = False) -> RunResult:
+    """Run (or resume) the RL loop described by `cfg`; returns the held-out metrics before and after.
+    `or_start`: a resume of a folder without a checkpoint starts the run."""
+    run = run or prepare_run(cfg, resume, or_start=or_start)
     rollout, learner = run.rollout, run.learner
+    guard = RunGuard(run.run_dir, cfg.train.max_nonfinite_steps)
     first_eval: dict[str, float] = {}
     last_eval: dict[str, float] = {}
-    with TrainProgress(cfg.train.steps, run.start_step, cfg.log.progress) as progress:
+    with TrainProgress(cfg.train.steps, run.start_step, cfg.log.progress) as progress, guard.signals():
         if run.start_step == 0:
-            first_eval = last_eval = _evaluate(run, 0)
-            run.logger.log(0, first_eval, {})
+            first_eval = last_eval = _evaluate(run, 0, guard)
+            with guard.writing(run.run_dir / METRICS):
+                run.logger.log(0, first_eval, {})
             progress.update(0, first_eval)
         for step in range(run.start_step + 1, cfg.train.steps + 1):
             tic = time.perf_counter()
@@ -56,9 +61,10 @@ def train(cfg: Config, resume: bool = False, run: Run | None = None) -> RunResul
             batch = rollout.collect(step)
             t_rollout = time.perf_counter() - tic
 
-            # --- update: advantages, then mu epochs x minibatches x micro-batches ---
+            # --- update: advantages, then mu epochs x minibatches x micro-batches (NaN/inf steps skipped) ---
             update = learner.update(batch)
             t_update = time.perf_counter() - tic - t_rollout
+            guard.after_update(step, update)
 
             # --- sync: the engine samples the next batch from the new weights ---
             rollout.load_weights(learner.named_weights())
@@ -70,16 +76,23 @@ def train(cfg: Config, resume: bool = False, run: Run | None = None) -> RunResul
                        "sync_s": t_sync}
             if step % max(cfg.eval.every, 1) == 0 and cfg.eval.every or step == cfg.train.steps:
                 tic = time.perf_counter()
-                last_eval = _evaluate(run, step)
+                last_eval = _evaluate(run, step, guard)
                 record.update(last_eval)
                 timings["eval_s"] = time.perf_counter() - tic
-            run.logger.log(step, record, timings)
+            with guard.writing(run.run_dir / METRICS):
+                run.logger.log(step, record, timings)
             progress.update(step, {**record, **timings})
-            if (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or step == cfg.train.steps:
+            for warning in guard.collapse_warnings(step, record):
+                progress.print(warning)
+            if (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or step == cfg.train.steps \
+                    or guard.signal is not None:
                 state = {**learner.state_dict(), "data": rollout.state_dict()}
-                save_checkpoint(run.run_dir, step, learner.policy, learner.tokenizer, state, cfg.checkpoint.keep)
-    learner.save(run.run_dir / "final_model", run.run_dir / "final_adapter")
-    if cfg.log.plots:
-        plot_metrics(read_jsonl(run.run_dir / METRICS), run.run_dir / "plots")
+                with guard.writing(run.run_dir / CHECKPOINTS):
+                    save_checkpoint(run.run_dir, step, learner.policy, learner.tokenizer, state, cfg.checkpoint.keep)
+            guard.stop_if_signalled(step)
+    with guard.writing(run.run_dir / "final_model"):
+        learner.save(run.run_dir / "final_model", run.run_dir / "final_adapter")
+        if cfg.log.plots:
+            plot_metrics(read_jsonl(run.run_dir / METRICS), run.run_dir / "plots")
     run.logger.close()
     return RunResult(run.run_dir, first_eval, last_eval, cfg.train.steps)

@@ -14,8 +14,9 @@ from rlvr.logging.sinks import MetricsLogger
 from rlvr.models import load_model, load_tokenizer, make_tiny_model_dir, save_model
 from rlvr.seeds import seed_everything
 from rlvr.tasks import Example, Task, get_task
-from rlvr.train.checkpoint import latest_checkpoint, load_state, set_rng_state
+from rlvr.train.checkpoint import load_state, set_rng_state
 from rlvr.train.learner import Learner
+from rlvr.train.preflight import preflight
 from rlvr.train.rollout import Rollout, build_engine
 from rlvr.train.validate import check_registries
 
@@ -52,11 +53,12 @@ def start_model(cfg: Config, run_dir: Path, task: Task, on_sft=None) -> Path:
     return sft_dir
 
 
-def prepare_run(cfg: Config, resume: bool = False, on_sft=None) -> Run:
+def prepare_run(cfg: Config, resume: bool = False, on_sft=None, or_start: bool = False) -> Run:
+    """Check everything (config, files, checkpoint) and only then create the run folder and the roles."""
     check_registries(cfg)
     run_dir = Path(cfg.out_dir)
-    checkpoint = latest_checkpoint(run_dir) if resume else None
-    if not resume and (run_dir / "metrics.jsonl").exists():
+    checkpoint = preflight(cfg, resume, or_start)
+    if checkpoint is None and (run_dir / "metrics.jsonl").exists():
         raise ConfigError(f"run folder {str(run_dir)!r} already holds a run; resume it with --resume "
                           f"{run_dir} or choose another out_dir")
     if cfg.threads:

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from rlvr.core import (
     ADVANTAGES,
     centered_advantages,
+    flat_group_share,
     get_advantage_fn,
     grpo_advantages,
     max_only_advantages,
@@ -164,3 +165,24 @@ def test_registry_and_bad_input():
         rloo_advantages(r, 1)
     with pytest.raises(ValueError, match="int"):
         raw_advantages(r, 2.0)
+
+
+def test_flat_group_share_by_hand():
+    rewards = torch.tensor([1.0, 1.0, 0.0, 1.0, 0.5, 0.5, 0.0, 0.0])  # groups of 2: flat, mixed, flat, flat
+    assert flat_group_share(rewards, 2).item() == pytest.approx(0.75)
+    assert flat_group_share(rewards, 4).item() == 0.0  # (1, 1, 0, 1) and (.5, .5, 0, 0) both vary
+    assert flat_group_share(rewards, 1).item() == 1.0  # a group of one never varies
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 5), st.integers(1, 5), st.integers(0, 2**31 - 1))
+def test_flat_group_share_matches_the_zero_advantage_groups(groups, g, seed):
+    """A group counts as flat exactly when its group-centred advantages are all 0 (the reason the
+    share matters), and shuffling within groups changes nothing."""
+    gen = torch.Generator().manual_seed(seed)
+    rewards = torch.randint(0, 2, (groups * g,), generator=gen).float()
+    share = flat_group_share(rewards, g)
+    zero = (centered_advantages(rewards, g).reshape(groups, g) == 0).all(dim=1).float().mean()
+    assert 0.0 <= share.item() <= 1.0 and share.item() == pytest.approx(zero.item())
+    perm = torch.cat([torch.randperm(g, generator=gen) + i * g for i in range(groups)])
+    assert flat_group_share(rewards[perm], g).item() == share.item()

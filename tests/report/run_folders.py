@@ -71,6 +71,7 @@ PROBLEMS = {  # metrics that show each problem, applied to steps 11-20
     "skipped": {"train/skipped_nonfinite": 1.0},
     "collapse": {"reward": 0.0, "accuracy": 0.0},
     "informative": {"sampling/informative_share": 0.2},
+    "flat_groups": {"flat_group_share": 0.8},
     "hacking": {},
     "slow": {},
 }

@@ -24,6 +24,7 @@ EXPECTED = {  # problem -> (title, severity, steps)
     "skipped": ("skipped steps", PROBLEM, LATE),
     "collapse": ("reward collapse", PROBLEM, "18-20"),
     "informative": ("zero-variance groups", WARNING, LATE),
+    "flat_groups": ("zero-variance groups", WARNING, LATE),
     "hacking": ("reward hacking", PROBLEM, "1, 20"),
     "slow": ("throughput drop", WARNING, "16-20"),
 }

@@ -1,0 +1,125 @@
+"""What keeps a run from harming itself: non-finite updates skipped and counted, a stop after too
+many in a row, collapse warnings while the run goes on, write errors turned into one line, and
+SIGINT/SIGTERM handled at the next step boundary (with a checkpoint) instead of mid-write.
+
+The controller (`rlvr.train.loop`) asks the guard at fixed points; the Learner only reports whether
+its gradient was finite (`finite_step`)."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import signal
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+from torch import Tensor
+
+from rlvr.report.doctor import RunLog, check_entropy, check_reward_collapse, check_spikes
+
+logger = logging.getLogger(__name__)
+
+SKIPPED = "train/skipped_nonfinite"
+COLLAPSE_CHECKS = (check_entropy, check_spikes, check_reward_collapse)  # the doctor's detectors, run live
+
+
+class RunStopped(RuntimeError):
+    """The run stopped itself (non-finite steps, a write error); the last checkpoint is intact."""
+
+    exit_code = 1
+
+
+class Interrupted(RuntimeError):
+    """SIGINT/SIGTERM: a checkpoint was written at the step boundary; exit code 128 + signal."""
+
+    def __init__(self, message: str, signum: int):
+        super().__init__(message)
+        self.exit_code = 128 + signum
+
+
+def grad_norm(params: list[Tensor], max_norm: float) -> Tensor:
+    """The global gradient norm, clipping to `max_norm` when it is > 0; NaN/inf when a gradient is."""
+    if max_norm > 0:
+        return torch.nn.utils.clip_grad_norm_(params, max_norm)
+    return torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+
+
+def finite_step(losses: list[Tensor], norm: Tensor) -> bool:
+    """Whether an optimizer step may be taken: every micro-batch loss and the gradient norm finite."""
+    return bool(torch.isfinite(torch.stack([*losses, norm.reshape(())])).all())
+
+
+class RunGuard:
+    """`max_nonfinite`: updates in a row with a skipped step before the run stops."""
+
+    def __init__(self, run_dir: Path, max_nonfinite: int):
+        self.run_dir, self.max_nonfinite = Path(run_dir), max_nonfinite
+        self.nonfinite_in_a_row = 0
+        self.signal: int | None = None
+        self._rows: list[dict[str, Any]] = []
+        self._warned: set[str] = set()
+
+    def after_update(self, step: int, metrics: dict[str, float]) -> None:
+        """Count updates with skipped steps; raise RunStopped after `max_nonfinite` in a row."""
+        self.nonfinite_in_a_row = self.nonfinite_in_a_row + 1 if metrics.get(SKIPPED, 0) > 0 else 0
+        if self.nonfinite_in_a_row >= self.max_nonfinite:
+            raise RunStopped(f"step {step}: the loss or gradients were NaN/inf in {self.nonfinite_in_a_row} updates "
+                             f"in a row (train.max_nonfinite_steps); nothing was applied, the last checkpoint in "
+                             f"{self.run_dir / 'checkpoints'} is intact. Lower optim.lr, keep "
+                             f"optim.max_grad_norm > 0, check the reward; `rlvr doctor {self.run_dir}` says more")
+
+    def collapse_warnings(self, step: int, record: dict[str, Any]) -> list[str]:
+        """The doctor's entropy, KL/gradient spike and reward-collapse findings that include `step`,
+        each title once per streak of steps."""
+        self._rows.append({"step": step, **{k: v for k, v in record.items() if isinstance(v, (int, float))}})
+        log, lines = RunLog(self._rows, []), []
+        current = {f.title: f for check in COLLAPSE_CHECKS for f in check(log) if step in f.steps}
+        for title, finding in current.items():
+            if title not in self._warned:
+                lines.append(f"step {step}: warning: {finding.title}: {finding.detail}; try: {finding.hint}")
+                logger.warning(lines[-1])
+        self._warned = set(current)
+        return lines
+
+    @contextmanager
+    def writing(self, path: Path) -> Iterator[None]:
+        """A failed write (disk full, read-only, quota) becomes RunStopped naming the path."""
+        try:
+            yield
+        except (OSError, RuntimeError) as err:  # torch.save reports a full disk as a RuntimeError
+            if isinstance(err, RunStopped):
+                raise
+            where = getattr(err, "filename", None) or path
+            full = getattr(err, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or "write failed" in str(err) \
+                or "No space left" in str(err)
+            what = "no space left on device" if full else f"write error ({str(err).splitlines()[0]})"
+            raise RunStopped(f"{what} while writing {where}; the last complete checkpoint in "
+                             f"{self.run_dir / 'checkpoints'} is intact: free space and resume with "
+                             f"`rlvr train --resume {self.run_dir}`") from err
+
+    @contextmanager
+    def signals(self) -> Iterator[None]:
+        """SIGINT/SIGTERM set a flag the loop reads at the next step boundary; a second one stops at once."""
+        def handle(signum: int, frame: Any) -> None:
+            if self.signal is not None:
+                raise KeyboardInterrupt
+            self.signal = signum
+            logger.warning("%s: writing a checkpoint at the end of this step, then stopping (again: stop now)",
+                           signal.Signals(signum).name)
+
+        try:
+            previous = {s: signal.signal(s, handle) for s in (signal.SIGINT, signal.SIGTERM)}
+        except ValueError:  # not the main thread: leave signals to whoever owns them
+            previous = {}
+        try:
+            yield
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+    def stop_if_signalled(self, step: int) -> None:
+        if self.signal is not None:
+            raise Interrupted(f"{signal.Signals(self.signal).name} at step {step}: checkpoint written; continue with "
+                              f"`rlvr train --resume {self.run_dir}`", self.signal)

@@ -1,0 +1,130 @@
+"""Checks of everything a run reads or writes, before the run folder is created: the output folder,
+model folders (config, weights header, tokenizer), training data and the checkpoint to resume from.
+A mistake found here is one line naming the file; nothing has been written yet."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from pathlib import Path
+
+from rlvr.algorithms.sft import pairs_from_jsonl
+from rlvr.config import Config, ConfigError
+from rlvr.train.checkpoint import CHECKPOINTS, LATEST, latest_checkpoint, load_state
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
+
+
+def check_out_dir(out_dir: str) -> None:
+    """out_dir is a folder (or can become one) that this process may write in."""
+    path = Path(out_dir)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"out_dir: {out_dir!r} is an existing file, not a folder")
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        raise ConfigError(f"out_dir: {str(existing)!r} (a parent of {out_dir!r}) is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"out_dir: {str(existing)!r} is not writable")
+
+
+def check_safetensors(path: Path) -> None:
+    """The header of a .safetensors file parses and the file is as long as the header says."""
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        head = handle.read(8)
+        n = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
+        if n < 2 or 8 + n > size:
+            raise ValueError(f"{path}: not a safetensors file or truncated ({size} bytes)")
+        try:
+            header = json.loads(handle.read(n))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise ValueError(f"{path}: corrupt safetensors header") from None
+    ends = [t["data_offsets"][1] for k, t in header.items() if k != "__metadata__" and "data_offsets" in t]
+    if 8 + n + max(ends, default=0) > size:
+        raise ValueError(f"{path}: truncated ({size} bytes, the header needs {8 + n + max(ends)})")
+
+
+def check_model_folder(path: str | Path, key: str, tokenizer: bool = True) -> None:
+    """A Hugging Face folder with a readable config.json (or, for a LoRA checkpoint, PEFT's
+    adapter_config.json), intact weights and (optionally) tokenizer files."""
+    folder = Path(path)
+    if not folder.is_dir():
+        raise ConfigError(f"{key}: no model folder at {str(folder)!r}")
+    config = "adapter_config.json" if (folder / "adapter_config.json").is_file() else "config.json"
+    try:
+        json.loads((folder / config).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{key}: {str(folder)!r} is not a Hugging Face model folder (no config.json)") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{key}: {folder / config} is not valid JSON ({err})") from None
+    weights = sorted(folder.glob("*.safetensors"))
+    if not weights and not list(folder.glob("*.bin")):
+        raise ConfigError(f"{key}: {str(folder)!r} has no weights (*.safetensors or *.bin)")
+    for file in weights:
+        try:
+            check_safetensors(file)
+        except ValueError as err:
+            raise ConfigError(f"{key}: {err}") from None
+    if tokenizer and not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise ConfigError(f"{key}: {str(folder)!r} has no tokenizer files (one of {', '.join(TOKENIZER_FILES)})")
+
+
+def check_data(cfg: Config) -> None:
+    if cfg.sft.steps and cfg.sft.data:
+        try:
+            pairs_from_jsonl(cfg.sft.data)
+        except (ValueError, FileNotFoundError) as err:
+            raise ConfigError(f"sft.data: {err}") from None
+
+
+def check_checkpoint(checkpoint: Path) -> None:
+    """The model and state.pt of a checkpoint are intact; if not, name the file and the previous good one."""
+    try:
+        check_model_folder(checkpoint / "model", "checkpoint")
+        try:
+            load_state(checkpoint)  # read once here to prove it loads; the run reads it again
+        except (OSError, RuntimeError, EOFError, ValueError, KeyError) as err:
+            raise ConfigError(f"{checkpoint / 'state.pt'} cannot be read ({str(err).split('.')[0]})") from None
+    except ConfigError as err:
+        raise ConfigError(f"corrupt checkpoint: {err}; {_previous(checkpoint)}") from None
+
+
+def _previous(bad: Path) -> str:
+    for candidate in sorted(bad.parent.glob("step_*"), reverse=True):
+        if candidate.name < bad.name and candidate.is_dir():
+            try:
+                check_checkpoint(candidate)
+            except ConfigError:
+                continue
+            return (f"the previous complete checkpoint is {candidate.name}: resume from it with "
+                    f"`echo {candidate.name} > {bad.parent / LATEST}`")
+    return "no earlier complete checkpoint is left; start the run again"
+
+
+def find_checkpoint(run_dir: Path) -> Path | None:
+    """The checkpoint `latest` names (checked intact), or None when the folder has none."""
+    try:
+        checkpoint = latest_checkpoint(run_dir)
+    except FileNotFoundError as err:
+        pointer = Path(run_dir) / CHECKPOINTS / LATEST
+        raise ConfigError(f"{err}; {_previous(pointer.parent / pointer.read_text().strip())}") from None
+    if checkpoint is not None:
+        check_checkpoint(checkpoint)
+    return checkpoint
+
+
+def preflight(cfg: Config, resume: bool, or_start: bool = False) -> Path | None:
+    """Every file check of a run; returns the checkpoint to resume from (None: start from scratch).
+    `or_start`: a resume that finds no checkpoint starts the run instead of failing."""
+    check_out_dir(cfg.out_dir)
+    if cfg.model.path:
+        check_model_folder(cfg.model.path, "model.path")
+    if cfg.value.path:
+        check_model_folder(cfg.value.path, "value.path", tokenizer=False)
+    check_data(cfg)
+    checkpoint = find_checkpoint(Path(cfg.out_dir)) if resume else None
+    if resume and checkpoint is None and not or_start:
+        raise ConfigError(f"--resume: {cfg.out_dir!r} has no checkpoint yet; use --resume-or-start to start it "
+                          f"from scratch")
+    return checkpoint

@@ -1,0 +1,188 @@
+"""Bad input, table-driven: every case exits 2 with one line naming the key or file, no traceback, and
+writes nothing (no run folder, no config.yaml, no init_model; a resumed folder is left as it was)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rlvr.cli import main
+
+RUN = {"seed": 0, "threads": 1, "task": {"name": "sort", "options": {"length": 3}, "train_size": 50, "eval_size": 2},
+       "rollout": {"max_new_tokens": 6}, "train": {"steps": 2, "batch_size": 4, "group_size": 2},
+       "eval": {"every": 0, "samples": 0}, "checkpoint": {"every": 1, "keep": 3},
+       "log": {"progress": False, "tensorboard": False, "plots": False}}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory) -> Path:
+    """A tiny model, broken copies of it, data files and a run with checkpoints at steps 1 and 2."""
+    from rlvr.models import make_tiny_model_dir
+
+    root = tmp_path_factory.mktemp("bad")
+    model = make_tiny_model_dir(root / "model", preset="test", seed=0)
+    weights = (model / "model.safetensors").read_bytes()
+    for name, edit in {"truncated": lambda d: (d / "model.safetensors").write_bytes(weights[: len(weights) // 2]),
+                       "garbage": lambda d: (d / "model.safetensors").write_bytes(b"\x00\x01garbage" * 9),
+                       "notok": lambda d: [(d / n).unlink() for n in ("tokenizer.json", "tokenizer_config.json")],
+                       "noconfig": lambda d: (d / "config.json").unlink(),
+                       "badconfig": lambda d: (d / "config.json").write_text("{not json"),
+                       "noweights": lambda d: (d / "model.safetensors").unlink()}.items():
+        edit(shutil.copytree(model, root / name))
+    (root / "latin1.jsonl").write_bytes('{"prompt": "caf\xe9", "completion": "x"}\n'.encode("latin-1"))
+    (root / "badline.jsonl").write_text('{"prompt": "a", "completion": "b"}\n{oops\n')
+    (root / "nofield.jsonl").write_text('{"prompt": "a"}\n')
+    (root / "empty.jsonl").write_text("")
+    (root / "empty.yaml").write_text("")
+    (root / "list.yaml").write_text("- 1\n- 2\n")
+    (root / "invalid.yaml").write_text("train: {steps: [\n")
+    (root / "latin1.yaml").write_bytes("seed: 0 # caf\xe9\n".encode("latin-1"))
+    (root / "a_file").write_text("x")
+    write(root / "run.yaml", {**RUN, "model": {"path": str(model)}, "out_dir": str(root / "run")})
+    assert main(["train", str(root / "run.yaml")]) == 0
+    write(root / "fresh.yaml", {**RUN, "model": {"path": str(model)}, "out_dir": str(root / "fresh")})
+    main(["train", str(root / "fresh.yaml"), "--set", "train.steps=1", "checkpoint.every=0"])
+    shutil.rmtree(root / "fresh" / "checkpoints")
+    return root
+
+
+def write(path: Path, data) -> Path:
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def run_copy(world: Path, tmp_path: Path, edit) -> Path:
+    """A copy of the trained run, broken by `edit(run_dir)`."""
+    run = shutil.copytree(world / "run", tmp_path / "run")
+    write(run / "config.yaml", {**yaml.safe_load((run / "config.yaml").read_text()), "out_dir": str(run)})
+    edit(run)
+    return run
+
+
+def truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 3])
+
+
+SETS = [  # (--set, the text the error line must contain)
+    ("rollout.top_p=0", "rollout.top_p"), ("rollout.top_p=1.5", "rollout.top_p"), ("rollout.top_k=-5", "rollout.top_k"),
+    ("eval.temperature=-1", "eval.temperature"), ("rollout.temperature=0", "rollout.allow_zero_temperature"),
+    ("rollout.temperature=-1", "rollout.temperature"), ("optim.lr=inf", "optim.lr must be a finite"),
+    ("optim.lr=nan", "optim.lr must be a finite"), ("optim.lr=0", "optim.lr"), ("optim.eps=-1", "optim.eps"),
+    ("optim.eps=0", "optim.eps"), ("optim.weight_decay=-0.1", "optim.weight_decay"),
+    ("optim.max_grad_norm=-1", "optim.max_grad_norm"), ("optim.max_grad_norm=inf", "optim.max_grad_norm"),
+    ("optim.min_lr_ratio=2", "optim.min_lr_ratio"), ("optim.betas=[0.9, 1.0]", "optim.betas"),
+    ("algorithm.gamma=1.5", "algorithm.gamma"), ("algorithm.lam=-0.1", "algorithm.lam"),
+    ("algorithm.clip_high=-0.1", "algorithm.clip_high"), ("algorithm.beta=nan", "algorithm.beta"),
+    ("value.coef=-1", "value.coef"), ("sft.lr=0", "sft.lr"), ("model.lora.dropout=1", "model.lora.dropout"),
+    ("train.max_nonfinite_steps=0", "train.max_nonfinite_steps"), ("train.steps=0", "train.steps"),
+    ("train.batch_size=5", "train.group_size"), ("eval.samples=-1", "eval.samples"),
+    ("checkpoint.keep=0", "checkpoint.keep"), ("threads=-1", "threads"), ("train.steps=abc", "train.steps"),
+    ("optim.lr=fast", "optim.lr"), ("optim.lrr=1", "optim.lrr"), ("algorithm.advantage=nope", "algorithm.advantage"),
+]
+SET_CASES = [pytest.param(["--set", s], key, id=s) for s, key in SETS]
+
+FILE_CASES = [  # (argv built from the world folder, text the error line must contain)
+    ("empty.yaml", "empty.yaml"), ("list.yaml", "list.yaml"), ("invalid.yaml", "invalid.yaml"),
+    ("latin1.yaml", "latin1.yaml"), ("no_such.yaml", "no_such.yaml"),
+    ("out_dir={w}/a_file", "out_dir"), ("out_dir={w}/a_file/run", "out_dir"),
+    ("model.path={w}/missing", "model.path"), ("model.path={w}/noconfig", "model.path"),
+    ("model.path={w}/badconfig", "config.json"), ("model.path={w}/truncated", "model.safetensors"),
+    ("model.path={w}/garbage", "model.safetensors"), ("model.path={w}/notok", "tokenizer"),
+    ("model.path={w}/noweights", "model.path"), ("value.path={w}/noconfig", "value.path"),
+    ("sft.data={w}/missing.jsonl", "missing.jsonl"), ("sft.data={w}/latin1.jsonl", "latin1.jsonl"),
+    ("sft.data={w}/badline.jsonl", "badline.jsonl:2"), ("sft.data={w}/nofield.jsonl", "nofield.jsonl:1"),
+    ("sft.data={w}/empty.jsonl", "empty.jsonl"),
+]
+
+
+def _argv(world: Path, tmp_path: Path, spec: str) -> list[str]:
+    base = write(tmp_path / "base.yaml", {**RUN, "model": {"path": str(world / "model")},
+                                          "out_dir": str(tmp_path / "out")})
+    if "=" not in spec:
+        return ["train", str(world / spec)]
+    sets = [spec.format(w=world)] + (["sft.steps=2"] if spec.startswith("sft.data") else [])
+    return ["train", str(base), "--set", *sets]
+
+
+def _tree(path: Path) -> list[tuple[str, int]]:
+    return sorted((str(p), p.stat().st_size) for p in path.rglob("*") if p.is_file()) if path.exists() else []
+
+
+def check(capsys, argv: list[str], needle: str, folder: Path) -> None:
+    before = _tree(folder)
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.count("\n") == 1 and "error: " in err and "Traceback" not in err, err
+    assert needle in err, err
+    assert _tree(folder) == before  # nothing written
+
+
+@pytest.mark.parametrize("sets, key", SET_CASES)
+def test_bad_config_value(world, tmp_path, capsys, sets, key):
+    base = write(tmp_path / "base.yaml", {**RUN, "model": {"path": str(world / "model")},
+                                          "out_dir": str(tmp_path / "out")})
+    check(capsys, ["train", str(base), *sets], key, tmp_path / "out")
+
+
+@pytest.mark.parametrize("spec, needle", FILE_CASES, ids=[s for s, _ in FILE_CASES])
+def test_bad_file(world, tmp_path, capsys, spec, needle):
+    check(capsys, _argv(world, tmp_path, spec), needle, tmp_path / "out")
+    assert not (world / "a_file" / "run").exists() and (world / "a_file").read_text() == "x"
+
+
+def test_out_dir_not_writable(world, tmp_path, capsys, monkeypatch):
+    """Root may write anywhere, so the permission answer is faked: what matters is the check runs first."""
+    monkeypatch.setattr("rlvr.train.preflight.os.access", lambda path, mode: False)
+    check(capsys, _argv(world, tmp_path, "out_dir={w}/ro/run"), "not writable", tmp_path / "out")
+
+
+RESUME_CASES = {
+    "no config.yaml": (lambda run: (run / "config.yaml").unlink(), "config.yaml"),
+    "state.pt truncated": (lambda run: truncate(run / "checkpoints/step_000002/state.pt"), "state.pt"),
+    "weights truncated": (lambda run: truncate(run / "checkpoints/step_000002/model/model.safetensors"),
+                          "model.safetensors"),
+    "latest names a missing step": (lambda run: shutil.rmtree(run / "checkpoints/step_000002"), "step_000002"),
+}
+
+
+@pytest.mark.parametrize("name", list(RESUME_CASES))
+def test_bad_resume(world, tmp_path, capsys, name):
+    edit, needle = RESUME_CASES[name]
+    run = run_copy(world, tmp_path, edit)
+    check(capsys, ["train", "--resume", str(run)], needle, run)
+
+
+def test_corrupt_checkpoint_offers_the_previous_one(world, tmp_path, capsys):
+    run = run_copy(world, tmp_path, lambda run: truncate(run / "checkpoints/step_000002/state.pt"))
+    check(capsys, ["train", "--resume", str(run)], "previous complete checkpoint is step_000001", run)
+    (run / "checkpoints/latest").write_text("step_000001")  # what the message says to do
+    assert main(["train", "--resume", str(run)]) == 0
+    capsys.readouterr()
+
+
+def test_resume_without_checkpoint_needs_resume_or_start(world, tmp_path, capsys):
+    run = tmp_path / "fresh"
+    shutil.copytree(world / "fresh", run)
+    (run / "metrics.jsonl").unlink()
+    write(run / "config.yaml", {**yaml.safe_load((run / "config.yaml").read_text()), "out_dir": str(run)})
+    check(capsys, ["train", "--resume", str(run)], "--resume-or-start", run)
+    assert main(["train", "--resume", str(run), "--resume-or-start"]) == 0
+    assert (run / "checkpoints/latest").read_text() == "step_000001"
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["eval", "--model", "{w}/model", "--task", "sort", "--task-option", "lenght=3"], "lenght"),
+    (["eval", "--model", "{w}/missing", "--task", "sort"], "--model"),
+    (["eval", "--model", "{w}/truncated", "--task", "sort"], "model.safetensors"),
+    (["eval", "--model", "{w}/notok", "--task", "sort"], "tokenizer"),
+    (["train", "{w}/run.yaml", "--set", "optim.lr"], "key=value"),
+    (["sft", "--model", "{w}/notok", "--steps", "2", "--out", "{t}/out"], "tokenizer"),
+    (["sft", "--data", "{w}/latin1.jsonl", "--steps", "2", "--out", "{t}/out"], "latin1.jsonl"),
+])
+def test_bad_cli_flags(world, tmp_path, capsys, argv, needle):
+    check(capsys, [a.format(w=world, t=tmp_path) for a in argv], needle, tmp_path / "out")
