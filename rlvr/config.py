@@ -98,6 +98,10 @@ class RolloutConfig:
                           "gradient, since the sampler is no longer the policy being trained.")
     top_k: int = f(0, "Top-k sampling (0 = off); same caveat as top_p.")
     max_new_tokens: int = f(16, "Completion length cap; cut completions have finish_reason=length.")
+    max_staleness: int = f(0, "Asynchronous RL (needs distributed.backend=ray): rollout workers sample the batches "
+                              "of steps t+1..t+k while the learners update on step t, so a batch may come from "
+                              "weights k updates old. 0 = synchronous. Pair it with algorithm.is_cap "
+                              "(docs/distributed.md).")
 
 
 @dataclass
@@ -139,6 +143,11 @@ class AlgorithmConfig:
     dynamic_sampling_rounds: int = f(3, "Most extra sampling rounds per step; past it, flat groups fill the batch.")
     dynamic_sampling_metric: str = f("reward", "What must vary in a kept group: reward, or accuracy (the DAPO "
                                                "paper; ignores shaping terms such as the overlong penalty).")
+    is_cap: float = f(0.0, "Behaviour-policy correction (0 = off): each token's policy-gradient loss is weighted "
+                           "by min(pi_old / pi_sampler, is_cap), truncated importance sampling (IMPALA; Yao et al. "
+                           "2025). Corrects stale async batches and engine/learner numerical mismatch; > 1.")
+    is_mode: str = f("truncate", "truncate: weight min(ratio, is_cap); mask: drop tokens whose ratio leaves "
+                                 "[1/is_cap, is_cap] (rlvr.core.behaviour_is_weights).")
     overlong_filter: bool = f(False, "DAPO: truncated completions carry no policy gradient (advantage 0).")
 
 
@@ -198,6 +207,22 @@ class LogConfig:
 
 
 @dataclass
+class DistributedConfig:
+    backend: str = f("none", "none: one process (default). ray: the Rollout and Learner roles run as Ray actors "
+                             "(extra `ray`); the loop is the same (docs/distributed.md).")
+    address: str = f("local", "Ray cluster: local (start one in this process), auto (join `ray start --head` on "
+                              "this node) or HOST:PORT.")
+    rollout_workers: int = f(1, "Rollout actors; steps go to them in turn, each batch seeded by its step.")
+    learners: int = f(1, "Data-parallel learner actors (torch.distributed, gloo on CPU, NCCL on GPU); each "
+                         "takes an equal share of every minibatch's micro-batches, gradients are summed.")
+    rollout_cpus: float = f(1.0, "CPUs reserved per rollout actor.")
+    rollout_gpus: float = f(0.0, "GPUs reserved per rollout actor.")
+    learner_cpus: float = f(1.0, "CPUs reserved per learner actor.")
+    learner_gpus: float = f(0.0, "GPUs reserved per learner actor.")
+    max_restarts: int = f(3, "Times Ray restarts a dead rollout actor; its batch is requested again.")
+
+
+@dataclass
 class Config:
     seed: int = f(0, "Seeds model init, data order, sampling and evaluation: same seed, same metrics.")
     out_dir: str = f("runs/run", "Run folder: config.yaml, metrics.jsonl, plots, checkpoints, final model.")
@@ -213,6 +238,7 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
 
     @property
     def mini_batch_size(self) -> int:
@@ -256,6 +282,24 @@ def _check_batches(cfg: Config) -> None:
         raise ConfigError(f"optim.betas must be two numbers in [0, 1), got {cfg.optim.betas}")
 
 
+def _check_distributed(cfg: Config) -> None:
+    d, k = cfg.distributed, cfg.rollout.max_staleness
+    if d.backend not in ("none", "ray"):
+        raise ConfigError(f"distributed.backend must be none or ray, got {d.backend!r}")
+    for key, value in [("distributed.rollout_workers", d.rollout_workers), ("distributed.learners", d.learners)]:
+        if value < 1:
+            raise ConfigError(f"{key} must be >= 1, got {value}")
+    if k < 0 or (k > 0 and d.backend != "ray"):
+        raise ConfigError(f"rollout.max_staleness={k} needs distributed.backend=ray (and k >= 0)")
+    if cfg.algorithm.is_cap and cfg.algorithm.is_cap <= 1:
+        raise ConfigError(f"algorithm.is_cap must be 0 (off) or > 1, got {cfg.algorithm.is_cap}")
+    if cfg.algorithm.is_mode not in ("truncate", "mask"):
+        raise ConfigError(f"algorithm.is_mode must be truncate or mask, got {cfg.algorithm.is_mode!r}")
+    if d.learners > 1 and cfg.mini_batch_size % d.learners:
+        raise ConfigError(f"train.mini_batch_size ({cfg.mini_batch_size}) must be divisible by "
+                          f"distributed.learners ({d.learners})")
+
+
 def _check_files(cfg: Config) -> None:
     if cfg.model.path and not (Path(cfg.model.path) / "config.json").is_file():
         raise ConfigError(f"model.path: no Hugging Face model folder at {cfg.model.path!r} (no config.json)")
@@ -268,6 +312,7 @@ def validate(cfg: Config) -> Config:
     registries (task, losses, rewards) are checked when a run is set up (`rlvr.train.validate`)."""
     _check_positive(cfg)
     _check_batches(cfg)
+    _check_distributed(cfg)
     _check_files(cfg)
     return cfg
 

@@ -52,7 +52,15 @@ def start_model(cfg: Config, run_dir: Path, task: Task, on_sft=None) -> Path:
     return sft_dir
 
 
-def prepare_run(cfg: Config, resume: bool = False, on_sft=None) -> Run:
+def local_roles(cfg: Config, task: Task, policy_path: Path, init_path: Path) -> tuple[Learner, Rollout]:
+    """Both roles in this process, the engine sampling from the Learner's own policy."""
+    learner = Learner(cfg, policy_path, init_path)
+    return learner, Rollout(cfg, task, build_engine(cfg, learner.policy, learner.tokenizer))
+
+
+def prepare_run(cfg: Config, resume: bool = False, on_sft=None, build_roles=local_roles) -> Run:
+    """`build_roles(cfg, task, policy_path, init_path) -> (learner, rollout)` places the roles
+    (`rlvr.distributed.build_roles` puts them on Ray)."""
     check_registries(cfg)
     run_dir = Path(cfg.out_dir)
     checkpoint = latest_checkpoint(run_dir) if resume else None
@@ -66,8 +74,7 @@ def prepare_run(cfg: Config, resume: bool = False, on_sft=None) -> Run:
     save_config(cfg, run_dir / "config.yaml")
     task = get_task(cfg.task.name, **cfg.task.options)
     init = start_model(cfg, run_dir, task, on_sft)
-    learner = Learner(cfg, checkpoint / "model" if checkpoint else init, init)
-    rollout = Rollout(cfg, task, build_engine(cfg, learner.policy, learner.tokenizer))
+    learner, rollout = build_roles(cfg, task, checkpoint / "model" if checkpoint else init, init)
     start_step = 0
     if checkpoint is not None:
         state = load_state(checkpoint)
