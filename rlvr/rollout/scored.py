@@ -45,4 +45,6 @@ class ScoredBatch:
             **self.components, **self.stats,
             "completion_length": lengths.mean(),
             "truncated": sum(r == "length" for r in self.finish_reasons) / len(self.finish_reasons),
+            # updates between the sampling weights and the ones this step trains (0 when synchronous)
+            "staleness": float(self.step - 1 - self.version),
         }
