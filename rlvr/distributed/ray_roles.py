@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.config import Config, ConfigError
-from rlvr.distributed.workers import LearnerWorker, RolloutWorker
+from rlvr.distributed.workers import LearnerWorker, RolloutWorker, WrongWeights
 from rlvr.rollout.scored import ScoredBatch
 from rlvr.tasks import Example, Task
 
@@ -62,7 +62,7 @@ class _Request:
     stream_after: Any  # ObjectRef of the prompt-stream state after this step
     stream_before: Any  # the state it was drawn from (ObjectRef or dict)
     weights: Any  # ObjectRef of the weights it samples from (None: the workers' initial ones)
-    version: int
+    version: int  # policy version the worker must hold
 
 
 class RayRollout:
@@ -85,7 +85,7 @@ class RayRollout:
 
     def _submit(self, step: int, stream_before: Any, weights: Any, version: int) -> None:
         actor = self.actors[(step - 1) % len(self.actors)]
-        batch, after = actor.collect.options(num_returns=2).remote(step, stream_before)
+        batch, after = actor.collect.options(num_returns=2).remote(step, stream_before, version)
         self._pending[step] = _Request(batch, after, stream_before, weights, version)
 
     def collect(self, step: int) -> ScoredBatch:
@@ -99,7 +99,7 @@ class RayRollout:
             try:
                 batch = ray.get(self._pending[step].batch)
                 break
-            except ray.exceptions.RayActorError:
+            except (ray.exceptions.RayActorError, WrongWeights):
                 self._resubmit(step)
         self._consumed = self._pending.pop(step).stream_after
         return batch
@@ -108,6 +108,9 @@ class RayRollout:
         """A worker died: request `step` and every later pending step again, each from the weights and
         stream state it was first requested with, then give the workers today's weights back."""
         self.restarts += 1
+        if self.restarts > self.cfg.distributed.max_restarts * len(self.actors):
+            raise RuntimeError(f"rollout workers failed {self.restarts} times (distributed.max_restarts="
+                               f"{self.cfg.distributed.max_restarts} per worker); the run stops")
         stream = self._pending[step].stream_before
         for s in range(step, self._submitted + 1):
             old = self._pending[s]

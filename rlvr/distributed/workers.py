@@ -26,6 +26,10 @@ def _threads(cfg: Config) -> None:
     torch.set_num_threads(cfg.threads or 1)
 
 
+class WrongWeights(RuntimeError):
+    """A worker holds other weights than a request was made for (it was restarted and lost them)."""
+
+
 class RolloutWorker:
     """A Rollout over its own copy of the policy. The prompt stream's state travels with each request,
     so whichever worker collects step t draws exactly the prompts one worker would have drawn."""
@@ -36,8 +40,10 @@ class RolloutWorker:
         policy, tokenizer = load_model(init_path), load_tokenizer(init_path)
         self.rollout = Rollout(cfg, get_task(cfg.task.name, **cfg.task.options), build_engine(cfg, policy, tokenizer))
 
-    def collect(self, step: int, stream_state: dict | None) -> tuple[ScoredBatch, dict]:
+    def collect(self, step: int, stream_state: dict | None, version: int) -> tuple[ScoredBatch, dict]:
         """The step's batch from the stream state after step - 1, and the stream state after it."""
+        if self.rollout.version != version:
+            raise WrongWeights(f"rollout worker holds policy version {self.rollout.version}, request wants {version}")
         if stream_state is not None:
             self.rollout.load_state_dict(stream_state)
         batch = self.rollout.collect(step)
