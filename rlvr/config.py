@@ -111,6 +111,10 @@ class RolloutConfig:
                                       "re-allocate it (wake) before the next rollout. Ignored on a CPU.")
     allow_zero_temperature: bool = f(False, "Accept temperature=0 for training rollouts. Greedy groups are "
                                             "identical, so every advantage is 0 and nothing is learned.")
+    max_staleness: int = f(0, "Asynchronous RL (needs distributed.backend=ray): rollout workers sample the batches "
+                              "of steps t+1..t+k while the learners update on step t, so a batch may come from "
+                              "weights k updates old. 0 = synchronous. Pair it with algorithm.is_cap "
+                              "(docs/distributed.md).")
 
 
 @dataclass
@@ -155,6 +159,11 @@ class AlgorithmConfig:
     dynamic_sampling_metric: str = f("accuracy", "What must vary in a kept group: accuracy (the DAPO paper, eq. 11: "
                                                  "0 < #correct < G; shaping terms such as the overlong penalty do "
                                                  "not count) or reward (any reward difference).")
+    is_cap: float = f(0.0, "Behaviour-policy correction (0 = off): each token's policy-gradient loss is weighted "
+                           "by min(pi_old / pi_sampler, is_cap), truncated importance sampling (IMPALA; Yao et al. "
+                           "2025). Corrects stale async batches and engine/learner numerical mismatch; > 1.")
+    is_mode: str = f("truncate", "truncate: weight min(ratio, is_cap); mask: drop tokens whose ratio leaves "
+                                 "[1/is_cap, is_cap] (rlvr.core.behaviour_is_weights).")
     overlong_filter: bool = f(False, "DAPO: truncated completions leave the loss mask (no policy gradient, no KL, "
                                      "not in token_mean's denominator).")
 
@@ -218,6 +227,22 @@ class LogConfig:
 
 
 @dataclass
+class DistributedConfig:
+    backend: str = f("none", "none: one process (default). ray: the Rollout and Learner roles run as Ray actors "
+                             "(extra `ray`); the loop is the same (docs/distributed.md).")
+    address: str = f("local", "Ray cluster: local (start one in this process), auto (join `ray start --head` on "
+                              "this node) or HOST:PORT.")
+    rollout_workers: int = f(1, "Rollout actors; steps go to them in turn, each batch seeded by its step.")
+    learners: int = f(1, "Data-parallel learner actors (torch.distributed, gloo on CPU, NCCL on GPU); each "
+                         "takes an equal share of every minibatch's micro-batches, gradients are summed.")
+    rollout_cpus: float = f(1.0, "CPUs reserved per rollout actor.")
+    rollout_gpus: float = f(0.0, "GPUs reserved per rollout actor.")
+    learner_cpus: float = f(1.0, "CPUs reserved per learner actor.")
+    learner_gpus: float = f(0.0, "GPUs reserved per learner actor.")
+    max_restarts: int = f(3, "Times Ray restarts a dead rollout actor; its batch is requested again.")
+
+
+@dataclass
 class Config:
     seed: int = f(0, "Seeds model init, data order, sampling and evaluation: same seed, same metrics.")
     out_dir: str = f("runs/run", "Run folder: config.yaml, metrics.jsonl, plots, checkpoints, final model.")
@@ -233,6 +258,7 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
 
     @property
     def mini_batch_size(self) -> int:
@@ -322,6 +348,24 @@ def _check_rollout_engine(cfg: Config) -> None:
                           "pip install 'rlvr[vllm]' (on a CPU: scripts/setup_vllm.sh)")
 
 
+def _check_distributed(cfg: Config) -> None:
+    d, k = cfg.distributed, cfg.rollout.max_staleness
+    if d.backend not in ("none", "ray"):
+        raise ConfigError(f"distributed.backend must be none or ray, got {d.backend!r}")
+    for key, value in [("distributed.rollout_workers", d.rollout_workers), ("distributed.learners", d.learners)]:
+        if value < 1:
+            raise ConfigError(f"{key} must be >= 1, got {value}")
+    if k < 0 or (k > 0 and d.backend != "ray"):
+        raise ConfigError(f"rollout.max_staleness={k} needs distributed.backend=ray (and k >= 0)")
+    if cfg.algorithm.is_cap and cfg.algorithm.is_cap <= 1:
+        raise ConfigError(f"algorithm.is_cap must be 0 (off) or > 1, got {cfg.algorithm.is_cap}")
+    if cfg.algorithm.is_mode not in ("truncate", "mask"):
+        raise ConfigError(f"algorithm.is_mode must be truncate or mask, got {cfg.algorithm.is_mode!r}")
+    if d.learners > 1 and cfg.mini_batch_size % d.learners:
+        raise ConfigError(f"train.mini_batch_size ({cfg.mini_batch_size}) must be divisible by "
+                          f"distributed.learners ({d.learners})")
+
+
 def _check_files(cfg: Config) -> None:
     if cfg.model.path and not (Path(cfg.model.path) / "config.json").is_file():
         raise ConfigError(f"model.path: no Hugging Face model folder at {cfg.model.path!r} (no config.json)")
@@ -334,6 +378,7 @@ def validate(cfg: Config) -> Config:
     registries (task, losses, rewards) are checked when a run is set up (`rlvr.train.validate`)."""
     _check_ranges(cfg)
     _check_batches(cfg)
+    _check_distributed(cfg)
     _check_files(cfg)
     _check_rollout_engine(cfg)
     return cfg

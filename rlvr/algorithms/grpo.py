@@ -73,13 +73,18 @@ class GroupPolicyGradient:
         return self._advantage_fn(rewards, group_size)
 
     def loss(self, logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor,
-             ref_logprobs: Tensor | None, denominator: Tensor | int) -> tuple[Tensor, dict[str, Tensor]]:
+             ref_logprobs: Tensor | None, denominator: Tensor | int, is_weights: Tensor | None = None
+             ) -> tuple[Tensor, dict[str, Tensor]]:
         """Scalar loss of one micro-batch (B, W) and its detached metrics.
 
         `denominator` is the minibatch's (`accumulation_denominator`), so micro-batch losses add up.
+        `is_weights` (B, W), when given, reweights the policy-gradient term per token (behaviour
+        correction, `rlvr.core.behaviour_is_weights`); the KL penalty is about pi, not the data, so not it.
         """
         per_token, metrics = self._loss_fn(logprobs, old_logprobs, advantages, mask,
                                            clip_low=self.clip_low, clip_high=self.clip_high, tau=self.tau)
+        if is_weights is not None:
+            per_token = per_token * is_weights
         if self.beta > 0:
             if ref_logprobs is None:
                 raise ValueError("beta > 0 needs reference log-probs")

@@ -37,6 +37,8 @@ def _train(args: argparse.Namespace) -> int:
         raise ConfigError("give a CONFIG file (or --resume RUN_DIR); see configs/ for examples")
     else:
         cfg = load_config(args.config, args.overrides)
+    if cfg.distributed.backend == "ray":
+        from rlvr.distributed.run import train_distributed as train
     result = train(cfg, resume=bool(args.resume or args.resume_or_start), or_start=args.resume_or_start)
     acc = result.final_eval.get("eval/greedy_accuracy")
     if acc is not None:

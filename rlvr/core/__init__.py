@@ -17,6 +17,7 @@ from rlvr.core.advantages import (
     rloo_advantages,
     whitened_advantages,
 )
+from rlvr.core.importance import IS_MODES, behaviour_is_weights
 from rlvr.core.kl import KL_ESTIMATORS, get_kl_estimator, kl_k1, kl_k2, kl_k3, kl_shaped_rewards
 from rlvr.core.logprobs import entropy_from_logits, token_logprobs
 from rlvr.core.lora import lora_merged_weight
@@ -51,6 +52,8 @@ from rlvr.core.preference import (
 __all__ = [
     "flat_group_share",
     "informative_groups",
+    "IS_MODES",
+    "behaviour_is_weights",
     "ADVANTAGES",
     "AGGREGATION_MODES",
     "KL_ESTIMATORS",

@@ -31,6 +31,7 @@ class RolloutBatch:
     ref_logprobs: Tensor | None = None  # (B, W) log pi_ref, when beta > 0
     returns: Tensor | None = None  # (B, W) value targets (advantage gae)
     old_values: Tensor | None = None  # (B, W) V at sampling time (advantage gae)
+    is_weights: Tensor | None = None  # (B, W) pi_old / pi_sampler correction (algorithm.is_cap)
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]

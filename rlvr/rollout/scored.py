@@ -52,4 +52,6 @@ class ScoredBatch:
             "completion_length": lengths.mean(),
             "truncated": sum(r == "length" for r in self.finish_reasons) / len(self.finish_reasons),
             **on_wrong,
+            # updates between the sampling weights and the ones this step trains (0 when synchronous)
+            "staleness": float(self.step - 1 - self.version),
         }

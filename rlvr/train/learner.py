@@ -19,7 +19,7 @@ from rlvr.algorithms.dynamic_sampling import overlong_filter, overlong_loss_mask
 from rlvr.algorithms.grpo import GroupPolicyGradient, accumulation_denominator
 from rlvr.algorithms.ppo import VALUE_MODEL_FILE, ValueModel, build_value_model, forward_with_values
 from rlvr.config import Config
-from rlvr.core import masked_mean
+from rlvr.core import behaviour_is_weights, masked_mean
 from rlvr.models import engine_weights, load_policy, load_reference, load_tokenizer, resolve_placement, save_policy
 from rlvr.models.tokenizer import pad_token_id
 from rlvr.rollout.batch import RolloutBatch, build_batch, cached_logprobs, policy_logprobs
@@ -60,6 +60,7 @@ class Learner:
         # mu = 1 and one minibatch: a single optimizer step per rollout, taken at the sampling weights,
         # so the old log-probs are the current ones detached (ratio 1, gradient = policy gradient).
         self.single_step = cfg.algorithm.mu == 1 and cfg.mini_batch_size == cfg.train.batch_size
+        self.rank, self.world = 0, 1  # data-parallel position (rlvr.distributed.data_parallel)
 
     def _value_model(self, init: Path) -> ValueModel | None:
         """PPO's critic when the estimator needs one; its parameters join the optimizer as their own
@@ -85,8 +86,15 @@ class Learner:
         """Rows with pi_old, pi_ref and advantages: (N,) group-relative or (N, W) per token."""
         cfg, micro = self.cfg, self.cfg.micro_batch_size
         rows = self.tensors(batch)
-        if not self.single_step or cfg.algorithm.kl_reward_coef > 0:  # pi_old: inner steps, KL in the reward
+        a = cfg.algorithm
+        if not self.single_step or a.kl_reward_coef > 0 or a.is_cap:  # pi_old: inner steps, KL reward, IS
             rows.old_logprobs = self.logprobs(rows)
+        if a.is_cap:
+            behaviour = torch.zeros_like(rows.old_logprobs)  # (N, W) sampler log-probs at completion tokens
+            behaviour[rows.mask] = torch.tensor([lp for row in batch.sampler_logprobs for lp in row],
+                                                dtype=behaviour.dtype)
+            rows.is_weights, self._is_metrics = behaviour_is_weights(rows.old_logprobs, behaviour, rows.mask,
+                                                                     a.is_cap, a.is_mode)
         if self.reference is not None:
             rows.ref_logprobs = cached_logprobs(self.reference, rows, cfg.rollout.temperature, micro)
         if self.token_adv is None:
@@ -112,7 +120,7 @@ class Learner:
         logprobs, entropy, values = self._forward(mb)  # (b, W)
         old = logprobs.detach() if self.single_step else mb.old_logprobs
         obj = self.objective
-        loss, metrics = obj.loss(logprobs, old, mb.advantages, mb.mask, mb.ref_logprobs, denominator)
+        loss, metrics = obj.loss(logprobs, old, mb.advantages, mb.mask, mb.ref_logprobs, denominator, mb.is_weights)
         if values is not None:  # PPO: + value.coef x clipped value loss, aggregated alike
             value_loss, value_metrics = self.token_adv.value_loss(values, mb, obj.aggregation, obj.loss_constant,
                                                                   denominator)
@@ -123,7 +131,9 @@ class Learner:
     def update(self, batch: ScoredBatch) -> dict[str, float]:
         """mu epochs x minibatches, each one optimizer step over accumulated micro-batches."""
         cfg, mini, micro = self.cfg, self.cfg.mini_batch_size, self.cfg.micro_batch_size
+        self._is_metrics: dict[str, Tensor] = {}
         rows = self._prepare(batch)
+        micro = self._rank_micro(mini, micro)
         self.policy.train()
         stats, grad_norms, skipped = [], [], 0
         shuffle = torch.Generator().manual_seed(derive_seed(cfg.seed, batch.step, SHUFFLE))
@@ -133,9 +143,10 @@ class Learner:
                 minibatch = rows.select(order[lo : lo + mini])
                 denominator = accumulation_denominator(self.objective.aggregation, minibatch.mask)
                 self.optimizer.zero_grad(set_to_none=True)
-                for mlo in range(0, mini, micro):
+                for mlo in range(self.rank * micro, mini, micro * self.world):  # this rank's share
                     stats.append(self._micro_step(minibatch.select(slice(mlo, mlo + micro)), denominator,
                                                   mini / micro))
+                self._reduce_grads()  # data-parallel ranks: the mean gradient, before it is measured
                 norm = grad_norm(self.params, cfg.optim.max_grad_norm)
                 if not finite_step([s["loss"] for s in stats[-(mini // micro):]], norm):
                     skipped += 1  # a NaN/inf step would poison the weights and the optimizer's moments
@@ -145,9 +156,20 @@ class Learner:
                 self.optimizer.step()
                 self.scheduler.step()
         self.policy.eval()
-        metrics = {**_means(stats), "lr": self.scheduler.get_last_lr()[0], SKIPPED: float(skipped)}
+        metrics = {**self._reduce_metrics(_means(stats)), "lr": self.scheduler.get_last_lr()[0],
+                   SKIPPED: float(skipped), **{k: v.item() for k, v in self._is_metrics.items()}}
         if grad_norms:
             metrics["grad_norm"] = torch.stack(grad_norms).mean().item()
+        return metrics
+
+    def _rank_micro(self, mini: int, micro: int) -> int:
+        """Micro-batch size such that every data-parallel rank gets as many micro-batches."""
+        return micro if (mini // micro) % self.world == 0 else mini // self.world
+
+    def _reduce_grads(self) -> None:
+        """Sum gradients over data-parallel ranks; one process has nothing to sum."""
+
+    def _reduce_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
         return metrics
 
     def named_weights(self) -> Iterator[tuple[str, Tensor]]:

@@ -53,8 +53,22 @@ def start_model(cfg: Config, run_dir: Path, task: Task, on_sft=None) -> Path:
     return sft_dir
 
 
-def prepare_run(cfg: Config, resume: bool = False, on_sft=None, or_start: bool = False) -> Run:
-    """Check everything (config, files, checkpoint) and only then create the run folder and the roles."""
+def local_roles(cfg: Config, task: Task, policy_path: Path, init_path: Path) -> tuple[Learner, Rollout]:
+    """Both roles in this process, the engine sampling from the Learner's own policy."""
+    learner = Learner(cfg, policy_path, init_path)
+    engine = build_engine(cfg, learner.policy, learner.tokenizer, init_path)
+    if Path(policy_path) != Path(init_path):
+        # resume: an engine holding its own copy (vLLM) starts from `init`: give it the checkpoint's
+        # weights (a LoRA checkpoint folder holds adapters only, so the merged weights, not the folder)
+        engine.load_weights(learner.named_weights())
+    return learner, Rollout(cfg, task, engine)
+
+
+def prepare_run(cfg: Config, resume: bool = False, on_sft=None, or_start: bool = False,
+                build_roles=local_roles) -> Run:
+    """Check everything (config, files, checkpoint) and only then create the run folder and the roles.
+    `build_roles(cfg, task, policy_path, init_path) -> (learner, rollout)` places the roles
+    (`rlvr.distributed.ray_roles` puts them on Ray)."""
     check_registries(cfg)
     run_dir = Path(cfg.out_dir)
     checkpoint = preflight(cfg, resume, or_start)
@@ -68,13 +82,9 @@ def prepare_run(cfg: Config, resume: bool = False, on_sft=None, or_start: bool =
     save_config(cfg, run_dir / "config.yaml")
     task = get_task(cfg.task.name, **cfg.task.options)
     init = start_model(cfg, run_dir, task, on_sft)
-    learner = Learner(cfg, checkpoint / "model" if checkpoint else init, init)
-    rollout = Rollout(cfg, task, build_engine(cfg, learner.policy, learner.tokenizer, init))
+    learner, rollout = build_roles(cfg, task, checkpoint / "model" if checkpoint else init, init)
     start_step = 0
     if checkpoint is not None:
-        # an engine holding its own copy (vLLM) starts from `init`: give it the checkpoint's weights
-        # (a LoRA checkpoint folder holds adapters only, so the merged weights, not the folder)
-        rollout.engine.load_weights(learner.named_weights())
         state = load_state(checkpoint)
         learner.load_state_dict(state)
         rollout.load_state_dict(state["data"])

@@ -1,0 +1,208 @@
+"""The Rollout and Learner roles as Ray actors, behind proxies with the roles' methods, so the loop
+(`rlvr.train.loop.train`) runs unchanged. Ray does placement, actor life cycle and restarts.
+
+- Weights go learners -> rollout workers through the object store: rank 0 returns them once as an
+  object, every worker receives the same reference.
+- Steps go to the rollout workers in turn; the prompt stream's state is chained from one request to
+  the next (an object reference, resolved by Ray), so N workers draw exactly what one worker draws.
+- `rollout.max_staleness: k` keeps the requests of steps t+1..t+k in flight while the learners
+  update on step t; every batch carries the policy version it was sampled from.
+- A rollout worker that dies is restarted by Ray (`max_restarts`), reloaded with the weights its
+  requests were sampled from, and its requests are sent again: same seeds, same batches, none lost
+  or counted twice. A learner that dies stops the run: resume from the last checkpoint.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlvr.config import Config, ConfigError
+from rlvr.distributed.workers import LearnerWorker, RolloutWorker, WrongWeights
+from rlvr.rollout.scored import ScoredBatch
+from rlvr.tasks import Example, Task
+
+try:
+    import ray
+except ImportError:
+    ray = None
+
+
+def require_ray() -> Any:
+    if ray is None:
+        raise ConfigError("distributed.backend=ray needs Ray: pip install 'rlvr[ray]'")
+    return ray
+
+
+def start_ray(cfg: Config) -> bool:
+    """Connect to (or start) the cluster of `distributed.address`; True when this call started it."""
+    require_ray()
+    if ray.is_initialized():
+        return False
+    address = cfg.distributed.address
+    if address == "local":
+        ray.init(include_dashboard=False, log_to_driver=False)
+    else:
+        ray.init(address=address, log_to_driver=False)
+    return True
+
+
+@dataclass
+class RemoteWeights:
+    """The learners' weights in the object store, as `named_weights()` returns them under Ray."""
+
+    ref: Any
+
+
+@dataclass
+class _Request:
+    batch: Any  # ObjectRef of the ScoredBatch
+    stream_after: Any  # ObjectRef of the prompt-stream state after this step
+    stream_before: Any  # the state it was drawn from (ObjectRef or dict)
+    weights: Any  # ObjectRef of the weights it samples from (None: the workers' initial ones)
+    version: int  # policy version the worker must hold
+
+
+class RayRollout:
+    """`collect`, `load_weights`, `evaluate`, `state_dict` of the Rollout role over N rollout actors."""
+
+    def __init__(self, cfg: Config, actors: list, weights: RemoteWeights) -> None:
+        self.cfg, self.actors = cfg, actors
+        self.staleness, self.last_step = cfg.rollout.max_staleness, cfg.train.steps
+        self._pending: dict[int, _Request] = {}
+        self._submitted = 0  # highest step requested
+        self._stream = actors[0].state_dict.remote()  # state the next request draws from
+        self._consumed = self._stream  # state after the last step handed to the loop
+        self._weights, self._version = weights.ref, 0
+        self.restarts = 0
+        self._broadcast()
+
+    def _broadcast(self, actors: list | None = None) -> None:
+        for actor in actors or self.actors:
+            actor.load_weights.remote(self._weights, self._version)
+
+    def _submit(self, step: int, stream_before: Any, weights: Any, version: int) -> None:
+        actor = self.actors[(step - 1) % len(self.actors)]
+        batch, after = actor.collect.options(num_returns=2).remote(step, stream_before, version)
+        self._pending[step] = _Request(batch, after, stream_before, weights, version)
+
+    def collect(self, step: int) -> ScoredBatch:
+        """Step `step`'s batch; requests up to `max_staleness` later steps before waiting for it."""
+        self._submitted = max(self._submitted, step - 1)
+        while self._submitted < min(step + self.staleness, self.last_step):
+            self._submitted += 1
+            self._submit(self._submitted, self._stream, self._weights, self._version)
+            self._stream = self._pending[self._submitted].stream_after
+        while True:
+            try:
+                batch = ray.get(self._pending[step].batch)
+                break
+            except (ray.exceptions.RayActorError, WrongWeights):
+                self._resubmit(step)
+        self._consumed = self._pending.pop(step).stream_after
+        return batch
+
+    def _resubmit(self, step: int) -> None:
+        """A worker died: request `step` and every later pending step again, each from the weights and
+        stream state it was first requested with, then give the workers today's weights back."""
+        self.restarts += 1
+        if self.restarts > self.cfg.distributed.max_restarts * len(self.actors):
+            raise RuntimeError(f"rollout workers failed {self.restarts} times (distributed.max_restarts="
+                               f"{self.cfg.distributed.max_restarts} per worker); the run stops")
+        stream = self._pending[step].stream_before
+        for s in range(step, self._submitted + 1):
+            old = self._pending[s]
+            self.actors[(s - 1) % len(self.actors)].load_weights.remote(old.weights, old.version)
+            self._submit(s, stream, old.weights, old.version)
+            stream = self._pending[s].stream_after
+        self._stream = stream
+        self._broadcast()
+
+    def load_weights(self, weights: RemoteWeights) -> None:
+        """Every worker samples its next requests from these weights (one object, N readers)."""
+        self._weights = weights.ref if isinstance(weights, RemoteWeights) else ray.put(dict(weights))
+        self._version += 1
+        self._broadcast()
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    @version.setter
+    def version(self, value: int) -> None:  # resume: the checkpoint's step
+        self._version = value
+        self._broadcast()
+
+    def evaluate(self, examples: list[Example], seed: int) -> tuple[dict[str, float], list[dict]]:
+        return ray.get(self.actors[0].evaluate.remote(examples, seed))
+
+    def state_dict(self) -> dict[str, Any]:
+        """The prompt stream after the last step the loop consumed (prefetched steps are redone on resume)."""
+        return ray.get(self._consumed) if isinstance(self._consumed, ray.ObjectRef) else self._consumed
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._stream = self._consumed = state
+
+
+class RayLearner:
+    """`update`, `named_weights`, `state_dict`, `save`, `policy` of the Learner role over M ranks."""
+
+    def __init__(self, actors: list) -> None:
+        self.actors = actors
+        self.tokenizer = ray.get(actors[0].tokenizer.remote())  # checkpoints save it beside the policy
+
+    def _all(self, method: str, *args) -> list:
+        try:
+            return ray.get([getattr(a, method).remote(*args) for a in self.actors])
+        except ray.exceptions.RayActorError as err:
+            raise RuntimeError(f"a learner actor died during {method}; the run stops here. Resume it from its "
+                               f"last checkpoint with `rlvr train --resume RUN_DIR` ({type(err).__name__})") from None
+
+    def update(self, batch: ScoredBatch) -> dict[str, float]:
+        return self._all("update", ray.put(batch))[0]
+
+    def named_weights(self) -> RemoteWeights:
+        return RemoteWeights(self.actors[0].weights.remote())
+
+    def logprobs(self, batch: ScoredBatch):
+        return ray.get(self.actors[0].logprobs.remote(batch))
+
+    def state_dict(self) -> dict[str, Any]:
+        return ray.get(self.actors[0].state_dict.remote())
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._all("load_state_dict", state)
+
+    @property
+    def policy(self) -> Any:
+        """A copy of rank 0's policy (for checkpoints, which save it from the driver)."""
+        return ray.get(self.actors[0].policy.remote())
+
+    def save(self, path: Path, adapter_path: Path) -> None:
+        ray.get(self.actors[0].save.remote(path, adapter_path))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ray_roles(cfg: Config, task: Task, policy_path: Path, init_path: Path) -> tuple[RayLearner, RayRollout]:
+    """`prepare_run`'s role builder for `distributed.backend: ray` (Ray must be started: `start_ray`)."""
+    d = cfg.distributed
+    learner_cls = ray.remote(LearnerWorker).options(num_cpus=d.learner_cpus, num_gpus=d.learner_gpus)
+    master = ("127.0.0.1", _free_port())
+    learners = [learner_cls.remote(cfg, policy_path, init_path, r, d.learners, master) for r in range(d.learners)]
+    learner = RayLearner(learners)
+    rollout_cls = ray.remote(RolloutWorker).options(num_cpus=d.rollout_cpus, num_gpus=d.rollout_gpus,
+                                                    max_restarts=d.max_restarts)
+    workers = [rollout_cls.remote(cfg, init_path) for _ in range(d.rollout_workers)]
+    return learner, RayRollout(cfg, workers, learner.named_weights())
+
+
+def stop_roles(learner: RayLearner, rollout: RayRollout) -> None:
+    for actor in [*learner.actors, *rollout.actors]:
+        ray.kill(actor, no_restart=True)

@@ -1,0 +1,44 @@
+"""Rollout workers on Ray: the same batches as one in-process Rollout, also across a killed worker."""
+
+import torch
+
+from ray_helpers import ray_sections, tiny_config
+from rlvr.config import load_config
+from rlvr.distributed.ray_roles import RayRollout, RemoteWeights, start_ray
+from rlvr.distributed.workers import RolloutWorker
+from rlvr.tasks import get_task
+from rlvr.train.setup import local_roles
+
+
+def _same(a, b) -> None:
+    assert (a.step, a.version, a.prompts, a.completion_ids) == (b.step, b.version, b.prompts, b.completion_ids)
+    assert a.sampler_logprobs == b.sampler_logprobs and a.correct == b.correct
+    torch.testing.assert_close(a.rewards, b.rewards)
+
+
+def test_two_workers_equal_one_process_and_survive_a_kill(ray_cluster, tmp_path, warm_model):
+    """Two workers take the steps in turn; the prompt stream's state (failure-rate sampling: it learns
+    from every batch) travels between them, weights change after every step. Worker 0 is killed
+    after step 2: Ray restarts it, it gets its weights back, step 3 is requested again, and every
+    batch is still exactly the one-process batch."""
+    cfg = load_config(None, [], base=tiny_config(
+        tmp_path / "run", warm_model, train={"steps": 5, "batch_size": 16, "group_size": 4},
+        task={"prompt_sampler": "failure_rate"}, distributed=ray_sections(rollout_workers=2)))
+    assert not start_ray(cfg)  # joins the session's cluster
+    learner, local = local_roles(cfg, get_task(cfg.task.name, **cfg.task.options), warm_model, warm_model)
+    cls = ray_cluster.remote(RolloutWorker).options(num_cpus=0.5, max_restarts=2)
+    workers = [cls.remote(cfg, warm_model) for _ in range(2)]
+    remote = RayRollout(cfg, workers, RemoteWeights(ray_cluster.put(dict(learner.named_weights()))))
+    for step in range(1, 6):
+        if step == 3:
+            ray_cluster.kill(workers[0], no_restart=False)
+        batch = local.collect(step)
+        _same(remote.collect(step), batch)
+        learner.update(batch)
+        weights = list(learner.named_weights())
+        local.load_weights(weights)
+        remote.load_weights(weights)
+    assert remote.restarts >= 1
+    assert remote.state_dict() == local.state_dict()
+    for worker in workers:
+        ray_cluster.kill(worker)
