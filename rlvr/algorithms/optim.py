@@ -1,9 +1,10 @@
-"""AdamW and the learning-rate schedule (linear warmup, then constant, linear or cosine decay)."""
+"""AdamW, the learning-rate schedule (linear warmup, then constant, linear or cosine decay) and the
+gradient clipping rule, shared by the RL learner and the offline trainers."""
 
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Callable, Iterable
 
 import torch
 from torch import nn
@@ -50,3 +51,11 @@ def build_optimizer(model: nn.Module, lr: float, betas: tuple[float, float], eps
 def build_scheduler(optimizer: torch.optim.Optimizer, schedule: str, warmup: int, total: int,
                     min_ratio: float) -> torch.optim.lr_scheduler.LambdaLR:
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(schedule, warmup, total, min_ratio))
+
+
+def clip_gradients(params: Iterable[nn.Parameter], max_norm: float) -> torch.Tensor | None:
+    """Scale the gradients so that their global L2 norm is at most `max_norm`; returns the norm
+    before clipping (a detached scalar), or None when `max_norm` is 0 (clipping off)."""
+    if max_norm <= 0:
+        return None
+    return torch.nn.utils.clip_grad_norm_(list(params), max_norm)

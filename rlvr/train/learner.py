@@ -25,7 +25,7 @@ from rlvr.models.tokenizer import pad_token_id
 from rlvr.rollout.batch import RolloutBatch, build_batch, cached_logprobs, policy_logprobs
 from rlvr.rollout.scored import ScoredBatch
 from rlvr.train.family import token_advantages
-from rlvr.algorithms.optim import build_optimizer, build_scheduler
+from rlvr.algorithms.optim import build_optimizer, build_scheduler, clip_gradients
 from rlvr.seeds import SHUFFLE, derive_seed
 
 
@@ -131,8 +131,9 @@ class Learner:
                 for mlo in range(0, mini, micro):
                     stats.append(self._micro_step(minibatch.select(slice(mlo, mlo + micro)), denominator,
                                                   mini / micro))
-                if cfg.optim.max_grad_norm > 0:
-                    grad_norms.append(torch.nn.utils.clip_grad_norm_(self.params, cfg.optim.max_grad_norm))
+                norm = clip_gradients(self.params, cfg.optim.max_grad_norm)
+                if norm is not None:
+                    grad_norms.append(norm)
                 self.optimizer.step()
                 self.scheduler.step()
         self.policy.eval()
