@@ -32,9 +32,9 @@ class OfflineConfig:
     lr: float = config_field(1e-6, "Peak AdamW learning rate (DPO paper: 1e-6 for 7B-scale models; a tiny "
                             "model from scratch wants ~1e-3).")
     epochs: int = config_field(1, "Passes over the training data (ignored when steps is set).")
-    steps: int | None = config_field(None, "Optimizer steps; None: ceil(epochs * items / batch_size).")
-    batch_size: int = config_field(8, "Items (pairs, or documents for SFT) per optimizer step; at most "
-                                      "the number of items.")
+    steps: int | None = config_field(None, "Optimizer steps; None: epochs * ceil(items / batch_size).")
+    batch_size: int = config_field(8, "Items (pairs, or documents for SFT) per optimizer step; the last "
+                                      "step of an epoch takes what is left.")
     micro_batch_size: int | None = config_field(None, "Items per forward pass; gradients are accumulated up "
                                                "to batch_size. None: the whole batch at once.")
     max_grad_norm: float = config_field(1.0, "Clip the global gradient norm to this (0 disables).")
@@ -61,7 +61,7 @@ class OfflineConfig:
         check_schedule(self.schedule)
 
     def total_steps(self, n_items: int) -> int:
-        return self.steps or math.ceil(self.epochs * n_items / min(self.batch_size, n_items))
+        return self.steps or self.epochs * math.ceil(n_items / self.batch_size)
 
 
 MicroLoss = Callable[[list[int]], tuple[Tensor, dict[str, Tensor]]]
@@ -72,8 +72,8 @@ def train_offline(model: nn.Module, n_items: int, cfg: OfflineConfig, micro_loss
                   on_step: Callable[[dict[str, float]], None] | None = None) -> list[dict[str, float]]:
     """Minibatch AdamW training over item indices 0..n_items-1; returns per-step metrics.
 
-    Batches of min(batch_size, n_items) indices come from a seeded stream that reshuffles every
-    epoch. `micro_loss(indices)` returns (loss summed over the items, detached metrics). A step's
+    Batches of `batch_size` indices come from a seeded stream that reshuffles every epoch (the last
+    batch of an epoch holds what is left). `micro_loss(indices)` returns (loss summed over the items, detached metrics). A step's
     loss is the sum over its micro-batches divided by `weight(step indices)` (the item count, or the
     target-token count for SFT), so accumulation gives exactly the full-batch gradient.
     The caller sets train/eval mode: preference training runs in eval mode (no dropout).
@@ -85,12 +85,11 @@ def train_offline(model: nn.Module, n_items: int, cfg: OfflineConfig, micro_loss
     optimizer = build_optimizer(model, cfg.lr, tuple(ADAM.betas), ADAM.eps, cfg.weight_decay)
     scheduler = build_scheduler(optimizer, cfg.schedule, cfg.warmup_steps, total, cfg.min_lr_ratio)
     stream = PromptStream(range(n_items), cfg.seed)
-    size = min(cfg.batch_size, n_items)
     history = []
     for step in range(1, total + 1):
-        epoch = stream.epoch
-        row = {"step": step, "epoch": epoch,
-               **_accumulate(stream.next(size), micro_loss, weight, cfg.micro_batch_size or size)}
+        batch = _next_batch(stream, cfg.batch_size)
+        row = {"step": step, "epoch": stream.epoch,
+               **_accumulate(batch, micro_loss, weight, cfg.micro_batch_size or cfg.batch_size)}
         norm = clip_gradients(model.parameters(), cfg.max_grad_norm)
         if norm is not None:
             row["grad_norm"] = norm.item()
@@ -102,6 +101,13 @@ def train_offline(model: nn.Module, n_items: int, cfg: OfflineConfig, micro_loss
         if on_step is not None:
             on_step(row)
     return history
+
+
+def _next_batch(stream: PromptStream, batch_size: int) -> list[int]:
+    """The next `batch_size` indices of the current epoch; the last batch of an epoch is shorter
+    rather than spanning two epochs, so each epoch visits every item exactly once."""
+    left = len(stream.pool) - stream.position or len(stream.pool)  # 0 left: the next epoch starts
+    return stream.next(min(batch_size, left))
 
 
 def _accumulate(batch: list[int], micro_loss: MicroLoss, weight: Callable[[list[int]], float],

@@ -43,8 +43,8 @@ def test_offline_config_validation(kwargs, message):
 
 
 def test_total_steps():
-    assert OfflineConfig(epochs=2, batch_size=4).total_steps(10) == 5  # 20 items in batches of 4
-    assert OfflineConfig(epochs=1, batch_size=8).total_steps(3) == 1  # a batch never exceeds the data
+    assert OfflineConfig(epochs=2, batch_size=4).total_steps(10) == 6  # 4 + 4 + 2 items per epoch
+    assert OfflineConfig(epochs=1, batch_size=8).total_steps(3) == 1
     assert OfflineConfig(steps=7, epochs=3).total_steps(100) == 7
 
 
@@ -118,10 +118,27 @@ def test_accumulation_equals_full_batch(batch_size, micro, epochs, seed):
     accumulated, acc_hist = _regression_run(micro, batch_size, epochs, seed)
     for p, q in zip(full.parameters(), accumulated.parameters()):
         torch.testing.assert_close(p, q, rtol=0, atol=1e-12)
-    assert len(full_hist) == math.ceil(epochs * 10 / batch_size)
+    assert len(full_hist) == epochs * math.ceil(10 / batch_size)
+    assert [row["epoch"] for row in full_hist] == [e for e in range(epochs) for _ in range(math.ceil(10 / batch_size))]
     for a, b in zip(full_hist, acc_hist):
         for key in ("loss", "abs_err", "grad_norm"):
             assert a[key] == pytest.approx(b[key], abs=1e-12)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 12), st.integers(1, 12), st.integers(1, 3), st.integers(0, 5))
+def test_every_epoch_visits_every_item_once(n, batch_size, epochs, seed):
+    w = torch.nn.Parameter(torch.zeros(()))
+    model = torch.nn.Module()
+    model.w = w
+    seen = []
+    history = train_offline(model, n, OfflineConfig(epochs=epochs, batch_size=batch_size, seed=seed),
+                            lambda idx: (seen.append(list(idx)) or w * len(idx), {}))
+    per_epoch = math.ceil(n / batch_size)
+    assert len(history) == epochs * per_epoch
+    for e in range(epochs):
+        items = [i for batch in seen[e * per_epoch: (e + 1) * per_epoch] for i in batch]
+        assert sorted(items) == list(range(n))
 
 
 def test_warm_start_sft_accumulation_on_a_tiny_model():
