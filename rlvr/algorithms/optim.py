@@ -1,9 +1,10 @@
-"""AdamW and the learning-rate schedule (linear warmup, then constant, linear or cosine decay)."""
+"""AdamW, the learning-rate schedule (linear warmup, then constant, linear or cosine decay) and the
+gradient clipping rule, shared by the RL learner and the offline trainers."""
 
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Callable, Iterable
 
 import torch
 from torch import nn
@@ -50,3 +51,13 @@ def build_optimizer(model: nn.Module, lr: float, betas: tuple[float, float], eps
 def build_scheduler(optimizer: torch.optim.Optimizer, schedule: str, warmup: int, total: int,
                     min_ratio: float) -> torch.optim.lr_scheduler.LambdaLR:
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(schedule, warmup, total, min_ratio))
+
+
+def clip_gradients(params: Iterable[nn.Parameter], max_norm: float) -> torch.Tensor:
+    """The one clipping rule of every trainer: scale the gradients so that their global L2 norm is at
+    most `max_norm` (0 = clipping off); returns the norm before clipping (a detached scalar), NaN/inf
+    when a gradient is."""
+    params = [p for p in params if p.grad is not None]
+    if max_norm > 0:
+        return torch.nn.utils.clip_grad_norm_(params, max_norm)
+    return torch.nn.utils.get_total_norm([p.grad for p in params])

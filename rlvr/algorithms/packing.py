@@ -23,7 +23,8 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from rlvr.algorithms.common import OfflineConfig, config_field, train_epochs
+from rlvr.algorithms.common import config_field
+from rlvr.algorithms.offline import OfflineConfig, train_offline
 from rlvr.rollout.batch import encode_prompt_completion
 from rlvr.algorithms.varlen import SEGMENTS_KWARG, segment_bounds, varlen_attention
 from rlvr.core import masked_sum, token_logprobs
@@ -240,7 +241,7 @@ def train_sft_packed(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
 
     was_training = model.training
     model.train()
-    history = train_epochs(model, len(docs), cfg, micro_loss,
-                           weight=lambda idx: sum(_target_count(docs[i]) for i in idx), on_step=on_step)
+    history = train_offline(model, len(docs), cfg, micro_loss,
+                            weight=lambda idx: sum(_target_count(docs[i]) for i in idx), on_step=on_step)
     model.train(was_training)
     return {"config": asdict(cfg), "num_docs": len(docs), "history": history}

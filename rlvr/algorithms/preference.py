@@ -21,10 +21,8 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from rlvr.algorithms.common import (
-    OfflineConfig, config_field, completion_logprobs,
-    split_holdout, train_epochs,
-)
+from rlvr.algorithms.common import config_field, completion_logprobs, split_holdout
+from rlvr.algorithms.offline import OfflineConfig, train_offline
 from rlvr.core import PREFERENCE_LOSSES, get_preference_loss
 from rlvr.jsonl import check_fields, read_jsonl
 from rlvr.rollout.batch import encode_prompt_completion
@@ -210,8 +208,8 @@ def train_preference(
             if enc.prompt:
                 cache_reference(ref_model or model, enc, pad_id, cfg.micro_batch_size or cfg.batch_size)
     before = evaluate_preference(model, eval_enc, cfg, pad_id) if eval_pairs else {}
-    history = train_epochs(model, len(pairs), cfg,
-                           lambda idx: preference_loss(model, train_enc, idx, cfg, pad_id), on_step=on_step)
+    history = train_offline(model, len(pairs), cfg,
+                            lambda idx: preference_loss(model, train_enc, idx, cfg, pad_id), on_step=on_step)
     after = evaluate_preference(model, eval_enc, cfg, pad_id) if eval_pairs else {}
     return {"config": asdict(cfg), "num_train": len(pairs), "num_eval": len(eval_pairs),
             "eval_before": before, "eval_after": after, "history": history}

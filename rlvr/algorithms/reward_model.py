@@ -16,7 +16,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from rlvr.algorithms.common import config_field, train_epochs
+from rlvr.algorithms.common import config_field
+from rlvr.algorithms.offline import train_offline
 from rlvr.algorithms.preference import PairConfig, PreferencePair, pairs_and_holdout
 from rlvr.rewards.reward_model import score_texts
 
@@ -85,7 +86,7 @@ def train_reward_model(rm: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
     evaluate = lambda: evaluate_reward_model(rm, tokenizer, eval_pairs, cfg.micro_batch_size or cfg.batch_size,
                                              cfg.center_coef) if eval_pairs else {}
     before = evaluate()
-    history = train_epochs(rm, len(pairs), cfg, lambda idx: _pair_loss(rm, tokenizer, pairs, idx, cfg.center_coef),
-                           on_step=on_step)
+    history = train_offline(rm, len(pairs), cfg, lambda idx: _pair_loss(rm, tokenizer, pairs, idx, cfg.center_coef),
+                            on_step=on_step)
     return {"config": asdict(cfg), "num_train": len(pairs), "num_eval": len(eval_pairs),
             "eval_before": before, "eval_after": evaluate(), "history": history}

@@ -12,18 +12,21 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor
 
-from rlvr.core import masked_mean
+from rlvr.core import masked_sum
 from rlvr.jsonl import read_jsonl
 from rlvr.tasks.base import Task
 from rlvr.rollout.batch import RolloutBatch, encode_prompt_completion, pack, policy_logprobs
-from rlvr.data.stream import PromptStream
-from rlvr.algorithms.optim import build_optimizer, build_scheduler
+from rlvr.algorithms.offline import OfflineConfig, train_offline
 from rlvr.models.tokenizer import pad_token_id
 
 
-def sft_loss(logprobs: Tensor, mask: Tensor) -> Tensor:
-    """Mean negative log-likelihood over completion tokens: logprobs, mask (B, W) -> scalar."""
-    return -masked_mean(logprobs, mask)
+def sft_nll(logprobs: Tensor, mask: Tensor) -> Tensor:
+    """Summed negative log-likelihood of the completion tokens: logprobs, mask (B, W) -> scalar.
+
+    A sum, not a mean: the offline path divides by the step's completion-token count, so the loss is
+    the token mean over the whole step however it is split into micro-batches.
+    """
+    return -masked_sum(logprobs, mask)
 
 
 def pairs_from_task(task: Task, n: int, seed: int) -> list[tuple[str, str]]:
@@ -47,32 +50,35 @@ def sft_batch(encoded: Sequence[tuple[list[int], list[int]]], pad_id: int) -> Ro
     return RolloutBatch(ids, attn, mask, start, advantages=zeros, rewards=zeros)
 
 
+def sft_micro_loss(model, encoded: Sequence[tuple[list[int], list[int]]], pad_id: int
+                   ) -> tuple[Tensor, dict[str, Tensor]]:
+    """The SFT objective of `train_offline`: summed completion NLL of one right-padded micro-batch."""
+    batch = sft_batch(encoded, pad_id)
+    logprobs, _ = policy_logprobs(model, batch, temperature=1.0)
+    return sft_nll(logprobs, batch.mask), {}
+
+
+def warm_start_config(steps: int, batch_size: int, lr: float, seed: int) -> OfflineConfig:
+    """The RL warm start's schedule: linear warmup over 10% of the steps, then cosine to 10% of lr."""
+    return OfflineConfig(lr=lr, steps=steps, batch_size=batch_size, schedule="cosine",
+                         warmup_steps=max(1, steps // 10), min_lr_ratio=0.1, seed=seed)
+
+
 def train_sft(model, tokenizer, pairs: Sequence[tuple[str, str]], steps: int, batch_size: int, lr: float,
               seed: int, on_step: Callable[[int, float], None] | None = None) -> float:
-    """`steps` AdamW steps of masked NLL on `pairs` (linear warmup over 10%, cosine to 10% of lr).
+    """`steps` optimizer steps of masked NLL on `pairs` through `train_offline` (`warm_start_config`).
 
     Returns the mean loss of the last 10 steps. `on_step(step, loss)` sees every step's loss.
     """
     if steps < 1 or batch_size < 1:
         raise ValueError(f"steps and batch_size must be >= 1, got {steps}, {batch_size}")
     pad_id = pad_token_id(tokenizer)
-    stream = PromptStream(encode_pairs(tokenizer, pairs), seed)
-    optimizer = build_optimizer(model, lr, (0.9, 0.99), 1e-8, 0.0)
-    scheduler = build_scheduler(optimizer, "cosine", max(1, steps // 10), steps, 0.1)
+    encoded = encode_pairs(tokenizer, pairs)
+    report = None if on_step is None else (lambda row: on_step(row["step"], row["loss"]))
     model.train()
-    recent: list[float] = []
-    for step in range(1, steps + 1):
-        batch = sft_batch(stream.next(batch_size), pad_id)
-        logprobs, _ = policy_logprobs(model, batch, temperature=1.0)
-        loss = sft_loss(logprobs, batch.mask)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        scheduler.step()
-        value = loss.item()
-        recent = (recent + [value])[-10:]
-        if on_step is not None:
-            on_step(step, value)
+    history = train_offline(model, len(encoded), warm_start_config(steps, batch_size, lr, seed),
+                            lambda idx: sft_micro_loss(model, [encoded[i] for i in idx], pad_id),
+                            weight=lambda idx: sum(len(encoded[i][1]) for i in idx), on_step=report)
     model.eval()
+    recent = [row["loss"] for row in history[-10:]]
     return sum(recent) / len(recent)

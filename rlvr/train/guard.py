@@ -39,13 +39,6 @@ class Interrupted(RuntimeError):
         self.exit_code = 128 + signum
 
 
-def grad_norm(params: list[Tensor], max_norm: float) -> Tensor:
-    """The global gradient norm, clipping to `max_norm` when it is > 0; NaN/inf when a gradient is."""
-    if max_norm > 0:
-        return torch.nn.utils.clip_grad_norm_(params, max_norm)
-    return torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
-
-
 def finite_step(losses: list[Tensor], norm: Tensor) -> bool:
     """Whether an optimizer step may be taken: every micro-batch loss and the gradient norm finite."""
     return bool(torch.isfinite(torch.stack([*losses, norm.reshape(())])).all())

@@ -24,9 +24,9 @@ from rlvr.models import engine_weights, load_policy, load_reference, load_tokeni
 from rlvr.models.tokenizer import pad_token_id
 from rlvr.rollout.batch import RolloutBatch, build_batch, cached_logprobs, policy_logprobs
 from rlvr.rollout.scored import ScoredBatch
-from rlvr.train.guard import SKIPPED, finite_step, grad_norm
+from rlvr.train.guard import SKIPPED, finite_step
 from rlvr.train.family import token_advantages
-from rlvr.algorithms.optim import build_optimizer, build_scheduler
+from rlvr.algorithms.optim import build_optimizer, build_scheduler, clip_gradients
 from rlvr.seeds import SHUFFLE, derive_seed
 
 
@@ -147,7 +147,7 @@ class Learner:
                     stats.append(self._micro_step(minibatch.select(slice(mlo, mlo + micro)), denominator,
                                                   mini / micro))
                 self._reduce_grads()  # data-parallel ranks: the mean gradient, before it is measured
-                norm = grad_norm(self.params, cfg.optim.max_grad_norm)
+                norm = clip_gradients(self.params, cfg.optim.max_grad_norm)
                 if not finite_step([s["loss"] for s in stats[-(mini // micro):]], norm):
                     skipped += 1  # a NaN/inf step would poison the weights and the optimizer's moments
                     continue

@@ -1,5 +1,4 @@
-"""Shared pieces of the offline trainers: splits, padding, sequence log-probs and the
-minibatch loop (gradient accumulation must not change the update)."""
+"""Shared pieces of the offline objectives: splits, padding and sequence log-probs."""
 
 import pytest
 import torch
@@ -8,9 +7,7 @@ from hypothesis import strategies as st
 
 from offline_data import tiny_model, tokenizer
 from rlvr.rollout.batch import encode_prompt_completion, pad_right
-from rlvr.algorithms.common import (
-    OfflineConfig, completion_logprobs, split_holdout, train_epochs,
-)
+from rlvr.algorithms.common import completion_logprobs, split_holdout
 
 
 @settings(max_examples=50, deadline=None)
@@ -62,41 +59,3 @@ def test_completion_logprobs_length_mismatch():
     tok = tokenizer()
     with pytest.raises(ValueError, match="2 prompts but 1 completions"):
         completion_logprobs(tiny_model(tok), [[1], [1]], [[2]], 0)
-
-
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(lr=0.0), "lr must be > 0"),
-    (dict(batch_size=0), "batch_size must be > 0"),
-    (dict(micro_batch_size=9), "micro_batch_size must be in 1..batch_size"),
-    (dict(warmup_steps=-1), ">= 0"),
-    (dict(schedule="step"), "unknown schedule"),
-])
-def test_offline_config_validation(kwargs, message):
-    with pytest.raises(ValueError, match=message):
-        OfflineConfig(**kwargs).validate()
-
-
-def _regression_run(micro_batch_size):
-    torch.manual_seed(0)
-    x, y = torch.randn(10, 3, dtype=torch.float64), torch.randn(10, dtype=torch.float64)
-    model = torch.nn.Linear(3, 1).double()
-    cfg = OfflineConfig(lr=0.1, epochs=2, batch_size=4, micro_batch_size=micro_batch_size, max_grad_norm=0.0)
-
-    def micro_loss(idx):
-        err = model(x[idx]).squeeze(-1) - y[idx]
-        return (err ** 2).sum(), {"abs_err": err.abs().mean().detach()}
-
-    history = train_epochs(model, 10, cfg, micro_loss)
-    return model, history
-
-
-@pytest.mark.parametrize("micro", [1, 3])
-def test_train_epochs_accumulation_equals_full_batch(micro):
-    full, full_hist = _regression_run(None)
-    accumulated, acc_hist = _regression_run(micro)
-    for p, q in zip(full.parameters(), accumulated.parameters()):
-        torch.testing.assert_close(p, q, rtol=0, atol=1e-12)
-    assert len(full_hist) == 2 * 3  # ceil(10 / 4) steps per epoch, the last one with 2 items
-    for a, b in zip(full_hist, acc_hist):
-        assert a["loss"] == pytest.approx(b["loss"], abs=1e-12)
-        assert a["abs_err"] == pytest.approx(b["abs_err"], abs=1e-12)

@@ -127,9 +127,12 @@ def test_expert_iteration_improves_a_warm_started_model():
     model = tiny_model(tok)
     task = get_task("sort", length=3)
     demos = [(ex.prompt, ex.answer) for ex in task.train_examples(512, seed=1)]
-    train_sft_packed(model, tok, demos, PackedSFTConfig(lr=3e-3, epochs=3, batch_size=32, max_len=256))
+    # 4 epochs: rejection sampling needs a warm start that already solves ~10% greedily; after 3 the
+    # tiny model sits at that edge and whether it passes depends on the batch order (measured 6-11%)
+    train_sft_packed(model, tok, demos, PackedSFTConfig(lr=3e-3, epochs=4, batch_size=32, max_len=256))
     engine = HFEngine(model, tok)
-    cfg = RFTConfig(rounds=3, num_samples=8, max_new_tokens=8, lr=1e-3, batch_size=16, epochs=2, max_len=256)
+    # 3 epochs a round (measured: greedy 0.14 -> 0.16, 0.30, 0.45; with 2 the gain after round 3 was 0.11)
+    cfg = RFTConfig(rounds=3, num_samples=8, max_new_tokens=8, lr=1e-3, batch_size=16, epochs=3, max_len=256)
     prompts = task.train_examples(256, seed=2)
     result = train_rft(model, tok, engine, prompts, task.is_correct, cfg, eval_examples=task.eval_examples(64, seed=0))
     rounds = result["rounds"]

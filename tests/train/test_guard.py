@@ -18,7 +18,8 @@ from safetensors.torch import load_file
 from rlvr.cli import main
 from rlvr.config import load_config
 from rlvr.train.checkpoint import latest_checkpoint
-from rlvr.train.guard import SKIPPED, RunGuard, RunStopped, finite_step, grad_norm
+from rlvr.algorithms.optim import clip_gradients
+from rlvr.train.guard import SKIPPED, RunGuard, RunStopped, finite_step
 from rlvr.train.loop import train
 from rlvr.train.preflight import check_checkpoint
 from rlvr.train.setup import prepare_run
@@ -41,23 +42,23 @@ def _params(*grads):
 
 
 def test_grad_norm_and_finite_step_by_hand():
-    assert grad_norm(_params([3.0], [4.0]), 0.0).item() == pytest.approx(5.0)
+    assert clip_gradients(_params([3.0], [4.0]), 0.0).item() == pytest.approx(5.0)
     clipped = _params([3.0], [4.0])
-    assert grad_norm(clipped, 1.0).item() == pytest.approx(5.0)  # the norm before clipping
+    assert clip_gradients(clipped, 1.0).item() == pytest.approx(5.0)  # the norm before clipping
     assert clipped[0].grad.item() == pytest.approx(0.6, rel=1e-5)
     assert finite_step([torch.tensor(1.0)], torch.tensor(5.0))
     assert not finite_step([torch.tensor(1.0), torch.tensor(math.nan)], torch.tensor(5.0))
-    assert not finite_step([torch.tensor(1.0)], grad_norm(_params([1.0, math.inf]), 0.0))
+    assert not finite_step([torch.tensor(1.0)], clip_gradients(_params([1.0, math.inf]), 0.0))
 
 
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.floats(-1e3, 1e3), min_size=1, max_size=6), st.integers(0, 5),
        st.sampled_from([math.nan, math.inf, -math.inf]))
 def test_one_nonfinite_gradient_entry_blocks_the_step(values, where, bad):
-    assert finite_step([torch.tensor(0.0)], grad_norm(_params(values), 0.0))
+    assert finite_step([torch.tensor(0.0)], clip_gradients(_params(values), 0.0))
     values = list(values)
     values[where % len(values)] = bad
-    assert not finite_step([torch.tensor(0.0)], grad_norm(_params(values), 0.0))
+    assert not finite_step([torch.tensor(0.0)], clip_gradients(_params(values), 0.0))
 
 
 def _poison_loss(run, steps):
