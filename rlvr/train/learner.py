@@ -22,7 +22,8 @@ from rlvr.config import Config
 from rlvr.core import masked_mean
 from rlvr.models import engine_weights, load_policy, load_reference, load_tokenizer, save_policy
 from rlvr.models.tokenizer import pad_token_id
-from rlvr.rollout.batch import RolloutBatch, build_batch, cached_logprobs, policy_logprobs
+from rlvr.rollout.batch import (RolloutBatch, build_batch, cached_logprobs, completion_values, micro_batches,
+                                policy_logprobs)
 from rlvr.rollout.scored import ScoredBatch
 from rlvr.train.family import token_advantages
 from rlvr.algorithms.optim import build_optimizer, build_scheduler
@@ -58,6 +59,12 @@ class Learner:
         # mu = 1 and one minibatch: a single optimizer step per rollout, taken at the sampling weights,
         # so the old log-probs are the current ones detached (ratio 1, gradient = policy gradient).
         self.single_step = cfg.algorithm.mu == 1 and cfg.mini_batch_size == cfg.train.batch_size
+        # The in-process engine's raw log-probs are log softmax(logits) of these very weights: at
+        # temperature 1 in float32 they are the training forward's, up to kernel rounding (cached vs
+        # full attention), so the no-grad pi_old pass can be skipped.
+        self.sampler_is_old = (cfg.train.old_logprobs == "auto" and cfg.rollout.temperature == 1.0
+                               and cfg.model.dtype == "float32")
+        self.version = 0  # optimizer updates so far; a batch sampled at another version needs pi_old recomputed
 
     def _value_model(self, init: Path) -> ValueModel | None:
         """PPO's critic when the estimator needs one; its parameters join the optimizer as their own
@@ -84,7 +91,7 @@ class Learner:
         cfg, micro = self.cfg, self.cfg.micro_batch_size
         rows = self.tensors(batch)
         if not self.single_step or cfg.algorithm.kl_reward_coef > 0:  # pi_old: inner steps, KL in the reward
-            rows.old_logprobs = self.logprobs(rows)
+            rows.old_logprobs = self._old_logprobs(batch, rows)
         if self.reference is not None:
             rows.ref_logprobs = cached_logprobs(self.reference, rows, cfg.rollout.temperature, micro)
         if self.token_adv is None:
@@ -94,6 +101,12 @@ class Learner:
         if cfg.algorithm.overlong_filter:  # DAPO: a truncated completion is unfinished, not wrong
             rows.advantages = overlong_filter(rows.advantages, batch.truncated)
         return rows
+
+    def _old_logprobs(self, batch: ScoredBatch, rows: RolloutBatch) -> Tensor:
+        """log pi_old (N, W): the sampler's own log-probs where they are the same quantity, else a forward."""
+        if self.sampler_is_old and batch.version == self.version:
+            return completion_values(rows.mask, batch.sampler_logprobs)
+        return self.logprobs(rows)
 
     def _forward(self, mb: RolloutBatch) -> tuple[Tensor, Tensor, Tensor | None]:
         """log pi (b, W), entropy (b, W) and, with a value model, V (b, W)."""
@@ -128,14 +141,15 @@ class Learner:
                 minibatch = rows.select(order[lo : lo + mini])
                 denominator = accumulation_denominator(self.objective.aggregation, minibatch.mask)
                 self.optimizer.zero_grad(set_to_none=True)
-                for mlo in range(0, mini, micro):
-                    stats.append(self._micro_step(minibatch.select(slice(mlo, mlo + micro)), denominator,
-                                                  mini / micro))
+                parts = micro_batches(minibatch.attention_mask, micro, cfg.train.micro_batch_tokens)
+                for part in parts:
+                    stats.append(self._micro_step(minibatch.select(part), denominator, len(parts)))
                 if cfg.optim.max_grad_norm > 0:
                     grad_norms.append(torch.nn.utils.clip_grad_norm_(self.params, cfg.optim.max_grad_norm))
                 self.optimizer.step()
                 self.scheduler.step()
         self.policy.eval()
+        self.version += 1
         metrics = {**_means(stats), "lr": self.scheduler.get_last_lr()[0]}
         if grad_norms:
             metrics["grad_norm"] = torch.stack(grad_norms).mean().item()
