@@ -164,7 +164,7 @@ def test_ppo_resume_restores_the_value_model_exactly(tmp_path):
     from rlvr.train.loop import train
     from variant_helpers import TINY
 
-    sets = ["algorithm.preset=ppo", *TINY, "algorithm.mu=2", "train.steps=3", "checkpoint.every=1"]
+    sets = ["algorithm.preset=ppo", *TINY, "algorithm.mu=2", "train.steps=3", "checkpoint.every=1", "train.old_logprobs=recompute"]
     train(load_config(None, [*sets, f"out_dir={tmp_path / 'straight'}"]))
     train(load_config(None, [*sets, "train.steps=2", f"out_dir={tmp_path / 'cut'}"]))
     train(load_config(None, [*sets, f"out_dir={tmp_path / 'cut'}"]), resume=True)
