@@ -178,6 +178,9 @@ class ValueConfig:
     lr: float | None = f(None, "Learning rate of the value model; empty = optim.lr.")
 
 
+OLD_LOGPROBS = ("auto", "recompute")
+
+
 @dataclass
 class TrainConfig:
     steps: int = f(100, "RL steps (one rollout batch each).")
@@ -189,6 +192,13 @@ class TrainConfig:
     max_nonfinite_steps: int = f(3, "A step whose loss or gradient is NaN/inf is skipped (no optimizer step, "
                                     "counted in train/skipped_nonfinite); this many in a row stop the run, "
                                     "keeping the last good checkpoint.")
+    micro_batch_tokens: int = f(0, "Token budget per forward/backward (0 = by rows, micro_batch_size). Rows are "
+                                   "sorted by length and packed so that rows x longest row stays within it; "
+                                   "the minibatch loss is unchanged (its normaliser is the minibatch's).")
+    old_logprobs: str = f("auto", "Where pi_old comes from when mu > 1 or several minibatches: 'auto' reuses the "
+                                  "sampler's log-probs when they are the same quantity (the in-process engine, "
+                                  "temperature 1, float32, weights of this update) and skips a forward pass; "
+                                  "'recompute' always runs it.")
 
 
 @dataclass
@@ -328,6 +338,10 @@ def _check_batches(cfg: Config) -> None:
     if cfg.micro_batch_size < 0 or cfg.mini_batch_size % cfg.micro_batch_size:
         raise ConfigError(f"train.mini_batch_size ({cfg.mini_batch_size}) must be divisible by "
                           f"train.micro_batch_size ({cfg.micro_batch_size})")
+    if t.micro_batch_tokens < 0:
+        raise ConfigError(f"train.micro_batch_tokens must be >= 0, got {t.micro_batch_tokens}")
+    if t.old_logprobs not in OLD_LOGPROBS:
+        raise ConfigError(f"train.old_logprobs: unknown {t.old_logprobs!r}; choose from {list(OLD_LOGPROBS)}")
     betas = cfg.optim.betas
     if len(betas) != 2 or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in betas):
         raise ConfigError(f"optim.betas must be two numbers in [0, 1), got {cfg.optim.betas}")

@@ -110,6 +110,44 @@ def build_batch(prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Se
     return RolloutBatch(ids, attn, mask, start, advantages, rewards)
 
 
+def completion_values(mask: Tensor, values: Sequence[Sequence[float]]) -> Tensor:
+    """Per-completion-token values (N lists) -> (B, W) float32 on the completion positions of `mask`, 0 elsewhere.
+
+    A row's completion occupies one contiguous run of `mask`, in token order, so a row-major
+    assignment lines each value up with its label column.
+    """
+    lengths = mask.sum(-1).tolist()
+    if [len(v) for v in values] != lengths:
+        raise ValueError("per-token values do not match the completion lengths of the batch")
+    out = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
+    out[mask] = torch.tensor([x for v in values for x in v], dtype=torch.float32, device=mask.device)
+    return out
+
+
+def micro_batches(attention_mask: Tensor, rows: int, tokens: int) -> list[Tensor]:
+    """Row indices of each micro-batch of a minibatch (attention_mask (B, L)).
+
+    tokens = 0: consecutive groups of `rows` rows. tokens > 0: rows sorted by length (longest first)
+    and packed greedily so that each micro-batch's padded size (rows x its longest row, what the
+    forward computes once `select` trims the padding) stays within `tokens`; a row longer than the
+    budget goes alone. Every row lands in exactly one micro-batch.
+    """
+    B = attention_mask.shape[0]
+    if tokens <= 0:
+        return [torch.arange(lo, min(lo + rows, B)) for lo in range(0, B, rows)]
+    lengths = attention_mask.sum(-1)  # (B,)
+    order = torch.sort(lengths, descending=True, stable=True).indices.tolist()
+    groups: list[list[int]] = []
+    longest = 0
+    for i in order:
+        if groups and (len(groups[-1]) + 1) * longest <= tokens:
+            groups[-1].append(i)
+        else:  # descending order: the first row of a group is its longest
+            groups.append([i])
+            longest = int(lengths[i])
+    return [torch.tensor(g) for g in groups]
+
+
 def policy_logprobs(model, batch: RolloutBatch, temperature: float, with_entropy: bool = False
                     ) -> tuple[Tensor, Tensor | None]:
     """log pi(label) per position (B, W) and, optionally, the entropy (B, W) without gradient.

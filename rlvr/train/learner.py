@@ -22,7 +22,8 @@ from rlvr.config import Config
 from rlvr.core import behaviour_is_weights, masked_mean
 from rlvr.models import engine_weights, load_policy, load_reference, load_tokenizer, resolve_placement, save_policy
 from rlvr.models.tokenizer import pad_token_id
-from rlvr.rollout.batch import RolloutBatch, build_batch, cached_logprobs, policy_logprobs
+from rlvr.rollout.batch import (RolloutBatch, build_batch, cached_logprobs, completion_values, micro_batches,
+                                policy_logprobs)
 from rlvr.rollout.scored import ScoredBatch
 from rlvr.train.guard import SKIPPED, finite_step
 from rlvr.train.family import token_advantages
@@ -61,6 +62,13 @@ class Learner:
         # so the old log-probs are the current ones detached (ratio 1, gradient = policy gradient).
         self.single_step = cfg.algorithm.mu == 1 and cfg.mini_batch_size == cfg.train.batch_size
         self.rank, self.world = 0, 1  # data-parallel position (rlvr.distributed.data_parallel)
+        # The in-process engine's raw log-probs are log softmax(logits) of these very weights: at
+        # temperature 1 in float32 they are the training forward's, up to kernel rounding (cached vs
+        # full attention), so the no-grad pi_old pass can be skipped.
+        self.sampler_is_old = (cfg.train.old_logprobs == "auto" and cfg.rollout.engine == "hf"
+                               and cfg.rollout.temperature == 1.0
+                               and cfg.model.dtype == "float32")
+        self.version = 0  # optimizer updates so far; a batch sampled at another version needs pi_old recomputed
 
     def _value_model(self, init: Path) -> ValueModel | None:
         """PPO's critic when the estimator needs one; its parameters join the optimizer as their own
@@ -88,11 +96,9 @@ class Learner:
         rows = self.tensors(batch)
         a = cfg.algorithm
         if not self.single_step or a.kl_reward_coef > 0 or a.is_cap:  # pi_old: inner steps, KL reward, IS
-            rows.old_logprobs = self.logprobs(rows)
+            rows.old_logprobs = self._old_logprobs(batch, rows)
         if a.is_cap:
-            behaviour = torch.zeros_like(rows.old_logprobs)  # (N, W) sampler log-probs at completion tokens
-            behaviour[rows.mask] = torch.tensor([lp for row in batch.sampler_logprobs for lp in row],
-                                                dtype=behaviour.dtype)
+            behaviour = completion_values(rows.mask, batch.sampler_logprobs)  # (N, W) sampler log-probs
             rows.is_weights, self._is_metrics = behaviour_is_weights(rows.old_logprobs, behaviour, rows.mask,
                                                                      a.is_cap, a.is_mode)
         if self.reference is not None:
@@ -107,6 +113,12 @@ class Learner:
             if cfg.algorithm.aggregation != "seq_mean_token_mean":  # an empty row would be 0 / 0 there
                 rows.mask = overlong_loss_mask(rows.mask, truncated)
         return rows
+
+    def _old_logprobs(self, batch: ScoredBatch, rows: RolloutBatch) -> Tensor:
+        """log pi_old (N, W): the sampler's own log-probs where they are the same quantity, else a forward."""
+        if self.sampler_is_old and batch.version == self.version:
+            return completion_values(rows.mask, batch.sampler_logprobs)
+        return self.logprobs(rows)
 
     def _forward(self, mb: RolloutBatch) -> tuple[Tensor, Tensor, Tensor | None]:
         """log pi (b, W), entropy (b, W) and, with a value model, V (b, W)."""
@@ -143,12 +155,13 @@ class Learner:
                 minibatch = rows.select(order[lo : lo + mini])
                 denominator = accumulation_denominator(self.objective.aggregation, minibatch.mask)
                 self.optimizer.zero_grad(set_to_none=True)
-                for mlo in range(self.rank * micro, mini, micro * self.world):  # this rank's share
-                    stats.append(self._micro_step(minibatch.select(slice(mlo, mlo + micro)), denominator,
-                                                  mini / micro))
+                parts = micro_batches(minibatch.attention_mask, micro, cfg.train.micro_batch_tokens)
+                mine = [self._micro_step(minibatch.select(part), denominator, len(parts))
+                        for part in parts[self.rank :: self.world]]  # this data-parallel rank's share
+                stats += mine
                 self._reduce_grads()  # data-parallel ranks: the mean gradient, before it is measured
                 norm = clip_gradients(self.params, cfg.optim.max_grad_norm)
-                if not finite_step([s["loss"] for s in stats[-(mini // micro):]], norm):
+                if not finite_step([s["loss"] for s in mine], norm):
                     skipped += 1  # a NaN/inf step would poison the weights and the optimizer's moments
                     continue
                 if cfg.optim.max_grad_norm > 0:
@@ -156,6 +169,7 @@ class Learner:
                 self.optimizer.step()
                 self.scheduler.step()
         self.policy.eval()
+        self.version += 1
         metrics = {**self._reduce_metrics(_means(stats)), "lr": self.scheduler.get_last_lr()[0],
                    SKIPPED: float(skipped), **{k: v.item() for k, v in self._is_metrics.items()}}
         if grad_norms:
@@ -179,7 +193,8 @@ class Learner:
 
     def state_dict(self) -> dict[str, Any]:
         """Optimizer, scheduler and value model: with the policy folder, all a resume needs."""
-        state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+        state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                 "version": self.version}
         if self.value_model is not None:
             state["value_model"] = self.value_model.state_dict()
         return state
@@ -187,6 +202,7 @@ class Learner:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+        self.version = state.get("version", 0)
         if self.value_model is not None:
             self.value_model.load_state_dict(state["value_model"])
 

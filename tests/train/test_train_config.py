@@ -54,6 +54,8 @@ def test_saved_config_round_trips(tmp_path):
     ({"train": {"batch_size": 16, "group_size": 4, "mini_batch_size": 8, "micro_batch_size": 3}}, [],
      "train.micro_batch_size (3)"),
     ({"train": {"steps": 0}}, [], "train.steps must be > 0"),
+    ({"train": {"micro_batch_tokens": -1}}, [], "train.micro_batch_tokens must be >= 0"),
+    ({"train": {"old_logprobs": "sampler"}}, [], "train.old_logprobs: unknown 'sampler'"),
     ({"model": {"path": "/does/not/exist"}}, [], "model.path: no Hugging Face model folder"),
     ({"sft": {"data": "/nope.jsonl"}}, [], "sft.data: file '/nope.jsonl' does not exist"),
     ({"algorithm": {"advantage": "grpoo"}}, [], "algorithm.advantage: unknown advantage 'grpoo'"),

@@ -62,7 +62,10 @@ def test_old_logprobs_cost_no_forward_pass_at_mu_1_and_one_pass_otherwise(config
     monkeypatch.setattr(learner_module, "cached_logprobs", lambda *a, **k: calls.append(1) or real(*a, **k))
     train(load_config(config_factory("mu1", train={"steps": 2}, eval={"every": 0})))
     assert calls == []
-    cfg = load_config(config_factory("mu2", train={"steps": 2}, algorithm={"mu": 2}, eval={"every": 0}))
+    train(load_config(config_factory("mu2", train={"steps": 2}, algorithm={"mu": 2}, eval={"every": 0})))
+    assert calls == []  # the sampler's log-probs are pi_old: same weights, temperature 1, float32
+    cfg = load_config(config_factory("mu2r", train={"steps": 2, "old_logprobs": "recompute"}, algorithm={"mu": 2},
+                                     eval={"every": 0}))
     train(cfg)
     assert len(calls) == 2  # one cached pass per rollout, reused by both inner epochs
     ratios = [r["ratio_mean"] for r in read_jsonl(cfg.out_dir + "/metrics.jsonl")[1:]]

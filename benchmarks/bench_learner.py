@@ -1,0 +1,115 @@
+"""CPU seconds of one `Learner.update` for each update-path option, on the demo model and a 20M model.
+
+    .venv/bin/python benchmarks/bench_learner.py                  # both sizes, every variant
+    .venv/bin/python benchmarks/bench_learner.py --sizes demo --repeats 5
+
+The batch is synthetic (random tokens, completion lengths drawn uniformly from [len/4, len]) so both
+sizes run without a rollout: the update does not care where the tokens came from. Each variant builds
+its own Learner from the same folder and times `update` with `time.process_time` (CPU seconds of this
+process, one thread): on a shared, loaded machine wall time measures the neighbours. The padding
+fraction printed is the most a padding-free packing of the batch could save in the forward/backward.
+
+Variants: `recompute` (the no-grad pi_old pass), `sampler` (the sampler's log-probs as pi_old);
+the others start from `sampler`: `foreach` and `fused` AdamW (torch's CPU implementations), `tokens` (micro-batches by a token budget of
+half a minibatch's padded size), `compile` (`torch.compile` of the policy's forward, compile time out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from rlvr.algorithms.optim import build_scheduler  # noqa: E402
+from rlvr.config import load_config  # noqa: E402
+from rlvr.models import make_tiny_model_dir  # noqa: E402
+from rlvr.rollout.scored import ScoredBatch  # noqa: E402
+from rlvr.train.learner import Learner, optimizer_steps  # noqa: E402
+
+# name: (preset, batch, group, minibatch, mu, prompt tokens, completion tokens, beta)
+SIZES = {
+    "demo": ("test", 256, 8, 128, 2, 14, 10, 0.01),  # configs/demo.yaml's GRPO phase
+    "20m": ("bench20m", 16, 8, 8, 1, 64, 128, 0.0),
+}
+VARIANTS = ("recompute", "sampler", "foreach", "fused", "tokens", "compile")
+
+
+def synthetic_batch(vocab: int, n: int, group: int, prompt_len: int, max_new: int, seed: int) -> ScoredBatch:
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(max(1, max_new // 4), max_new + 1, (n,), generator=g).tolist()
+    prompts = [torch.randint(3, vocab, (prompt_len,), generator=g).tolist() for _ in range(n // group)]
+    prompt_ids = [p for p in prompts for _ in range(group)]
+    completions = [torch.randint(3, vocab, (k,), generator=g).tolist() for k in lengths]
+    logprobs = [[-1.0] * k for k in lengths]  # replaced by the recomputed ones before timing
+    return ScoredBatch(prompts=[""] * n, prompt_ids=prompt_ids, completion_ids=completions,
+                       sampler_logprobs=logprobs, rewards=torch.randint(0, 2, (n,), generator=g).float(),
+                       correct=[False] * n, finish_reasons=["stop"] * n, group_size=group)
+
+
+def make_learner(folder: Path, size: str, variant: str) -> Learner:
+    _, batch, group, mini, mu, _, max_new, beta = SIZES[size]
+    train = {"steps": 10, "batch_size": batch, "group_size": group, "mini_batch_size": mini,
+             "old_logprobs": "auto" if variant != "recompute" else "recompute"}
+    if variant == "tokens":
+        train["micro_batch_tokens"] = mini * (SIZES[size][5] + max_new) // 2
+    cfg = load_config(base={"model": {"path": str(folder)}, "rollout": {"max_new_tokens": max_new},
+                            "algorithm": {"mu": mu, "beta": beta}, "train": train, "optim": {"lr": 1e-4}})
+    learner = Learner(cfg, folder, folder)
+    if variant in ("foreach", "fused"):
+        groups = [{k: v for k, v in g.items() if k != "initial_lr"} for g in learner.optimizer.param_groups]
+        learner.optimizer = torch.optim.AdamW(groups, **{variant: True})
+        o = cfg.optim
+        learner.scheduler = build_scheduler(learner.optimizer, o.schedule, o.warmup_steps, optimizer_steps(cfg),
+                                            o.min_lr_ratio)
+    if variant == "compile":
+        learner.policy.forward = torch.compile(learner.policy.forward, dynamic=True)
+    return learner
+
+
+def time_update(learner: Learner, batch: ScoredBatch, repeats: int) -> float:
+    """Mean CPU seconds of `update` after one untimed warm-up (compilation, allocator growth)."""
+    batch.sampler_logprobs = [lp[m].tolist() for lp, m in zip(learner.logprobs(batch), learner.tensors(batch).mask)]
+    times = []
+    for i in range(repeats + 1):
+        batch.version = learner.version  # sampled at the weights being updated, as in the loop
+        tic = time.process_time()
+        learner.update(batch)
+        if i:
+            times.append(time.process_time() - tic)
+    return sum(times) / len(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    for size in args.sizes:
+        preset, n, group, _, _, prompt_len, max_new, _ = SIZES[size]
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = make_tiny_model_dir(Path(tmp) / "model", preset=preset, max_position_embeddings=512)
+            vocab = AutoConfig.from_pretrained(folder).vocab_size
+            batch = synthetic_batch(vocab, n, group, prompt_len, max_new, seed=0)
+            real = sum(len(p) + len(c) for p, c in zip(batch.prompt_ids, batch.completion_ids))
+            padded = n * max(len(p) + len(c) for p, c in zip(batch.prompt_ids, batch.completion_ids))
+            print(f"{size}: {n} rows, padding {1 - real / padded:.1%} of the padded batch", flush=True)
+            seen: dict[str, float] = {}
+            for variant in args.variants:
+                seen[variant] = seconds = time_update(make_learner(folder, size, variant), batch, args.repeats)
+                ratios = "  ".join(f"{seen[b] / seconds:5.2f}x vs {b}" for b in ("recompute", "sampler")
+                                   if b in seen and b != variant)
+                print(f"  {variant:10s} {seconds:7.3f} CPU-s/update  {ratios}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

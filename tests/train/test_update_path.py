@@ -1,0 +1,80 @@
+"""The update path's shortcuts change nothing they should not: the sampler's log-probs as pi_old,
+and micro-batches cut by a token budget instead of a row count."""
+
+import torch
+
+from rlvr.config import load_config
+from rlvr.rollout.batch import completion_values
+from rlvr.train.setup import prepare_run
+
+SEVERAL_STEPS = {"batch_size": 16, "group_size": 4, "mini_batch_size": 8}  # two optimizer steps per epoch
+
+
+def _learner(config_factory, name, **train):
+    run = prepare_run(load_config(config_factory(name, algorithm={"mu": 2}, train={**SEVERAL_STEPS, **train})))
+    return run.rollout, run.learner
+
+
+def _weights(learner):
+    return {k: v.detach().clone() for k, v in learner.named_weights()}
+
+
+def test_sampler_logprobs_stand_in_for_the_old_pass(config_factory):
+    rollout, reuse = _learner(config_factory, "reuse")
+    _, recompute = _learner(config_factory, "recompute", old_logprobs="recompute")
+    batch = rollout.collect(1)
+    sampled, recomputed = reuse._prepare(batch).old_logprobs, recompute._prepare(batch).old_logprobs  # (N, W)
+    mask = reuse.tensors(batch).mask
+    assert torch.equal(sampled, completion_values(mask, batch.sampler_logprobs))  # no forward: the sampler's own
+    delta = (sampled - recomputed)[mask].abs().max()
+    assert delta < 2e-5  # same weights, temperature 1, float32: only kernel rounding differs
+
+    # ratio = exp(logp - old) moves by at most ~delta, so the loss moves by at most |A| x delta per token
+    advantages = reuse._prepare(batch).advantages
+    metrics_reuse, metrics_recompute = reuse.update(batch), recompute.update(batch)
+    bound = float(advantages.abs().max() * delta * 1.01) + 1e-7
+    assert abs(metrics_reuse["loss"] - metrics_recompute["loss"]) <= bound
+    a, b = _weights(reuse), _weights(recompute)
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], atol=1e-5, rtol=0)
+
+
+def test_the_old_pass_runs_when_the_weights_differ(config_factory, monkeypatch):
+    rollout, learner = _learner(config_factory, "stale")
+    batch = rollout.collect(1)
+    calls = []
+    original = learner.logprobs
+    monkeypatch.setattr(learner, "logprobs", lambda rows: calls.append(1) or original(rows))
+    learner.update(batch)
+    assert calls == [] and learner.version == 1
+    learner.update(batch)  # sampled at version 0, the policy is at version 1 now: pi_old must be recomputed
+    assert calls == [1]
+
+
+def test_token_budget_micro_batches_keep_the_update(config_factory):
+    rollout, by_rows = _learner(config_factory, "rows")
+    _, by_tokens = _learner(config_factory, "tokens", micro_batch_tokens=40)
+    batch = rollout.collect(1)
+    rows = by_rows.tensors(batch)
+    longest = int(rows.attention_mask.sum(-1).max())
+    assert 40 < 8 * longest  # the budget really splits each minibatch of 8 rows
+    before = _weights(by_rows)
+    grads_rows, grads_tokens = _record_gradients(by_rows), _record_gradients(by_tokens)
+    m_rows, m_tokens = by_rows.update(batch), by_tokens.update(batch)
+    assert abs(m_rows["loss"] - m_tokens["loss"]) < 1e-5
+    assert len(grads_rows) == len(grads_tokens) == 4  # mu 2 x two minibatches
+    for step_rows, step_tokens in zip(grads_rows, grads_tokens):  # the accumulated gradient of each step
+        for g_rows, g_tokens in zip(step_rows, step_tokens):
+            torch.testing.assert_close(g_tokens, g_rows, atol=1e-7, rtol=1e-4)
+    a, b = _weights(by_rows), _weights(by_tokens)
+    assert any(not torch.equal(a[k], before[k]) for k in a)  # the update moved the policy
+    for key in a:  # Adam divides by sqrt(v): a rounding-level gradient difference stays well below a step
+        torch.testing.assert_close(a[key], b[key], atol=1e-5, rtol=0)
+
+
+def _record_gradients(learner):
+    """A copy of the gradients each optimizer step is about to apply."""
+    recorded = []
+    learner.optimizer.register_step_pre_hook(
+        lambda optimizer, args, kwargs: recorded.append([p.grad.clone() for p in learner.params]))
+    return recorded
