@@ -1,9 +1,11 @@
-"""Where one RL step's time goes: rollout, scoring, old/reference log-prob passes, training forward,
-loss, backward, optimizer, weight sync, and the rest (batching, advantages, logging, Python).
+"""Where one RL step's time goes: rollout (generate, scoring, the rest of `Rollout.collect`), the
+Learner's old/reference log-prob passes, training forward, loss, backward, optimizer, weight sync,
+and the rest (batching, advantages, logging, Python).
 
 Runs the real loop (`rlvr.train.loop.train`) on a config and times each part by wrapping the
-functions the loop calls; nested parts are counted exclusively (the model forward inside the
-training forward is its own row). Evaluation and the end-of-run report are left out of the step.
+functions the roles (`rlvr.train.rollout.Rollout`, `rlvr.train.learner.Learner`) call; nested parts
+are counted exclusively (the model forward inside the training forward is its own row). Evaluation,
+checkpoints and the end-of-run save are left out of the step.
 Times are CPU seconds of the process (`time.process_time`, all threads), which other jobs sharing
 the cores barely disturb; wall seconds are printed next to them, with the load average.
 
@@ -12,8 +14,8 @@ the cores barely disturb; wall seconds are printed next to them, with the load a
 
 "demo" is `rlvr demo`'s config (SFT warm start included, not timed). "20m" is the same task and
 algorithm on a ~20M Qwen2 (`bench20m`, no warm start), 32 completions per step forced to 128 tokens.
-Wrapped names come from `rlvr.train.loop`; if the loop is restructured the script fails loudly
-rather than mislabel time.
+Wrapped names come from `rlvr.train.{loop,learner}` and `rlvr.algorithms.dynamic_sampling`; if one
+goes away the script fails loudly rather than mislabel time.
 """
 
 from __future__ import annotations
@@ -26,12 +28,15 @@ import time
 import warnings
 from collections import defaultdict
 from contextlib import contextmanager
+from dataclasses import replace
 
 import torch
 
+import rlvr.algorithms.dynamic_sampling as sampling_mod
+import rlvr.train.learner as learner_mod
 import rlvr.train.loop as loop
 from rlvr.config import load_config
-from rlvr.train.commands import DEMO_CONFIG
+from rlvr.pipelines.demo import DEMO_CONFIG
 from rlvr.train.setup import prepare_run
 
 QUIET = ["eval.every=1000000", "task.eval_size=8", "eval.samples=1", "checkpoint.every=1000000",
@@ -41,7 +46,7 @@ SETTINGS = {
     "20m": ["model.tiny_preset=bench20m", "sft.steps=0", "rollout.max_new_tokens=128", "train.batch_size=32",
             "train.group_size=8", "train.mini_batch_size=16"],
 }
-EXCLUDED = ("evaluation", "end of run")
+EXCLUDED = ("evaluation", "checkpoint", "end of run")
 
 
 class Profile:
@@ -82,33 +87,40 @@ class Profile:
 
 
 def instrument(prof: Profile, run) -> None:
-    """Wrap what the loop calls; every name must exist, or the profile would silently miss time."""
-    for name in ("cached_logprobs", "policy_forward", "build_batch", "compute_advantages", "_evaluate", "_finish"):
-        if not hasattr(loop, name):
-            raise SystemExit(f"bench_profile: rlvr.train.loop has no {name!r}; update this script's wrappers")
-    loop.cached_logprobs = prof.wrap(loop.cached_logprobs, lambda model, *a, **k: (
-        "reference log-prob pass" if model is run.reference else "old log-prob pass"))
-    loop.policy_forward = prof.wrap(_count_padding(prof, run.pad_id, loop.policy_forward),
-                                    "training forward: log-probs, entropy")
-    loop.build_batch = prof.wrap(loop.build_batch, "batching")
-    loop.compute_advantages = prof.wrap(loop.compute_advantages, "advantages")
+    """Wrap what the roles call; every name must exist, or the profile would silently miss time."""
+    for module, names in ((learner_mod, ("cached_logprobs", "policy_logprobs", "forward_with_values", "build_batch")),
+                          (loop, ("_evaluate", "save_checkpoint")), (sampling_mod, ("score_completions",))):
+        for name in names:
+            if not hasattr(module, name):
+                raise SystemExit(f"bench_profile: {module.__name__} has no {name!r}; update this script's wrappers")
+    learner, rollout = run.learner, run.rollout
+    learner_mod.cached_logprobs = prof.wrap(learner_mod.cached_logprobs, lambda model, *a, **k: (
+        "reference log-prob pass" if model is learner.reference else "old log-prob pass"))
+    for name in ("policy_logprobs", "forward_with_values"):  # the latter with PPO's value model
+        setattr(learner_mod, name, prof.wrap(_count_padding(prof, learner.pad_id, getattr(learner_mod, name)),
+                                             "training forward: log-probs, entropy"))
+    learner_mod.build_batch = prof.wrap(learner_mod.build_batch, "batching")
+    sampling_mod.score_completions = prof.wrap(sampling_mod.score_completions, "scoring")
     loop._evaluate = prof.wrap(loop._evaluate, "evaluation")
-    loop._finish = prof.wrap(loop._finish, "end of run")
+    loop.save_checkpoint = prof.wrap(loop.save_checkpoint, "checkpoint")
+    learner.save = prof.wrap(learner.save, "end of run")
+    object.__setattr__(learner.objective, "advantages", prof.wrap(learner.objective.advantages, "advantages"))
+    object.__setattr__(learner.objective, "loss", prof.wrap(learner.objective.loss, "loss"))
     torch.Tensor.backward = prof.wrap(torch.Tensor.backward, "backward")
     torch.nn.utils.clip_grad_norm_ = prof.wrap(torch.nn.utils.clip_grad_norm_, "grad clip")
-    run.optimizer.step = prof.wrap(run.optimizer.step, "optimizer step")
-    run.sampler.sample = prof.wrap(run.sampler.sample, "rollout: prompts, scoring")
-    run.engine.generate = prof.wrap(run.engine.generate, "rollout: generate")
-    run.engine.load_weights = prof.wrap(run.engine.load_weights, "weight sync")
-    object.__setattr__(run.algo, "loss", prof.wrap(run.algo.loss, "loss"))
-    _time_model_forward(prof, run.policy)
+    learner.optimizer.step = prof.wrap(learner.optimizer.step, "optimizer step")
+    rollout.collect = prof.wrap(rollout.collect, "rollout: prompts, batch assembly")
+    rollout.engine.generate = prof.wrap(rollout.engine.generate, "rollout: generate")
+    rollout.load_weights = prof.wrap(rollout.load_weights, "weight sync")
+    _time_model_forward(prof, learner.policy)
 
 
 def _count_padding(prof: Profile, pad_id: int, fn):
-    def counted(policy, value_model, batch, *args, **kwargs):
+    def counted(*args, **kwargs):
+        batch = next(a for a in args if hasattr(a, "input_ids"))  # the RolloutBatch
         prof.tokens["padded"] += batch.input_ids.numel()
         prof.tokens["real"] += int((batch.input_ids != pad_id).sum())
-        return fn(policy, value_model, batch, *args, **kwargs)
+        return fn(*args, **kwargs)
     return counted
 
 
@@ -139,8 +151,9 @@ def main() -> None:
     overrides = [f"out_dir={out}", f"train.steps={args.steps}", *QUIET, *SETTINGS[args.setting], *args.set]
     cfg = load_config(DEMO_CONFIG, overrides)
     run = prepare_run(cfg)
-    if args.setting == "20m":
-        run.engine.eos_ids = run.engine.eos_ids[:0]  # no EOS id: every completion runs to 128 tokens
+    if args.setting == "20m":  # every completion runs to 128 tokens
+        sampler = run.rollout.sampler
+        sampler.sampling = replace(sampler.sampling, ignore_eos=True)
     prof = Profile()
     instrument(prof, run)
     warnings.filterwarnings("ignore", message=re.escape("Seems like `optimizer.step()` has been overridden"))

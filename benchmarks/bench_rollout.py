@@ -1,32 +1,43 @@
-"""Rollout throughput: rlvr's HFEngine vs transformers' `model.generate`, side by side, in two modes.
+"""Rollout throughput: rlvr's HFEngine vs transformers' `model.generate` (and vLLM), in two modes.
 
 Setting of issue 5: a ~20M-parameter Qwen2 (random init, `PRESETS["bench20m"]`), 16 prompts of 96
 tokens, n = 8 samples per prompt, 128 new tokens, temperature 1 (no top-k/top-p), 2 CPU threads.
-- "full length": neither side stops at EOS (HFEngine with no EOS ids, `generate` with
+- "full length": no side stops at EOS (`SamplingParams.ignore_eos`; `generate` with
   min_new_tokens = max_new_tokens), so every row decodes all 128 tokens: the engine's own speed.
-- "with EOS": both stop at EOS and count only real generated tokens (EOS included, padding after EOS
+- "with EOS": all stop at EOS and count only real generated tokens (EOS included, padding after EOS
   excluded). A random model emits EOS early, so this mostly measures HFEngine's pruning of finished
   rows, which `generate` lacks: honest, but a different figure from the full-length one.
-All four runs of a round are interleaved, so machine load hits them alike; the ratios are the
-numbers to read. Throughput is per wall-clock second and per CPU second of this process (the latter
-is less sensitive to other processes sharing the cores). `--vocab` pads the model's vocabulary (the
-char tokenizer has 101 ids; real models have 32k-150k, where sampling over the vocabulary costs more).
+From .venv-vllm (scripts/setup_vllm.sh) the vLLM engine joins, on the same weights saved to a temporary
+folder and loaded in float32; its engine core runs in this process, so its CPU time is counted.
+All runs of a round are interleaved, so machine load hits them alike; the ratios are the numbers to
+read. Throughput is per wall-clock second and per CPU second of this process (the latter is less
+sensitive to other processes sharing the cores). `--vocab` pads the model's vocabulary (the char
+tokenizer has 101 ids; real models have 32k-150k, where sampling over the vocabulary costs more).
 
     .venv/bin/python benchmarks/bench_rollout.py [--repeats 3] [--threads 2] [--vocab 16384]
+    VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind PYTHONPATH=. .venv-vllm/bin/python \
+        benchmarks/bench_rollout.py [--no-generate] [--vllm-eager]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import random
 import statistics
+import tempfile
 import time
+from dataclasses import replace
+from pathlib import Path
 
 import torch
 
-from rlvr.models import PRESETS, build_char_tokenizer, build_tiny_model
+from rlvr.models import PRESETS, build_char_tokenizer, build_tiny_model, save_model
 from rlvr.rollout import HFEngine, SamplingParams
+
+MODES = {"full length": True, "with EOS": False}  # mode -> SamplingParams.ignore_eos
+RATIOS = (("HFEngine", "generate"), ("vLLM", "HFEngine"), ("vLLM", "generate"))
 
 
 def make_prompts(tokenizer, count: int, length: int, seed: int) -> list[str]:
@@ -37,17 +48,18 @@ def make_prompts(tokenizer, count: int, length: int, seed: int) -> list[str]:
     return prompts
 
 
-def run_engine(engine: HFEngine, prompts, n, sampling) -> int:
+def run_engine(engine, prompts, n, sampling) -> int:
     completions = engine.generate(prompts, n, sampling)
     return sum(len(c.token_ids) for c in completions)
 
 
-def run_hf_generate(model, tokenizer, prompts, n, sampling, full_length: bool = False) -> int:
+def run_hf_generate(model, tokenizer, prompts, n, sampling) -> int:
     batch = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left")
-    extra = {"min_new_tokens": sampling.max_new_tokens} if full_length else {}
+    # generate has no ignore_eos: min_new_tokens masks EOS until the limit instead
+    forced = {"min_new_tokens": sampling.max_new_tokens} if sampling.ignore_eos else {}
     out = model.generate(**batch, do_sample=True, temperature=sampling.temperature, top_p=1.0, top_k=0,
                          max_new_tokens=sampling.max_new_tokens, num_return_sequences=n,
-                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, **extra)
+                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, **forced)
     generated = out[:, batch["input_ids"].shape[1]:]  # (B*n, T)
     is_eos = generated == tokenizer.eos_token_id
     # tokens up to and including the first EOS; everything after it is padding
@@ -55,31 +67,58 @@ def run_hf_generate(model, tokenizer, prompts, n, sampling, full_length: bool = 
     return int((~after_eos).sum())
 
 
-def hf_engine_variants(model, tokenizer) -> dict:
-    """name -> (mode, run(prompts, n, sampling) -> tokens) for HFEngine, stopping at EOS or never."""
-    with_eos = HFEngine(model, tokenizer)
-    full = HFEngine(model, tokenizer)
-    full.eos_ids = full.eos_ids[:0]  # no EOS id: every row runs to max_new_tokens
-    return {"HFEngine full": ("full length", lambda p, n, s: run_engine(full, p, n, s)),
-            "HFEngine eos": ("with EOS", lambda p, n, s: run_engine(with_eos, p, n, s))}
+def build_engines(args, model, tokenizer, tmp: str) -> dict:
+    """engine name -> run(prompts, n, sampling) -> generated tokens. vLLM joins when importable."""
+    engine = HFEngine(model, tokenizer)
+    engines = {"HFEngine": lambda *a: run_engine(engine, *a)}
+    if not args.no_generate:
+        engines["generate"] = lambda *a: run_hf_generate(model, tokenizer, *a)
+    if importlib.util.find_spec("vllm") is not None and not args.no_vllm:
+        from rlvr.rollout.vllm_engine import VLLMEngine
+
+        start = time.perf_counter()
+        vllm_engine = VLLMEngine(save_model(model, tokenizer, Path(tmp) / "model"), dtype="float32",
+                                 enforce_eager=args.vllm_eager)
+        print(f"vLLM engine up in {time.perf_counter() - start:.1f} s (enforce_eager={args.vllm_eager})")
+        engines["vLLM"] = lambda *a: run_engine(vllm_engine, *a)
+    return engines
 
 
-def hf_generate_variants(model, tokenizer) -> dict:
-    """name -> (mode, run) for transformers' `model.generate`, forced to full length or stopping at EOS."""
-    return {"generate full": ("full length", lambda p, n, s: run_hf_generate(model, tokenizer, p, n, s, True)),
-            "generate eos": ("with EOS", lambda p, n, s: run_hf_generate(model, tokenizer, p, n, s))}
+def measure(engines: dict, prompts, args) -> tuple[dict, dict]:
+    """Interleaved rounds over every (engine, mode); returns tok/s per wall and per CPU second."""
+    warmup = SamplingParams(temperature=1.0, max_new_tokens=4, seed=0)  # first-call allocations, lazy inits
+    for run in engines.values():
+        run(prompts, args.n, warmup)
+    keys = [(engine, mode) for mode in MODES for engine in engines]
+    wall: dict[tuple, list[float]] = {key: [] for key in keys}
+    cpu: dict[tuple, list[float]] = {key: [] for key in keys}
+    for rep in range(args.repeats):
+        base = SamplingParams(temperature=1.0, max_new_tokens=args.new_tokens, seed=rep)
+        for engine, mode in keys:
+            torch.manual_seed(rep)
+            start, start_cpu = time.perf_counter(), time.process_time()
+            tokens = engines[engine](prompts, args.n, replace(base, ignore_eos=MODES[mode]))
+            seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - start_cpu
+            wall[engine, mode].append(tokens / seconds)
+            cpu[engine, mode].append(tokens / cpu_seconds)
+            print(f"  round {rep}: {engine:8s} {mode:11s} {tokens:6d} tokens in {seconds:7.2f} s wall "
+                  f"({cpu_seconds:7.2f} s CPU) = {tokens / seconds:7.1f} tok/s")
+    return wall, cpu
 
 
-def report(wall: dict[str, list[float]], cpu: dict[str, list[float]], modes: dict[str, str]) -> None:
-    print(f"\n{'variant':16s} {'mode':12s} {'tok/s (wall)':>13s} {'tok/CPU-s':>10s}   (medians)")
-    for name in wall:
-        print(f"{name:16s} {modes[name]:12s} {statistics.median(wall[name]):13.1f} {statistics.median(cpu[name]):10.1f}")
-    for mode, engine, baseline in (("full length", "HFEngine full", "generate full"),
-                                   ("with EOS", "HFEngine eos", "generate eos")):
-        for label, table in (("wall", wall), ("CPU", cpu)):
-            ratios = [e / h for e, h in zip(table[engine], table[baseline])]
-            print(f"ratio HFEngine / generate, {mode:11s} ({label:4s}): median {statistics.median(ratios):.2f}x "
-                  f"(per round: {', '.join(f'{r:.2f}' for r in ratios)})")
+def report(wall: dict, cpu: dict) -> None:
+    print(f"\n{'engine':8s} {'mode':11s} {'tok/s (wall)':>13s} {'tok/CPU-s':>10s}   (medians)")
+    for engine, mode in wall:
+        print(f"{engine:8s} {mode:11s} {statistics.median(wall[engine, mode]):13.1f} "
+              f"{statistics.median(cpu[engine, mode]):10.1f}")
+    for mode in MODES:
+        for top, bottom in RATIOS:
+            if (top, mode) not in wall or (bottom, mode) not in wall:
+                continue
+            for label, table in (("CPU", cpu), ("wall", wall)):
+                ratios = [a / b for a, b in zip(table[top, mode], table[bottom, mode])]
+                print(f"ratio {top + ' / ' + bottom:19s} {mode:11s} ({label:4s}): median "
+                      f"{statistics.median(ratios):.2f}x (per round: {', '.join(f'{r:.2f}' for r in ratios)})")
 
 
 def main() -> None:
@@ -93,6 +132,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--vocab", type=int, default=None, help="pad the model's vocabulary to this size")
+    parser.add_argument("--no-generate", action="store_true", help="leave model.generate out (the slowest)")
+    parser.add_argument("--no-vllm", action="store_true", help="leave vLLM out even where it is installed")
+    parser.add_argument("--vllm-eager", action="store_true", help="vLLM without torch.compile")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -102,31 +144,14 @@ def main() -> None:
         model.resize_token_embeddings(args.vocab)
     params = sum(p.numel() for p in model.parameters())
     prompts = make_prompts(tokenizer, args.prompts, args.prompt_len, seed=0)
-    variants = {**hf_engine_variants(model, tokenizer), **hf_generate_variants(model, tokenizer)}
-    print(f"model {args.arch}/{args.preset}: {params / 1e6:.1f}M params, vocab {model.config.vocab_size} | "
-          f"{args.prompts} prompts x {args.prompt_len} tokens, n={args.n}, {args.new_tokens} new tokens, "
-          f"{args.threads} threads; load {os.getloadavg()[0]:.2f}")
-
-    warmup = SamplingParams(temperature=1.0, max_new_tokens=4, seed=0)  # first-call allocations, lazy inits
-    for _, run in variants.values():
-        run(prompts, args.n, warmup)
-
-    wall: dict[str, list[float]] = {name: [] for name in variants}  # tokens per wall second
-    cpu: dict[str, list[float]] = {name: [] for name in variants}  # tokens per CPU second
-    for rep in range(args.repeats):
-        sampling = SamplingParams(temperature=1.0, max_new_tokens=args.new_tokens, seed=rep)
-        for name, (mode, run) in variants.items():
-            torch.manual_seed(rep)
-            start, start_cpu = time.perf_counter(), time.process_time()
-            tokens = run(prompts, args.n, sampling)
-            seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - start_cpu
-            wall[name].append(tokens / seconds)
-            cpu[name].append(tokens / cpu_seconds)
-            print(f"  round {rep}: {name:15s} {tokens:6d} tokens in {seconds:7.2f} s wall "
-                  f"({cpu_seconds:7.2f} s CPU) = {tokens / seconds:7.1f} tok/s")
-    report(wall, cpu, {name: mode for name, (mode, _) in variants.items()})
+    with tempfile.TemporaryDirectory() as tmp:
+        engines = build_engines(args, model, tokenizer, tmp)
+        print(f"model {args.arch}/{args.preset}: {params / 1e6:.1f}M params, vocab {model.config.vocab_size} | "
+              f"{args.prompts} prompts x {args.prompt_len} tokens, n={args.n}, {args.new_tokens} new tokens, "
+              f"{args.threads} threads; load {os.getloadavg()[0]:.2f}")
+        report(*measure(engines, prompts, args))
     print(f"load at the end {os.getloadavg()[0]:.2f}")
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # vLLM may start worker processes, which re-import this file
     main()

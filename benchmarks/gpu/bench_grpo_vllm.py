@@ -28,14 +28,16 @@ import resource
 import statistics
 import tempfile
 import time
+from dataclasses import fields, replace
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen2Config
 
-from rlvr.core import aggregate_loss, clipped_surrogate_loss, grpo_advantages, token_logprobs
+from rlvr.core import aggregate_loss, clipped_surrogate_loss, grpo_advantages
 from rlvr.models import PRESETS, build_char_tokenizer, build_tiny_model, load_model, load_tokenizer, save_model
-from rlvr.rollout import SamplingParams, completions_to_tensors
+from rlvr.rollout import SamplingParams
+from rlvr.rollout.batch import RolloutBatch, build_batch, policy_logprobs
 
 QWEN25_05B = dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
                   intermediate_size=4864, vocab_size=151936, max_position_embeddings=32768,
@@ -102,25 +104,30 @@ def flops_per_token(model, seq_len: float) -> float:
 def update(policy, optimizer, completions, rewards, n, pad_id, micro, device, autocast_dtype) -> tuple[int, float]:
     """One GRPO step (mu = 1: the sampler's log-probs are the old log-probs). Returns (processed
     tokens, mean sequence length)."""
-    batch = completions_to_tensors(completions, pad_id)
-    advantages = grpo_advantages(torch.tensor(rewards), n)  # (B,)
-    P, B = batch["prompt_length"], len(completions)
+    rewards = torch.tensor(rewards)
+    batch = build_batch([c.prompt_ids for c in completions], [c.token_ids for c in completions],
+                        grpo_advantages(rewards, n), rewards, pad_id)  # advantages (B,)
+    old = torch.zeros(batch.mask.shape)  # (B, W)
+    old[batch.mask] = torch.tensor([lp for c in completions for lp in c.logprobs])  # row-major, as sampled
+    batch.old_logprobs = old
+    B = len(batch)
     for start in range(0, B, micro):
-        rows = slice(start, start + micro)
-        ids, attn, pos = (batch[k][rows].to(device) for k in ("input_ids", "attention_mask", "position_ids"))
-        mask = batch["completion_mask"][rows].to(device)  # (b, T)
+        mb = _to_device(batch.select(slice(start, start + micro)), device)
         with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype != torch.float32):
-            logits = policy(input_ids=ids, attention_mask=attn, position_ids=pos).logits[:, P - 1: -1]  # (b, T, V)
-        logp = token_logprobs(logits, batch["completion_ids"][rows].to(device))  # (b, T) float32
-        per_token, _ = clipped_surrogate_loss(logp, batch["old_logprobs"][rows].to(device),
-                                              advantages[rows].to(device), mask=mask)
-        loss = aggregate_loss(per_token, mask, "seq_mean_token_mean") * (ids.shape[0] / B)
+            logp, _ = policy_logprobs(policy, mb, temperature=1.0)  # (b, W)
+        per_token, _ = clipped_surrogate_loss(logp.float(), mb.old_logprobs, mb.advantages, mask=mb.mask)
+        loss = aggregate_loss(per_token, mb.mask, "seq_mean_token_mean") * (len(mb) / B)
         loss.backward()
     torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    tokens = int(batch["attention_mask"].sum())
+    tokens = int(batch.attention_mask.sum())
     return tokens, tokens / B
+
+
+def _to_device(batch: RolloutBatch, device) -> RolloutBatch:
+    return replace(batch, **{f.name: getattr(batch, f.name).to(device) for f in fields(batch)
+                             if isinstance(getattr(batch, f.name), torch.Tensor)})
 
 
 def memory_report(device) -> str:
