@@ -1,6 +1,6 @@
 """Time and peak memory of `token_logprobs` / `entropy_from_logits` vs plain `log_softmax` + `gather`.
 
-Setting of issue A: float32 logits of shape (16, 512, 32000) (1.05 GB), random labels. Two modes:
+Setting: float32 logits of shape (16, 512, 32000) (1.05 GB), random labels. Two modes:
 `no_grad` (scoring old/reference log-probs) and `train` (forward + backward of the summed output
 into a leaf `logits`, as in the policy update). The plain references are
     log_softmax(z).gather(-1, y)                 and    -(softmax(z) * log_softmax(z)).sum(-1).

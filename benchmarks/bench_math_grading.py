@@ -1,4 +1,4 @@
-"""Math grading figures of issue 3 on the real data, and speed against plain math-verify.
+"""Math grading figures on the real data, and speed against plain math-verify.
 
     .venv/bin/python benchmarks/bench_math_grading.py [--no-reference]
 

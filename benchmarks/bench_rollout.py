@@ -1,6 +1,6 @@
 """Rollout throughput: rlvr's HFEngine vs transformers' `model.generate` (and vLLM), in two modes.
 
-Setting of issue 5: a ~20M-parameter Qwen2 (random init, `PRESETS["bench20m"]`), 16 prompts of 96
+Setting: a ~20M-parameter Qwen2 (random init, `PRESETS["bench20m"]`), 16 prompts of 96
 tokens, n = 8 samples per prompt, 128 new tokens, temperature 1 (no top-k/top-p), 2 CPU threads.
 - "full length": no side stops at EOS (`SamplingParams.ignore_eos`; `generate` with
   min_new_tokens = max_new_tokens), so every row decodes all 128 tokens: the engine's own speed.

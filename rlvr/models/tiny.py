@@ -20,7 +20,7 @@ ARCHS = {"qwen2": Qwen2Config, "llama": LlamaConfig}
 
 # Named sizes. "test": the fastest model that still exercises every layer type (tests).
 # "demo": ~1.1M parameters, learns digit sorting on 2 CPU cores in minutes.
-# "bench20m": ~20M parameters, the rollout benchmark model of issue 5.
+# "bench20m": ~20M parameters, the rollout benchmark model (benchmarks/bench_rollout.py).
 PRESETS: dict[str, dict[str, int]] = {
     "test": dict(hidden_size=64, num_layers=2, num_heads=4, intermediate_size=128),
     "demo": dict(hidden_size=128, num_layers=4, num_heads=4, intermediate_size=512),

@@ -1,4 +1,4 @@
-"""Every name issue A promises is importable from rlvr.core, and registries reject unknown names."""
+"""Every name of the core API is importable from rlvr.core, and registries reject unknown names."""
 
 import pytest
 

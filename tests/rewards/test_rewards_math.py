@@ -1,5 +1,5 @@
 """math_equal: normalisations by hand, exact fast path by property, and the acceptance figures on
-the real GSM8K and MATH-500 files (the thresholds of issue 3)."""
+the real GSM8K and MATH-500 files (the accuracy thresholds the grader must meet)."""
 
 import json
 import time
@@ -72,7 +72,7 @@ def test_ground_truth_none_is_an_error():
         math_equal_batch([("1", None)])
 
 
-# --- the figures of issue 3 on the real files ------------------------------------------------------
+# --- the grader's figures on the real files ------------------------------------------------------
 
 
 def _cross_pairs(answers: list[str]) -> list[tuple[str, str]]:
