@@ -1,0 +1,22 @@
+"""Run configuration: dataclasses whose fields carry their help text and source.
+
+A config is YAML with one section per dataclass (`sections`); `--set section.key=value` overrides any
+field, typed by the field (`load`). `load_config` validates values, sizes and files (`checks`) before
+any work starts and raises `ConfigError` with one line; the CLI turns that into exit code 2. Registry
+names are checked when a run is set up (`rlvr.train.validate`). `rlvr train --help-config` prints every
+field with its help.
+"""
+
+from rlvr.config.checks import ROLLOUT_ENGINES, validate
+from rlvr.config.load import (SHIPPED_CONFIGS, apply_overrides, config_file, config_help, from_dict, load_config,
+                              save_config)
+from rlvr.config.sections import (OLD_LOGPROBS, AlgorithmConfig, CheckpointConfig, Config, ConfigError,
+                                  DistributedConfig, EvalConfig, LogConfig, LoRAConfig, ModelConfig, OptimConfig,
+                                  RolloutConfig, SFTConfig, TaskConfig, TrainConfig, ValueConfig, f)
+
+__all__ = [
+    "ROLLOUT_ENGINES", "validate", "SHIPPED_CONFIGS", "apply_overrides", "config_file", "config_help", "from_dict",
+    "load_config", "save_config", "OLD_LOGPROBS", "AlgorithmConfig", "CheckpointConfig", "Config", "ConfigError",
+    "DistributedConfig", "EvalConfig", "LogConfig", "LoRAConfig", "ModelConfig", "OptimConfig", "RolloutConfig",
+    "SFTConfig", "TaskConfig", "TrainConfig", "ValueConfig", "f",
+]

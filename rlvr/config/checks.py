@@ -1,0 +1,133 @@
+"""Value checks of a built Config: ranges, batch shapes, engines, distributed settings, files.
+
+Names looked up in registries (task, losses, rewards) are checked when a run is set up
+(`rlvr.train.validate`), since this layer imports nothing of rlvr above the core.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+from typing import Any
+
+from rlvr.config.sections import OLD_LOGPROBS, Config, ConfigError
+
+
+# key: (low, high, low included, high included); None = unbounded. Every float must also be finite.
+_RANGES = {
+    "train.steps": (0, None, 0, 0), "train.batch_size": (0, None, 0, 0), "train.group_size": (0, None, 0, 0),
+    "train.max_nonfinite_steps": (0, None, 0, 0), "algorithm.mu": (0, None, 0, 0),
+    "task.train_size": (0, None, 0, 0), "task.eval_size": (0, None, 0, 0),
+    "rollout.max_new_tokens": (0, None, 0, 0), "checkpoint.keep": (0, None, 0, 0),
+    "sft.batch_size": (0, None, 0, 0), "optim.lr": (0, None, 0, 0), "optim.eps": (0, None, 0, 0),
+    "sft.lr": (0, None, 0, 0), "value.lr": (0, None, 0, 0), "value.clip": (0, None, 0, 0),
+    "algorithm.loss_constant": (0, None, 0, 0), "model.lora.alpha": (0, None, 0, 0),
+    "rollout.top_p": (0, 1, 0, 1), "optim.min_lr_ratio": (0, 1, 1, 1), "algorithm.gamma": (0, 1, 1, 1),
+    "algorithm.lam": (0, 1, 1, 1), "model.lora.dropout": (0, 1, 1, 0),
+    **{key: (0, None, 1, 0) for key in (
+        "sft.steps", "eval.every", "checkpoint.every", "threads", "eval.samples", "eval.temperature",
+        "optim.warmup_steps", "optim.weight_decay", "optim.max_grad_norm", "algorithm.beta",
+        "algorithm.clip_low", "algorithm.clip_high", "algorithm.advantage_eps", "algorithm.kl_reward_coef",
+        "algorithm.tau", "algorithm.dynamic_sampling_rounds",
+        "value.coef", "rollout.temperature", "rollout.top_k", "model.lora.r", "log.samples_per_eval",
+        "train.mini_batch_size", "train.micro_batch_size")},
+}
+
+
+def _get(cfg: Any, key: str) -> Any:
+    for part in key.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+def _in_range(value: float, lo: float, hi: float | None, lo_in: int, hi_in: int) -> bool:
+    above = value > lo or (lo_in and value == lo)
+    return above and (hi is None or value < hi or (hi_in and value == hi))
+
+
+def _check_ranges(cfg: Config) -> None:
+    for key, (lo, hi, lo_in, hi_in) in _RANGES.items():
+        value = _get(cfg, key)
+        if value is None:  # an optional value left empty
+            continue
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{key} must be a finite number, got {value}")
+        if not _in_range(value, lo, hi, lo_in, hi_in):
+            low, high = ("[" if lo_in else "(") + str(lo), str(hi) + ("]" if hi_in else ")")
+            bound = f"{'>=' if lo_in else '>'} {lo}" if hi is None else f"in {low}, {high}"
+            raise ConfigError(f"{key} must be {bound}, got {value}")
+    if cfg.rollout.temperature == 0 and not cfg.rollout.allow_zero_temperature:
+        raise ConfigError("rollout.temperature=0 makes every completion of a group identical (zero advantages, "
+                          "nothing to learn); use a temperature > 0 or set rollout.allow_zero_temperature=true")
+
+
+def _check_batches(cfg: Config) -> None:
+    t = cfg.train
+    if t.batch_size % t.group_size:
+        raise ConfigError(f"train.batch_size ({t.batch_size}) must be divisible by train.group_size "
+                          f"({t.group_size}): every prompt needs a full group")
+    if cfg.mini_batch_size < 0 or t.batch_size % cfg.mini_batch_size:
+        raise ConfigError(f"train.batch_size ({t.batch_size}) must be divisible by "
+                          f"train.mini_batch_size ({cfg.mini_batch_size})")
+    if cfg.micro_batch_size < 0 or cfg.mini_batch_size % cfg.micro_batch_size:
+        raise ConfigError(f"train.mini_batch_size ({cfg.mini_batch_size}) must be divisible by "
+                          f"train.micro_batch_size ({cfg.micro_batch_size})")
+    if t.micro_batch_tokens < 0:
+        raise ConfigError(f"train.micro_batch_tokens must be >= 0, got {t.micro_batch_tokens}")
+    if t.old_logprobs not in OLD_LOGPROBS:
+        raise ConfigError(f"train.old_logprobs: unknown {t.old_logprobs!r}; choose from {list(OLD_LOGPROBS)}")
+    betas = cfg.optim.betas
+    if len(betas) != 2 or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in betas):
+        raise ConfigError(f"optim.betas must be two numbers in [0, 1), got {cfg.optim.betas}")
+
+
+ROLLOUT_ENGINES = ("hf", "vllm")
+
+
+def _check_rollout_engine(cfg: Config) -> None:
+    r = cfg.rollout
+    if r.engine not in ROLLOUT_ENGINES:
+        raise ConfigError(f"rollout.engine: unknown name {r.engine!r}; choose from {list(ROLLOUT_ENGINES)}")
+    if not 0 < r.gpu_memory_utilization <= 1:
+        raise ConfigError(f"rollout.gpu_memory_utilization must be in (0, 1], got {r.gpu_memory_utilization}")
+    # find_spec, not import: importing vllm takes seconds and initialises its platform.
+    if r.engine == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise ConfigError("rollout.engine=vllm: vllm is not installed; install the extra: "
+                          "pip install 'rlvr[vllm]' (on a CPU: scripts/setup_vllm.sh)")
+
+
+def _check_distributed(cfg: Config) -> None:
+    d, k = cfg.distributed, cfg.rollout.max_staleness
+    if d.backend not in ("none", "ray"):
+        raise ConfigError(f"distributed.backend must be none or ray, got {d.backend!r}")
+    for key, value in [("distributed.rollout_workers", d.rollout_workers), ("distributed.learners", d.learners)]:
+        if value < 1:
+            raise ConfigError(f"{key} must be >= 1, got {value}")
+    if k < 0 or (k > 0 and d.backend != "ray"):
+        raise ConfigError(f"rollout.max_staleness={k} needs distributed.backend=ray (and k >= 0)")
+    if cfg.algorithm.is_cap and cfg.algorithm.is_cap <= 1:
+        raise ConfigError(f"algorithm.is_cap must be 0 (off) or > 1, got {cfg.algorithm.is_cap}")
+    if cfg.algorithm.is_mode not in ("truncate", "mask"):
+        raise ConfigError(f"algorithm.is_mode must be truncate or mask, got {cfg.algorithm.is_mode!r}")
+    if d.learners > 1 and cfg.mini_batch_size % d.learners:
+        raise ConfigError(f"train.mini_batch_size ({cfg.mini_batch_size}) must be divisible by "
+                          f"distributed.learners ({d.learners})")
+
+
+def _check_files(cfg: Config) -> None:
+    if cfg.model.path and not (Path(cfg.model.path) / "config.json").is_file():
+        raise ConfigError(f"model.path: no Hugging Face model folder at {cfg.model.path!r} (no config.json)")
+    if cfg.sft.data and not Path(cfg.sft.data).is_file():
+        raise ConfigError(f"sft.data: file {cfg.sft.data!r} does not exist")
+
+
+def validate(cfg: Config) -> Config:
+    """Raise ConfigError (one line) on values, sizes and files; return cfg unchanged. Names looked up in
+    registries (task, losses, rewards) are checked when a run is set up (`rlvr.train.validate`)."""
+    _check_ranges(cfg)
+    _check_batches(cfg)
+    _check_distributed(cfg)
+    _check_files(cfg)
+    _check_rollout_engine(cfg)
+    return cfg

@@ -1,0 +1,184 @@
+"""YAML file or shipped config name + `--set key=value` overrides -> a validated Config; save and help.
+
+Precedence: defaults < algorithm preset < file < --set. Every value is typed by its field; an unknown key
+names the closest valid one.
+"""
+
+from __future__ import annotations
+
+import difflib
+import types
+import typing
+from dataclasses import MISSING, asdict, fields, is_dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rlvr.config.checks import validate
+from rlvr.config.sections import Config, ConfigError
+from rlvr.presets import deep_merge, get_preset, nested
+
+
+SHIPPED_CONFIGS = Path(__file__).resolve().parents[1] / "configs"  # package data: demo, sort, recipes, compare
+
+
+def config_file(name: str | Path, folder: str = "", what: str = "config file") -> Path:
+    """A YAML path as given, else a shipped config by name (`sort`, `recipes/r1`, or `r1` in `folder`)."""
+    path = Path(name)
+    if path.is_file():
+        return path
+    for candidate in (SHIPPED_CONFIGS / folder / path, SHIPPED_CONFIGS / path):
+        for shipped in (candidate, candidate.with_name(candidate.name + ".yaml")):
+            if shipped.is_file():
+                return shipped
+    raise ConfigError(f"{what} {str(name)!r} does not exist (nor is it a shipped config under {SHIPPED_CONFIGS})")
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] = (), base: dict | None = None) -> Config:
+    """YAML file or shipped config name (or `base` dict) + `key=value` overrides -> validated Config."""
+    raw: dict = dict(base or {})
+    if path is not None:
+        path = config_file(path)
+        try:
+            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{path}: invalid YAML ({str(err).splitlines()[0]})") from None
+        except UnicodeDecodeError as err:
+            raise ConfigError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+        if not loaded and not overrides:  # an empty file alone would silently train the whole default config
+            raise ConfigError(f"{path}: the config is empty; give at least one section (see configs/)")
+        loaded = loaded or {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: expected a mapping of sections at the top level")
+        raw.update(loaded)
+    cfg = from_dict(Config, _with_preset(raw, overrides))
+    apply_overrides(cfg, overrides)
+    return validate(cfg)
+
+
+def _with_preset(raw: dict, overrides: list[str]) -> dict:
+    """defaults < preset < file < --set: the preset's keys go under the file's (rlvr.presets)."""
+    sets = [o.partition("=")[2] for o in overrides if o.partition("=")[0] == "algorithm.preset"]
+    section = raw.get("algorithm")
+    name = sets[-1] if sets else section.get("preset") if isinstance(section, dict) else None
+    if name in (None, "", "null", "none"):
+        return raw
+    try:
+        return deep_merge(nested(get_preset(name).overrides), raw)
+    except ValueError as err:
+        raise ConfigError(f"algorithm.preset: {err}") from None
+
+
+def save_config(cfg: Config, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(asdict(cfg), sort_keys=False))
+
+
+def config_help(cls: type = Config, prefix: str = "") -> list[str]:
+    """`key (default): help` for every field, nested sections flattened with dots."""
+    lines = []
+    for fld in fields(cls):
+        default = fld.default if fld.default is not MISSING else None
+        if fld.default_factory is not MISSING and hasattr(fld.default_factory, "__dataclass_fields__"):
+            lines += config_help(fld.default_factory, f"{prefix}{fld.name}.")
+            continue
+        if fld.default_factory is not MISSING:
+            default = fld.default_factory()
+        lines.append(f"{prefix}{fld.name} ({default!r}): {fld.metadata.get('help', '')}")
+    return lines
+
+
+# --- parsing: YAML / --set values -> typed fields ---------------------------------------------
+
+_TRUE, _FALSE = {"true", "yes", "on", "1"}, {"false", "no", "off", "0"}
+
+
+def _unknown(key: str, name: str, choices: list[str]) -> ConfigError:
+    prefix = key[: len(key) - len(name)]  # "train." for "train.stpes"
+    close = difflib.get_close_matches(name, choices, n=1)
+    hint = f"; did you mean {prefix + close[0]!r}?" if close else f"; valid keys: {', '.join(choices)}"
+    return ConfigError(f"unknown config key {key!r}{hint}")
+
+
+def _scalar(value: Any, tp: type, key: str, cli: bool) -> Any:
+    """`value` as `tp` (int, float, bool, str, dict, list); CLI strings are parsed, YAML is checked."""
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if cli and value.lower() in _TRUE | _FALSE:
+            return value.lower() in _TRUE
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if cli and value.lstrip("-").isdigit():
+            return int(value)
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # YAML reads 1e-3 (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    elif tp in (dict, list):
+        parsed = yaml.safe_load(value) if cli else value
+        if isinstance(parsed, tp):
+            return parsed
+    shown = value if cli else f"{value!r} ({type(value).__name__})"
+    raise ConfigError(f"{key}: expected {tp.__name__}, got {shown}")
+
+
+def _coerce(value: Any, tp: Any, key: str, cli: bool) -> Any:
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if type(None) in args and (value is None or (cli and value.lower() in ("null", "none", ""))):
+            return None
+        tp = next(a for a in args if a is not type(None))
+    if value is None:
+        raise ConfigError(f"{key}: expected {getattr(tp, '__name__', tp)}, got null")
+    return _scalar(value, typing.get_origin(tp) or tp, key, cli)
+
+
+def from_dict(cls: type, raw: dict, prefix: str = "") -> Any:
+    """Build dataclass `cls` from a nested dict, rejecting unknown keys and wrong types."""
+    hints = typing.get_type_hints(cls)
+    names = [fl.name for fl in fields(cls)]
+    kwargs = {}
+    for name, value in raw.items():
+        key = f"{prefix}{name}"
+        if name not in hints:
+            raise _unknown(key, str(name), names)
+        if is_dataclass(hints[name]):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{key}: expected a section (mapping), got {value!r}")
+            kwargs[name] = from_dict(hints[name], value, f"{key}.")
+        else:
+            kwargs[name] = _coerce(value, hints[name], key, cli=False)
+    return cls(**kwargs)
+
+
+def apply_overrides(cfg: Any, overrides: list[str]) -> None:
+    """Apply `a.b=value` strings in place; the value is parsed as the field's type."""
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set expects key=value, got {item!r}")
+        obj, parts = cfg, key.split(".")
+        for i, part in enumerate(parts):
+            if isinstance(obj, dict):  # free-form options, e.g. task.options.length=5
+                for sub in parts[i:-1]:
+                    obj = obj.setdefault(sub, {})
+                obj[parts[-1]] = yaml.safe_load(value)
+                break
+            hints = typing.get_type_hints(type(obj))
+            if part not in hints:
+                raise _unknown(".".join(parts[: i + 1]), part, list(hints))
+            if i == len(parts) - 1:
+                if is_dataclass(hints[part]):
+                    raise ConfigError(f"{key} is a section; set one of its keys, e.g. {key}.<key>=...")
+                setattr(obj, part, _coerce(value, hints[part], key, cli=True))
+            else:
+                obj = getattr(obj, part)
