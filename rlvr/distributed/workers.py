@@ -19,7 +19,7 @@ from rlvr.rollout.scored import ScoredBatch
 from rlvr.seeds import seed_everything
 from rlvr.tasks import Example, get_task
 from rlvr.train.learner import Learner
-from rlvr.train.rollout import Rollout, build_engine
+from rlvr.train.rollout import Rollout, build_engine, engine_name
 
 
 def _threads(cfg: Config) -> None:
@@ -39,7 +39,7 @@ class RolloutWorker:
         seed_everything(cfg.seed)
         tokenizer = load_tokenizer(init_path)
         # the HF engine samples from a module of its own; vLLM loads the folder itself
-        policy = load_model(init_path).to(resolve_placement(cfg.model).device) if cfg.rollout.engine == "hf" else None
+        policy = load_model(init_path).to(resolve_placement(cfg.model).device) if engine_name(cfg) == "hf" else None
         engine = build_engine(cfg, policy, tokenizer, init_path)
         self.rollout = Rollout(cfg, get_task(cfg.task.name, **cfg.task.options), engine)
 

@@ -27,6 +27,7 @@ from rlvr.rollout.batch import (RolloutBatch, build_batch, cached_logprobs, comp
 from rlvr.rollout.scored import ScoredBatch
 from rlvr.train.guard import SKIPPED, finite_step
 from rlvr.train.family import token_advantages
+from rlvr.train.rollout import engine_name
 from rlvr.algorithms.optim import build_optimizer, build_scheduler, clip_gradients
 from rlvr.seeds import SHUFFLE, derive_seed
 
@@ -65,7 +66,7 @@ class Learner:
         # The in-process engine's raw log-probs are log softmax(logits) of these very weights: at
         # temperature 1 in float32 they are the training forward's, up to kernel rounding (cached vs
         # full attention), so the no-grad pi_old pass can be skipped.
-        self.sampler_is_old = (cfg.train.old_logprobs == "auto" and cfg.rollout.engine == "hf"
+        self.sampler_is_old = (cfg.train.old_logprobs == "auto" and engine_name(cfg) == "hf"
                                and cfg.rollout.temperature == 1.0
                                and cfg.model.dtype == "float32")
         self.version = 0  # optimizer updates so far; a batch sampled at another version needs pi_old recomputed

@@ -7,6 +7,7 @@ from, so placing the role in a Ray actor or on a vLLM engine changes `build_engi
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -25,6 +26,15 @@ from rlvr.data.stream import build_prompt_stream
 from rlvr.train.evaluate import evaluate_heldout
 
 
+def engine_name(cfg: Config) -> str:
+    """`rollout.engine` with `auto` resolved: vLLM where it is installed and the model is on a GPU (the
+    fastest engine there), rlvr's HF engine otherwise."""
+    if cfg.rollout.engine != "auto":
+        return cfg.rollout.engine
+    on_gpu = resolve_placement(cfg.model).device.type == "cuda"
+    return "vllm" if on_gpu and importlib.util.find_spec("vllm") is not None else "hf"
+
+
 def build_engine(cfg: Config, policy: Any, tokenizer: Any, model_path: str | Path) -> RolloutEngine:
     """The one place an engine is chosen from the config.
 
@@ -33,7 +43,7 @@ def build_engine(cfg: Config, policy: Any, tokenizer: Any, model_path: str | Pat
     start model) in the policy's dtype; the loop's `load_weights` after every step keeps it current.
     """
     placement = resolve_placement(cfg.model)
-    if cfg.rollout.engine == "hf":
+    if engine_name(cfg) == "hf":
         return HFEngine(policy, tokenizer, device=placement.device)
     from rlvr.rollout.vllm_engine import VLLMEngine  # the optional extra, imported only when asked for
 

@@ -70,7 +70,7 @@ def test_saved_config_round_trips(tmp_path):
     ({"task": {"options": {"lenght": 4}}}, [], "task.options:"),
     ({"task": {"rewards": [{"name": "nope"}]}}, [], "task.rewards: unknown reward 'nope'"),
     ({"model": {"tiny_preset": "huge"}}, [], "model.tiny_preset: unknown name 'huge'"),
-    ({}, ["rollout.engine=vlm"], "rollout.engine: unknown name 'vlm'; choose from ['hf', 'vllm']"),
+    ({}, ["rollout.engine=vlm"], "rollout.engine: unknown name 'vlm'; choose from ['auto', 'hf', 'vllm']"),
     ({}, ["rollout.gpu_memory_utilization=1.5"], "rollout.gpu_memory_utilization must be in (0, 1]"),
 ])
 def test_config_errors_are_one_line(tmp_path, data, overrides, message):
@@ -121,4 +121,24 @@ def test_vllm_engine_without_vllm_names_the_extra(tmp_path, monkeypatch):
         load_config(write(tmp_path, {"seed": 0}), ["rollout.engine=vllm"])
     assert str(err.value) == ("rollout.engine=vllm: vllm is not installed; install the extra: "
                               "pip install 'rlvr[vllm]' (on a CPU: scripts/setup_vllm.sh)")
-    assert load_config(write(tmp_path, {"seed": 0})).rollout.engine == "hf"
+    assert load_config(write(tmp_path, {"seed": 0})).rollout.engine == "auto"
+
+
+@pytest.mark.parametrize("device, installed, chosen", [("cpu", True, "hf"), ("cpu", False, "hf"),
+                                                       ("cuda", True, "vllm"), ("cuda", False, "hf")])
+def test_auto_engine_is_vllm_where_installed_on_a_gpu(tmp_path, monkeypatch, device, installed, chosen):
+    import torch
+
+    import rlvr.train.rollout as rollout_module
+    from rlvr.train.rollout import engine_name
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: (real("json") if installed else None) if name == "vllm" else real(name, *a))
+    monkeypatch.setattr(rollout_module, "resolve_placement",
+                        lambda model: type("P", (), {"device": torch.device(device)})())
+    cfg = load_config(write(tmp_path, {"seed": 0}))
+    assert engine_name(cfg) == chosen
+    for explicit in ("hf", "vllm"):  # an explicit choice is kept
+        cfg.rollout.engine = explicit
+        assert engine_name(cfg) == explicit
