@@ -12,11 +12,11 @@ from rlvr.config.load import (SHIPPED_CONFIGS, apply_overrides, config_file, con
                               save_config)
 from rlvr.config.sections import (OLD_LOGPROBS, AlgorithmConfig, CheckpointConfig, Config, ConfigError,
                                   DistributedConfig, EvalConfig, LogConfig, LoRAConfig, ModelConfig, OptimConfig,
-                                  RolloutConfig, SFTConfig, TaskConfig, TrainConfig, ValueConfig, f)
+                                  RewardConfig, RolloutConfig, SFTConfig, TaskConfig, TrainConfig, ValueConfig, f)
 
 __all__ = [
     "ROLLOUT_ENGINES", "validate", "SHIPPED_CONFIGS", "apply_overrides", "config_file", "config_help", "from_dict",
     "load_config", "save_config", "OLD_LOGPROBS", "AlgorithmConfig", "CheckpointConfig", "Config", "ConfigError",
-    "DistributedConfig", "EvalConfig", "LogConfig", "LoRAConfig", "ModelConfig", "OptimConfig", "RolloutConfig",
-    "SFTConfig", "TaskConfig", "TrainConfig", "ValueConfig", "f",
+    "DistributedConfig", "EvalConfig", "LogConfig", "LoRAConfig", "ModelConfig", "OptimConfig", "RewardConfig",
+    "RolloutConfig", "SFTConfig", "TaskConfig", "TrainConfig", "ValueConfig", "f",
 ]

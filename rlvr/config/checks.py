@@ -31,7 +31,7 @@ _RANGES = {
         "algorithm.clip_low", "algorithm.clip_high", "algorithm.advantage_eps", "algorithm.kl_reward_coef",
         "algorithm.tau", "algorithm.dynamic_sampling_rounds",
         "value.coef", "rollout.temperature", "rollout.top_k", "model.lora.r", "log.samples_per_eval",
-        "train.mini_batch_size", "train.micro_batch_size")},
+        "train.mini_batch_size", "train.micro_batch_size", "reward.timeout", "reward.workers")},
 }
 
 
@@ -57,6 +57,9 @@ def _check_ranges(cfg: Config) -> None:
             low, high = ("[" if lo_in else "(") + str(lo), str(hi) + ("]" if hi_in else ")")
             bound = f"{'>=' if lo_in else '>'} {lo}" if hi is None else f"in {low}, {high}"
             raise ConfigError(f"{key} must be {bound}, got {value}")
+    if cfg.reward.workers and not cfg.reward.timeout:
+        raise ConfigError(f"reward.workers={cfg.reward.workers} needs reward.timeout > 0 (the workers exist to stop "
+                          "a hung reward)")
     if cfg.rollout.temperature == 0 and not cfg.rollout.allow_zero_temperature:
         raise ConfigError("rollout.temperature=0 makes every completion of a group identical (zero advantages, "
                           "nothing to learn); use a temperature > 0 or set rollout.allow_zero_temperature=true")

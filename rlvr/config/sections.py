@@ -67,6 +67,19 @@ class TaskConfig:
 
 
 @dataclass
+class RewardConfig:
+    timeout: float = f(10.0, "Seconds a reward from outside rlvr (a custom task's verifier, a function added to "
+                             "rlvr.rewards.REWARDS, a TRL callable) may spend on one completion; past it the "
+                             "sample scores 0 and counts in reward/errors, so a hung reward cannot hang the run "
+                             "(0 = no limit). A batched one gets timeout x batch size per call. rlvr's own rewards "
+                             "are exempt: fast pure functions, or their own timeouts (math grader, code sandbox).")
+    workers: int = f(0, "0: such rewards run in the training process, stopped by a SIGALRM timer (Python code and "
+                        "blocking calls; not C code that never returns to the interpreter). N >= 1: they run in N "
+                        "worker processes, killed and replaced when stuck in anything; the reward must be "
+                        "importable from a module (not __main__, no lambda); the workers start at its first use.")
+
+
+@dataclass
 class SFTConfig:
     steps: int = f(0, "Supervised warm-start steps before RL (0 = none). The loss is NLL on "
                       "completion tokens only, so the model is not trained to produce prompts.")
@@ -245,6 +258,7 @@ class Config:
     threads: int = f(0, "torch CPU threads (0 = leave torch's default).")
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)

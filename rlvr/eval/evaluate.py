@@ -29,8 +29,9 @@ def _correct(task: Task, texts: list[str], examples: list[Example]) -> list[bool
 
 
 def grade(engine: RolloutEngine, task: Task, examples: Sequence[Example], n: int,
-          sampling: SamplingParams) -> list[dict[str, Any]]:
-    """One record per completion (prompt i's n samples contiguous), graded by the task."""
+          sampling: SamplingParams, reward: CombinedReward | None = None) -> list[dict[str, Any]]:
+    """One record per completion (prompt i's n samples contiguous), graded by the task; `reward`: the
+    task's verifier made safe (default: `CombinedReward.single(task.reward_fn())`)."""
     if n < 1 or not examples:
         raise ValueError(f"need n >= 1 and at least one example, got n={n}, {len(examples)} examples")
     completions = engine.generate([e.prompt for e in examples], n, sampling)
@@ -39,7 +40,7 @@ def grade(engine: RolloutEngine, task: Task, examples: Sequence[Example], n: int
     repeated = [e for e in examples for _ in range(n)]
     texts = [c.text for c in completions]
     correct = _correct(task, texts, repeated)
-    reward = CombinedReward.single(task.reward_fn()).score_batch(
+    reward = (reward or CombinedReward.single(task.reward_fn())).score_batch(
         [c.prompt for c in completions], texts, repeated,
         BatchContext(group_size=n, lengths=[len(c.token_ids) for c in completions],
                      max_new_tokens=sampling.max_new_tokens, correct=correct))

@@ -230,12 +230,13 @@ def check_reward_collapse(log: RunLog) -> list[Finding]:
 
 def check_reward_errors(log: RunLog) -> list[Finding]:
     out = []
-    for key, what in (("reward/errors", "raised an error"), ("reward/timeouts", "timed out")):
+    for key, what in (("reward/errors", "raised an error or ran past reward.timeout"),
+                      ("reward/timeouts", "timed out")):
         points = [(s, v) for s, v in log.series(key) if v > 0]
         if points:
             out.append(Finding(PROBLEM, f"reward {key.split('/')[1]}", f"{int(sum(v for _, v in points))} "
                                f"reward call(s) {what} and scored the fallback", tuple(s for s, _ in points),
-                               "the first traceback is in the log; test the reward on samples.jsonl"))
+                               "the first traceback (or timeout) is in the log; test the reward on samples.jsonl"))
     return out
 
 

@@ -1,7 +1,7 @@
 """Verifiable rewards: text in, score out. See docs/rewards_tasks_eval.md."""
 
 from rlvr.rewards.base import (BatchContext, BatchRewardFn, RewardBatch, RewardConfigError, RewardFn,
-                               RewardOutput)
+                               RewardOutput, bounded)
 from rlvr.rewards.code import CodeReward, extract_code, pass_fraction
 from rlvr.rewards.combine import CombinedReward, TRLReward
 from rlvr.rewards.countdown import CountdownReward, countdown_equal, evaluate_countdown
@@ -23,5 +23,5 @@ __all__ = [
     "dapo_overlong_penalty", "evaluate_countdown", "extract_answer", "extract_choice", "extract_code",
     "extract_last_number", "format_ok", "get_grader", "kimi_length_reward", "last_boxed", "math_equal",
     "math_equal_batch", "r1_format_reward", "r1_format_reward_strict", "reward_from_name",
-    "run_python", "script_share", "pass_fraction",
+    "run_python", "script_share", "pass_fraction", "bounded",
 ]

@@ -8,39 +8,26 @@ item, in order; None ends the worker.
 from __future__ import annotations
 
 import pickle
-import signal
 import sys
 import traceback
 from multiprocessing.connection import Connection
 
+from rlvr.rewards.deadline import RewardTimeout, call_with_deadline
 from rlvr.rewards.pool import ERROR, OK, TIMEOUT
-
-
-class _ItemTimeout(BaseException):
-    """BaseException so that a library's `except Exception` cannot swallow our timer."""
-
-
-def _on_alarm(signum, frame):
-    raise _ItemTimeout()
 
 
 def _run_item(fn, item, timeout: float) -> tuple[str, object]:
     try:
-        signal.setitimer(signal.ITIMER_REAL, timeout)
-        value = fn(item)
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        return OK, value
-    except _ItemTimeout:
+        return OK, call_with_deadline(fn, timeout, item)
+    except RewardTimeout:
         return TIMEOUT, f"exceeded {timeout:g} s"
     except Exception:  # noqa: BLE001 - reported to the parent, which decides
-        signal.setitimer(signal.ITIMER_REAL, 0)
         return ERROR, traceback.format_exc(limit=8)
 
 
 def main(rx_fd: int, tx_fd: int) -> None:
     rx, tx = Connection(rx_fd, writable=False), Connection(tx_fd, readable=False)
     fn, initializer, timeout = pickle.loads(rx.recv_bytes())
-    signal.signal(signal.SIGALRM, _on_alarm)
     if initializer is not None:
         initializer()
     tx.send(("ready", None))

@@ -71,3 +71,22 @@ class BatchRewardFn(Protocol):
 class RewardConfigError(ValueError):
     """A reward was set up or called wrongly (e.g. missing lengths). Never swallowed by SafeReward:
     a misconfigured reward must stop the run at once, not quietly score the fallback forever."""
+
+
+# --- running time -------------------------------------------------------------------------------
+# SafeReward puts a reward from outside rlvr (a custom task's verifier, a registered function, a TRL
+# callable) under `reward.timeout`. rlvr's own rewards are marked `bounded` and run as they are: fast
+# pure functions, or batched rewards that time out each sample themselves (math grader pool, sandbox).
+
+BOUNDED = "rlvr_bounded"
+
+
+def bounded(reward: Any) -> Any:
+    """Mark a reward function or class whose running time is bounded without help: SafeReward then
+    runs it with no deadline and never in worker processes."""
+    setattr(reward, BOUNDED, True)
+    return reward
+
+
+def is_bounded(reward: Any) -> bool:
+    return getattr(reward, BOUNDED, False) is True

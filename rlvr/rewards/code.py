@@ -18,7 +18,7 @@ from typing import Any, Mapping, Sequence
 import logging
 import os
 
-from rlvr.rewards.base import BatchContext, RewardBatch, RewardConfigError
+from rlvr.rewards.base import BatchContext, RewardBatch, RewardConfigError, bounded
 from rlvr.rewards.grade import split_test, verdict
 from rlvr.rewards.safe import as_mapping
 from rlvr.rewards.sandbox import SandboxError, SandboxLimits, describe_isolation, resolve_isolation, run_python
@@ -58,6 +58,7 @@ def pass_fraction(code: str, example: Mapping[str, Any], limits: SandboxLimits =
     return passed / len(cases)
 
 
+@bounded
 class CodeReward:
     """Batched: sandboxes run concurrently, `max_workers` at a time (default: CPU count).
     `isolation`: "auto" (bubblewrap, else namespaces under root, else refuse), "bwrap",

@@ -15,7 +15,7 @@ import math
 from typing import Any, Callable, Mapping, Sequence
 
 from rlvr.rewards.base import BatchContext, RewardBatch, RewardOutput
-from rlvr.rewards.safe import SafeReward, as_mapping
+from rlvr.rewards.safe import DEFAULT_TIMEOUT, SafeReward, as_mapping
 
 
 class TRLReward:
@@ -43,13 +43,15 @@ class TRLReward:
 
 
 class CombinedReward:
-    """`sum_i weight_i * reward_i` with every part made safe (exceptions -> fallback, counted).
+    """`sum_i weight_i * reward_i` with every part made safe (exceptions and timeouts -> fallback, counted).
 
     parts: (reward, weight, name) triples; a reward is a per-sample `RewardFn`, or anything with
         `score_batch` (`TRLReward`, `MathReward`, `CodeReward`, length rewards, ...).
+    timeout, n_workers: of each part's `SafeReward` (a part given as a SafeReward keeps its own).
     """
 
-    def __init__(self, parts: Sequence[tuple[Any, float, str]], fallback: float = 0.0) -> None:
+    def __init__(self, parts: Sequence[tuple[Any, float, str]], fallback: float = 0.0,
+                 timeout: float | None = DEFAULT_TIMEOUT, n_workers: int = 0) -> None:
         if not parts:
             raise ValueError("CombinedReward needs at least one (reward, weight, name) part")
         self.parts: list[tuple[SafeReward, float, str]] = []
@@ -61,15 +63,16 @@ class CombinedReward:
                 raise ValueError(f"a part name must be a non-empty string without '/', got {name!r}")
             if not math.isfinite(float(weight)):
                 raise ValueError(f"weight of {name!r} must be finite, got {weight}")
-            safe = fn if isinstance(fn, SafeReward) else SafeReward(fn, fallback=fallback, name=name)
+            safe = fn if isinstance(fn, SafeReward) else SafeReward(fn, fallback, timeout, name, n_workers)
             self.parts.append((safe, float(weight), name))
         names = [n for _, _, n in self.parts]
         if len(set(names)) != len(names):
             raise ValueError(f"part names must be unique, got {names}")
 
     @classmethod
-    def single(cls, fn: Any, name: str = "task", fallback: float = 0.0) -> "CombinedReward":
-        return cls([(fn, 1.0, name)], fallback=fallback)
+    def single(cls, fn: Any, name: str = "task", fallback: float = 0.0, timeout: float | None = DEFAULT_TIMEOUT,
+               n_workers: int = 0) -> "CombinedReward":
+        return cls([(fn, 1.0, name)], fallback, timeout, n_workers)
 
     @property
     def errors(self) -> int:

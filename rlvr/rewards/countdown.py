@@ -11,6 +11,7 @@ from collections import Counter
 from fractions import Fraction
 from typing import Any, Mapping, Sequence
 
+from rlvr.rewards.base import bounded
 from rlvr.rewards.extract import extract_answer
 
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
@@ -53,6 +54,7 @@ def countdown_equal(expression: str | None, numbers: Sequence[int], target: int)
     return value is not None and value == target
 
 
+@bounded
 class CountdownReward:
     """1.0 when the stated expression reaches the target; `format_score` (TinyZero: 0.1) when an
     expression is stated but wrong; 0.0 when none is. Needs fields `numbers` and `target`."""

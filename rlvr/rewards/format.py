@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Sequence
 
-from rlvr.rewards.base import BatchContext, RewardBatch, RewardOutput
+from rlvr.rewards.base import BatchContext, RewardBatch, RewardOutput, bounded
 from rlvr.rewards.extract import extract_answer
 from rlvr.rewards.math_grader import MathGrader, get_grader
 from rlvr.rewards.safe import as_mapping
@@ -36,11 +36,13 @@ def format_ok(text: str, strict: bool = False) -> bool:
     return (_STRICT if strict else _LENIENT).fullmatch(text) is not None
 
 
+@bounded
 def r1_format_reward(prompt: str, completion: str, example: Mapping[str, Any]) -> float:
     """1.0 when the completion is `<think>...</think> <answer>...</answer>` (lenient), else 0.0."""
     return float(format_ok(with_prompt_prefix(prompt, completion)))
 
 
+@bounded
 def r1_format_reward_strict(prompt: str, completion: str, example: Mapping[str, Any]) -> float:
     """1.0 for open-r1's exact newline layout, else 0.0."""
     return float(format_ok(with_prompt_prefix(prompt, completion), strict=True))
@@ -52,6 +54,7 @@ def answer_in_tags(text: str) -> str | None:
     return extract_answer("<answer>" + blocks[-1] + "</answer>") if blocks else None
 
 
+@bounded
 class MathReward:
     """1.0 when the completion's final answer equals `example[answer_key]` (`math_equal`), else 0.0.
 

@@ -17,6 +17,8 @@ import re
 import unicodedata
 from typing import Any, Mapping
 
+from rlvr.rewards.base import bounded
+
 # Script families per language; a letter counts if its Unicode name starts with one of them.
 LANGUAGE_SCRIPTS: dict[str, tuple[str, ...]] = {
     **{lang: ("LATIN",) for lang in ("en", "fr", "de", "es", "it", "pt", "nl", "pl", "tr", "vi",
@@ -75,6 +77,7 @@ def reasoning_part(prompt: str, completion: str) -> str:
     return m.group(1) if m else completion
 
 
+@bounded
 class LanguageConsistencyReward:
     """Share of the reasoning's words in the script of `lang` (e.g. 'en' -> Latin, 'zh' -> Han)."""
 

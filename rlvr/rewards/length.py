@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-from rlvr.rewards.base import BatchContext, RewardBatch, RewardConfigError
+from rlvr.rewards.base import BatchContext, RewardBatch, RewardConfigError, bounded
 from rlvr.rewards.format import MathReward
 from rlvr.rewards.safe import SafeReward
 
@@ -57,6 +57,7 @@ def _lengths(ctx: BatchContext | None, n: int, who: str) -> list[int]:
     return list(ctx.lengths)
 
 
+@bounded
 class KimiLengthReward:
     """`kimi_length_reward` per group. Correctness comes from `ctx.correct` when the caller has it,
     else from `correct_fn` (a reward; score >= threshold counts as correct; default: math)."""
@@ -86,6 +87,7 @@ class KimiLengthReward:
         return RewardBatch(scores, {}, errors)
 
 
+@bounded
 class OverlongPenalty:
     """`dapo_overlong_penalty` per sample; max_len defaults to the sampler's max_new_tokens."""
 
@@ -105,6 +107,7 @@ class OverlongPenalty:
         return RewardBatch([dapo_overlong_penalty(n, max_len, self.cache_len) for n in lengths])
 
 
+@bounded
 class StepGated:
     """`fn` from optimizer step `start_step` on (`ctx.step`); before that, not applicable (NaN:
     adds nothing to the combined reward and is left out of the logged mean)."""

@@ -26,7 +26,7 @@ from transformers.utils import logging as hf_logging
 
 from rlvr.models import load_model
 from rlvr.models.tokenizer import pad_token_id
-from rlvr.rewards.base import BatchContext, RewardBatch, RewardOutput
+from rlvr.rewards.base import BatchContext, RewardBatch, RewardOutput, bounded
 from rlvr.rollout.batch import encode_prompt_completion, pad_right
 
 
@@ -89,6 +89,7 @@ def score_texts(rm: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts
     return sequence_rewards(rm, ids.to(rm.device), attn.to(rm.device))
 
 
+@bounded
 class RewardModelReward:
     """A trained reward model as an rlvr reward (RewardFn and BatchRewardFn): RLHF.
 

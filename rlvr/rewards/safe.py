@@ -1,9 +1,18 @@
 """Rewards never stop training: `SafeReward` turns an exception or a timeout into a fallback score.
 
 Each failure is counted (`RewardBatch.errors`, logged by the trainer as `reward/errors`) and the
-first traceback of each wrapped function is logged once, so a broken reward is loud but not fatal.
-A per-sample timeout runs the function in a warm worker pool (`rlvr.rewards.pool`), since a thread
-cannot be stopped and signals only work on the main thread.
+first traceback (and the first timeout) of each wrapped function is logged once, so a broken reward
+is loud but not fatal.
+
+Which path a reward takes:
+- marked `bounded` (rlvr's own: format, language, countdown, the sort/arithmetic verifiers, length
+  shaping, the reward model, and the math grader and code sandbox, which time out each sample
+  themselves): called as it is;
+- per-sample, from outside rlvr: each call under a deadline in this process (`rlvr.rewards.deadline`,
+  a SIGALRM timer on the main thread), or in warm worker processes (`rlvr.rewards.pool`) with
+  `n_workers` >= 1, which also stops C code a signal cannot;
+- batched, from outside rlvr (a `TRLReward`, any `score_batch`): the whole call under a deadline of
+  timeout x batch size; on expiry every sample of the batch scores the fallback.
 """
 
 from __future__ import annotations
@@ -11,15 +20,20 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import pickle
 import threading
 import time
 import traceback
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
-from rlvr.rewards.base import BatchContext, BatchRewardFn, RewardBatch, RewardConfigError, RewardOutput
-from rlvr.rewards.pool import OK, WorkerPool
+from rlvr.config import RewardConfig
+from rlvr.rewards.base import (BatchContext, BatchRewardFn, RewardBatch, RewardConfigError, RewardOutput,
+                               is_bounded)
+from rlvr.rewards.deadline import RewardTimeout, call_with_deadline, can_interrupt
+from rlvr.rewards.pool import OK, TIMEOUT, WorkerPool
 
 logger = logging.getLogger("rlvr.rewards")
+DEFAULT_TIMEOUT: float = RewardConfig.timeout  # seconds per sample, the config's default (reward.timeout)
 
 
 def as_mapping(example: Any) -> Mapping[str, Any]:
@@ -52,6 +66,21 @@ def _apply(fn, item: tuple[str, str, Mapping[str, Any]]) -> RewardOutput:
     return to_output(fn(*item))
 
 
+def worker_problem(fn: Any) -> str | None:
+    """Why `fn` cannot run in worker processes, or None when it can (or need not: bounded or batched
+    rewards stay in this process). Workers are fresh interpreters that unpickle `fn` by its name."""
+    if is_bounded(fn) or isinstance(fn, BatchRewardFn):
+        return None
+    try:
+        payload = pickle.dumps(fn)
+    except Exception as err:  # noqa: BLE001 - PicklingError, AttributeError (a local object), TypeError
+        return f"cannot run in worker processes: it is not picklable ({err}); define it at module level"
+    if b"__main__" in payload:
+        return ("cannot run in worker processes: it is defined in __main__ (a script or notebook), which the "
+                "workers do not import; move it into a module")
+    return None
+
+
 def _check_lengths(batch: RewardBatch, n: int, name: str) -> RewardBatch:
     if len(batch.scores) != n or any(len(v) != n for v in batch.components.values()):
         raise ValueError(f"reward {name!r} returned {len(batch.scores)} scores for {n} completions")
@@ -59,34 +88,49 @@ def _check_lengths(batch: RewardBatch, n: int, name: str) -> RewardBatch:
 
 
 class SafeReward:
-    """Wrap a per-sample or batched reward so that it never raises.
+    """Wrap a per-sample or batched reward so that it never raises and never hangs the run.
 
-    fallback: the score of a sample whose reward raised or timed out.
-    timeout: seconds per sample; runs `fn` in worker processes (it must be picklable). Batched
-        rewards (with `score_batch`) must bring their own timeout (the math grader and the code
-        sandbox do), so `timeout` is refused for them.
-    warn_after: without a timeout, a call still running after this many seconds is logged (once
-        per batch, naming the reward and the sample), so a hung reward is never silent.
+    fallback: the score of a sample whose reward raised or timed out (counted in `errors`).
+    timeout: seconds per sample for a reward not marked `bounded` (None or 0: no limit); see the
+        module docstring for where it is enforced.
+    n_workers: 0 runs a per-sample reward in this process; N >= 1 in N worker processes (started on
+        first use; the reward must be picklable and importable, see `worker_problem`).
+    warn_after: a call in this process still running after this many seconds (with a timeout: twice
+        the timeout plus one) is logged once per batch, naming the reward and the sample, so a reward
+        that even the deadline cannot stop is never silent.
     """
 
-    def __init__(self, fn: Any, fallback: float = 0.0, timeout: float | None = None,
-                 name: str | None = None, n_workers: int = 1, warn_after: float = 60.0) -> None:
+    def __init__(self, fn: Any, fallback: float = 0.0, timeout: float | None = DEFAULT_TIMEOUT,
+                 name: str | None = None, n_workers: int = 0, warn_after: float = 60.0) -> None:
         if not callable(fn) and not isinstance(fn, BatchRewardFn):
             raise TypeError(f"a reward must be callable or have score_batch, got {type(fn).__name__}")
-        if timeout is not None and isinstance(fn, BatchRewardFn):
-            raise ValueError("timeout= applies to per-sample rewards; batched rewards time out themselves")
+        if timeout is not None and not (math.isfinite(timeout) and timeout >= 0):
+            raise ValueError(f"timeout must be a finite number >= 0 (0 = none), got {timeout}")
+        if n_workers < 0:
+            raise ValueError(f"n_workers must be >= 0, got {n_workers}")
         self.fn, self.fallback = fn, float(fallback)
         self.name = name or getattr(fn, "__name__", type(fn).__name__)
-        self.errors, self.warn_after = 0, warn_after
-        self._logged = False
-        self._pool = None
-        if timeout is not None:
-            self._pool = WorkerPool(functools.partial(_apply, fn), n_workers=n_workers, timeout=timeout)
+        self.timeout = float(timeout) if timeout and not is_bounded(fn) else None
+        self.errors, self.timeouts, self.warn_after = 0, 0, warn_after
+        self._logged: set[str] = set()
+        self._pool: WorkerPool | None = None
+        self.n_workers = n_workers if self.timeout is not None and not isinstance(fn, BatchRewardFn) else 0
+        if n_workers and not timeout:
+            raise ValueError("n_workers needs a timeout > 0 (the workers exist to stop a hung reward)")
+        problem = worker_problem(fn) if self.n_workers else None
+        if problem:
+            raise ValueError(f"reward {self.name!r} {problem}")
 
-    def _record(self, n_failed: int, detail: str) -> None:
+    def _record(self, n_failed: int, kind: str, detail: str) -> None:
         self.errors += n_failed
-        if not self._logged:
-            self._logged = True
+        self.timeouts += n_failed if kind == TIMEOUT else 0
+        if kind in self._logged:
+            return
+        self._logged.add(kind)
+        if kind == TIMEOUT:
+            logger.warning("reward %r timed out (%s); scoring %s instead (logged once, counted in reward/errors)",
+                           self.name, detail, self.fallback)
+        else:
             logger.warning("reward %r failed; scoring %s instead (logged once, counted in reward/errors):\n%s",
                            self.name, self.fallback, detail)
 
@@ -102,7 +146,7 @@ class SafeReward:
         examples = [as_mapping(e) for e in examples]
         if isinstance(self.fn, BatchRewardFn):
             return self._batched(list(prompts), list(completions), examples, ctx)
-        if self._pool is not None:
+        if self.n_workers:
             outs = self._pooled(list(zip(prompts, completions, examples)))
         else:
             outs = self._in_process(prompts, completions, examples)
@@ -112,54 +156,92 @@ class SafeReward:
         comps = {k: [o.components.get(k, math.nan) for o in outs] for k in names}
         return RewardBatch([o.score for o in outs], comps, errors)
 
+    def _deadline(self, seconds: float | None) -> Callable[..., Any] | None:
+        """How to call under a deadline of `seconds` here, or None when there is none to enforce."""
+        if seconds is None:
+            return None
+        if can_interrupt():
+            return lambda fn, *args: call_with_deadline(fn, seconds, *args)
+        if "unenforced" not in self._logged:
+            self._logged.add("unenforced")
+            logger.warning("reward %r: its %g s timeout cannot be enforced off the main thread (signals); it runs "
+                           "without one here (reward.workers >= 1 runs it in worker processes)", self.name,
+                           self.timeout)
+        return None
+
     def _in_process(self, prompts, completions, examples) -> list[RewardOutput | None]:
+        deadline = self._deadline(self.timeout)
         current = [0, time.monotonic()]  # the sample being scored, since when
-
-        def warn() -> None:
-            logger.warning("reward %r has been running for %.0f s on sample %d of the batch and has no timeout: "
-                           "it may hang the run (SafeReward(timeout=...) stops such calls)", self.name,
-                           time.monotonic() - current[1], current[0])
-
-        watchdog = threading.Timer(self.warn_after, warn)
-        watchdog.daemon = True
-        watchdog.start()
+        stop = self._watchdog(current, deadline is not None)
         outs = []
         try:
             for i, item in enumerate(zip(prompts, completions, examples)):
                 current[:] = [i, time.monotonic()]
-                outs.append(self._one(*item))
+                outs.append(self._one(i, item, deadline))
         finally:
-            watchdog.cancel()
+            stop.set()
         return outs
 
-    def _one(self, prompt: str, completion: str, example: Mapping[str, Any]) -> RewardOutput | None:
+    def _watchdog(self, current: list, timed: bool) -> threading.Event:
+        """A thread that logs (once per batch) a sample still running after `warn_after` seconds (timed:
+        twice the timeout plus one); set the returned event to stop it."""
+        stop, limit = threading.Event(), 2 * self.timeout + 1 if timed else self.warn_after
+
+        def watch() -> None:
+            while not stop.wait(min(1.0, limit / 4)):
+                index, since = current
+                if time.monotonic() - since > limit:
+                    if not timed:
+                        hint = "and has no timeout: it may hang the run (reward.timeout stops such calls)"
+                    else:
+                        hint = (f"past its {self.timeout:g} s timeout: a signal cannot stop it (C code) or it "
+                                "swallows the timeout (a bare except); reward.workers >= 1 runs it in worker "
+                                "processes, which are killed when stuck")
+                    logger.warning("reward %r has been running for %.0f s on sample %d of the batch %s", self.name,
+                                   time.monotonic() - since, index, hint)
+                    return
+
+        threading.Thread(target=watch, name=f"reward-watchdog-{self.name}", daemon=True).start()
+        return stop
+
+    def _one(self, index: int, item: tuple, deadline: Callable[..., Any] | None) -> RewardOutput | None:
         try:
-            return to_output(self.fn(prompt, completion, example))
+            return to_output(deadline(self.fn, *item) if deadline else self.fn(*item))
+        except RewardTimeout:
+            self._record(1, TIMEOUT, f"sample {index} of a batch took longer than {self.timeout:g} s")
+            return None
         except RewardConfigError:
             raise
         except Exception:  # noqa: BLE001 - the point of this class
-            self._record(1, traceback.format_exc())
+            self._record(1, "error", traceback.format_exc())
             return None
 
     def _pooled(self, items: list) -> list[RewardOutput | None]:
+        if self._pool is None:
+            self._pool = WorkerPool(functools.partial(_apply, self.fn), n_workers=self.n_workers,
+                                    timeout=self.timeout)
         outs: list[RewardOutput | None] = []
         for status, value in self._pool.map(items):
             if status == OK:
                 outs.append(value)
             else:
-                self._record(1, f"{status}: {value}")
+                self._record(1, status, f"{status}: {value}")
                 outs.append(None)
         return outs
 
     def _batched(self, prompts, completions, examples, ctx) -> RewardBatch:
+        n = len(completions)
+        deadline = self._deadline(None if self.timeout is None else self.timeout * max(1, n))
+        call = functools.partial(self.fn.score_batch, prompts, completions, examples, ctx)
         try:
-            return _check_lengths(self.fn.score_batch(prompts, completions, examples, ctx),
-                                  len(completions), self.name)
+            return _check_lengths(deadline(call) if deadline else call(), n, self.name)
+        except RewardTimeout:
+            self._record(n, TIMEOUT, f"a batch of {n} took longer than {n} x {self.timeout:g} s")
         except RewardConfigError:
             raise
         except Exception:  # noqa: BLE001
-            self._record(len(completions), traceback.format_exc())
-            return RewardBatch([self.fallback] * len(completions), {}, len(completions))
+            self._record(n, "error", traceback.format_exc())
+        return RewardBatch([self.fallback] * n, {}, n)
 
     def close(self) -> None:
         if self._pool is not None:

@@ -1,9 +1,9 @@
 """Training rewards: the task's verifier plus configured extra terms, scored over a batch.
 
 Rewards go through `CombinedReward`: the task's verifier plus any configured extra terms (e.g.
-DAPO's overlong penalty), each made safe (an exception scores the fallback and is counted as
-`reward/errors`). Tasks are duck-typed (`reward_fn()`, `is_correct(text, example)`): tasks build on
-rewards, not the other way round.
+DAPO's overlong penalty), each made safe (an exception or a timeout, `reward.timeout`, scores the
+fallback and is counted as `reward/errors`). Tasks are duck-typed (`reward_fn()`,
+`is_correct(text, example)`): tasks build on rewards, not the other way round.
 """
 
 from __future__ import annotations
@@ -14,13 +14,16 @@ from typing import Any, Sequence
 from rlvr.rewards.base import BatchContext
 from rlvr.rewards.combine import CombinedReward
 from rlvr.rewards.registry import reward_from_name
+from rlvr.rewards.safe import DEFAULT_TIMEOUT
 from rlvr.rollout.base import Completion
 
 
-def build_reward(task: Any, extra: Sequence[dict[str, Any]] = ()) -> CombinedReward:
-    """The task's verifier (component `task`, weight 1 unless a term {name: task, weight: w} says
-    otherwise) plus `extra` terms, each a dict {name: registry name, weight: float, options: {...}}
-    (see rlvr.rewards.REWARDS)."""
+def build_reward(task: Any, extra: Sequence[dict[str, Any]] = (), timeout: float | None = DEFAULT_TIMEOUT,
+                 n_workers: int = 0) -> CombinedReward:
+    """The task's verifier (the first part, component `task`, weight 1 unless a term {name: task,
+    weight: w} says otherwise) plus `extra` terms, each a dict {name: registry name, weight: float,
+    options: {...}} (see rlvr.rewards.REWARDS); `timeout` and `n_workers` as in `SafeReward`
+    (reward.timeout, reward.workers)."""
     task_weight, parts = 1.0, []
     for term in extra:
         unknown = set(term) - {"name", "weight", "options"}
@@ -31,7 +34,7 @@ def build_reward(task: Any, extra: Sequence[dict[str, Any]] = ()) -> CombinedRew
             continue
         parts.append((reward_from_name(term["name"], **term.get("options", {})), float(term.get("weight", 1.0)),
                       term["name"]))
-    return CombinedReward([(task.reward_fn(), task_weight, "task"), *parts])
+    return CombinedReward([(task.reward_fn(), task_weight, "task"), *parts], timeout=timeout, n_workers=n_workers)
 
 
 @dataclass

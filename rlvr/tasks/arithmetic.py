@@ -14,7 +14,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from rlvr.rewards.base import RewardOutput
+from rlvr.rewards.base import RewardOutput, bounded
 from rlvr.tasks.base import Example, register_task
 
 REWARDS = ("exact", "digits")
@@ -39,6 +39,7 @@ def digit_credit(answer: str | None, target: str) -> float:
     return sum(x == y for x, y in zip(a, t)) / width
 
 
+@bounded
 class ArithmeticReward:
     def __init__(self, design: str):
         self.design = design

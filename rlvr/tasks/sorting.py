@@ -21,7 +21,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from rlvr.rewards.base import RewardOutput
+from rlvr.rewards.base import RewardOutput, bounded
 from rlvr.tasks.base import Example, register_task
 
 REWARDS = ("sparse", "positional", "inclusion")
@@ -66,6 +66,7 @@ _REWARD_FNS: dict[str, Callable[[list[int] | None, list[int]], RewardOutput]] = 
 }
 
 
+@bounded
 class SortReward:
     """RewardFn: parses the completion and scores it against `example["digits"]`."""
 

@@ -19,6 +19,7 @@ from rlvr.models import resolve_placement
 from rlvr.rollout.base import RolloutEngine, SamplingParams
 from rlvr.rollout.hf_engine import HFEngine
 from rlvr.rollout.scored import ScoredBatch
+from rlvr.rewards.combine import CombinedReward
 from rlvr.rewards.scoring import build_reward
 from rlvr.seeds import ROLLOUT
 from rlvr.tasks import Example, Task
@@ -65,7 +66,10 @@ class Rollout:
         r, a, G = cfg.rollout, cfg.algorithm, cfg.train.group_size
         sampling = SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
                                   max_new_tokens=r.max_new_tokens)
-        self.sampler = RolloutSampler(engine, self.stream, task, build_reward(task, cfg.task.rewards), sampling, G,
+        self.reward = build_reward(task, cfg.task.rewards, cfg.reward.timeout, cfg.reward.workers)
+        # held-out grading: the task's verifier alone, the same SafeReward (one set of reward workers)
+        self.eval_reward = CombinedReward.single(self.reward.parts[0][0])
+        self.sampler = RolloutSampler(engine, self.stream, task, self.reward, sampling, G,
                                       cfg.train.batch_size // G, cfg.seed, ROLLOUT, a.dynamic_sampling,
                                       a.dynamic_sampling_rounds, a.dynamic_sampling_metric)
         self.version = 0
@@ -94,7 +98,7 @@ class Rollout:
         """Held-out metrics and sample rows, sampled with `eval.*` settings from the current weights."""
         cfg = self.cfg
         return evaluate_heldout(self.engine, self.task, examples, cfg.rollout.max_new_tokens, cfg.eval.samples,
-                                cfg.eval.temperature, seed, cfg.log.samples_per_eval)
+                                cfg.eval.temperature, seed, cfg.log.samples_per_eval, self.eval_reward)
 
     def state_dict(self) -> dict[str, Any]:
         return self.stream.state_dict()

@@ -12,6 +12,7 @@ from rlvr.algorithms.grpo import GroupPolicyGradient
 from rlvr.algorithms.ppo import TOKEN_ADVANTAGES
 from rlvr.config import Config, ConfigError
 from rlvr.models import PRESETS, resolve_placement
+from rlvr.rewards.safe import worker_problem
 from rlvr.rewards.scoring import build_reward
 from rlvr.models.tiny import ARCHS
 from rlvr.tasks import TASKS, get_task
@@ -68,9 +69,12 @@ def check_registries(cfg: Config) -> Config:
     except (TypeError, ValueError) as err:
         raise ConfigError(f"task.options: {err}") from None
     try:
-        build_reward(task, cfg.task.rewards)
+        reward = build_reward(task, cfg.task.rewards)  # reward.workers is checked below (workers start on use)
     except (TypeError, ValueError) as err:
         raise ConfigError(f"task.rewards: {err}") from None
+    for safe, _, name in reward.parts if cfg.reward.workers and cfg.reward.timeout else ():
+        if problem := worker_problem(safe.fn):
+            raise ConfigError(f"reward.workers={cfg.reward.workers}: reward {name!r} {problem}")
     check_prompt_sampler(cfg, task)
     check_family_options(cfg)
     return cfg

@@ -81,8 +81,12 @@ SETS = [  # (--set, the text the error line must contain)
     ("train.batch_size=5", "train.group_size"), ("eval.samples=-1", "eval.samples"),
     ("checkpoint.keep=0", "checkpoint.keep"), ("threads=-1", "threads"), ("train.steps=abc", "train.steps"),
     ("optim.lr=fast", "optim.lr"), ("optim.lrr=1", "optim.lrr"), ("algorithm.advantage=nope", "algorithm.advantage"),
+    ("reward.timeout=-1", "reward.timeout must be >= 0"), ("reward.timeout=inf", "reward.timeout must be a finite"),
+    ("reward.timeout=nan", "reward.timeout must be a finite"), ("reward.workers=-1", "reward.workers must be >= 0"),
 ]
-SET_CASES = [pytest.param(["--set", s], key, id=s) for s, key in SETS]
+SET_CASES = [pytest.param(["--set", s], key, id=s) for s, key in SETS] + [
+    pytest.param(["--set", "reward.workers=2", "reward.timeout=0"], "reward.timeout > 0",
+                 id="reward.workers-without-timeout")]
 
 FILE_CASES = [  # (argv built from the world folder, text the error line must contain)
     ("empty.yaml", "empty.yaml"), ("list.yaml", "list.yaml"), ("invalid.yaml", "invalid.yaml"),

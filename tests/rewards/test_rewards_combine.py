@@ -91,7 +91,7 @@ def test_combined_counts_errors_for_reward_errors_metric():
 
 
 def test_safe_reward_timeout_runs_in_worker_and_falls_back():
-    safe = SafeReward(slow_reward, fallback=0.0, timeout=0.5)
+    safe = SafeReward(slow_reward, fallback=0.0, timeout=0.5, n_workers=1)
     try:
         start = time.monotonic()
         batch = safe.score_batch(["p"] * 3, ["a", "hang", "b"], [{}] * 3)
@@ -101,11 +101,10 @@ def test_safe_reward_timeout_runs_in_worker_and_falls_back():
         safe.close()
 
 
-def test_timeout_needs_a_picklable_per_sample_function():
+def test_worker_processes_need_a_picklable_per_sample_function():
     with pytest.raises(ValueError, match="picklable"):
-        SafeReward(lambda p, c, e: 1.0, timeout=1.0)
-    with pytest.raises(ValueError, match="batched"):
-        SafeReward(TRLReward(trl_style), timeout=1.0)
+        SafeReward(lambda p, c, e: 1.0, timeout=1.0, n_workers=1)
+    assert SafeReward(TRLReward(trl_style), timeout=1.0, n_workers=1).n_workers == 0  # batched: in this process
 
 
 def test_bad_return_types_are_errors_not_crashes():
@@ -168,7 +167,7 @@ def test_a_slow_reward_without_timeout_is_logged_not_silent(caplog):
         time.sleep(0.4 if completion == "slow" else 0.0)
         return 1.0
 
-    safe = SafeReward(slow, name="slow_one", warn_after=0.2)
+    safe = SafeReward(slow, name="slow_one", warn_after=0.2, timeout=None)
     with caplog.at_level(logging.WARNING, logger="rlvr.rewards"):
         assert safe.score_batch(["p"] * 3, ["a", "slow", "b"], [{}] * 3).scores == [1.0] * 3
         safe.score_batch(["p"] * 2, ["a", "b"], [{}] * 2)

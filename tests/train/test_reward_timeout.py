@@ -1,0 +1,81 @@
+"""A reward that hangs cannot hang the run: every sample past `reward.timeout` scores the fallback and
+counts in reward/errors, and the step completes; `reward.workers` is checked before any work."""
+
+import json
+import time
+from dataclasses import dataclass
+
+import pytest
+
+from rlvr.cli import main
+from rlvr.config import ConfigError, load_config, save_config
+from rlvr.tasks import TASKS, register_task
+from rlvr.tasks.sorting import SortTask
+from rlvr.train.loop import train
+from rlvr.train.validate import check_registries
+
+HANGING, LOCAL = "sort_hanging_reward", "sort_local_reward"
+TINY = ["model.tiny_preset=test", "task.options={length: 3}", "task.train_size=64", "task.eval_size=4",
+        "train.steps=1", "train.batch_size=8", "train.group_size=4", "rollout.max_new_tokens=6",
+        "eval.samples=0", "eval.every=0", "log.progress=false", "log.tensorboard=false", "log.plots=false",
+        "checkpoint.every=0", "threads=1"]
+
+
+def sleeps_forever(prompt, completion, example):
+    time.sleep(10**6)
+
+
+@dataclass
+class HangingSort(SortTask):
+    """A custom task whose verifier never returns (a module-level function: worker processes can import it)."""
+
+    name: str = HANGING
+
+    def reward_fn(self):
+        return sleeps_forever
+
+
+@dataclass
+class LocalRewardSort(SortTask):
+    """A custom task whose verifier is a closure: it runs in the trainer, never in worker processes."""
+
+    name: str = LOCAL
+
+    def reward_fn(self):
+        return lambda prompt, completion, example: 1.0
+
+
+for _name, _task in [(HANGING, HangingSort), (LOCAL, LocalRewardSort)]:
+    if _name not in TASKS:
+        register_task(_name)(_task)
+
+
+def _config(tmp_path, *sets):
+    return load_config(None, [*TINY, *sets, f"out_dir={tmp_path / 'run'}"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_reward_that_sleeps_forever_ends_as_errors_and_the_step_completes(tmp_path, workers):
+    cfg = _config(tmp_path, f"task.name={HANGING}", "reward.timeout=0.2", f"reward.workers={workers}")
+    start = time.monotonic()
+    result = train(cfg)
+    assert result.steps == 1 and time.monotonic() - start < 240
+    rows = {r["step"]: r for r in map(json.loads, (tmp_path / "run/metrics.jsonl").read_text().splitlines())}
+    assert rows[1]["reward/errors"] == cfg.train.batch_size and rows[1]["reward"] == 0.0  # the fallback
+    assert rows[1]["eval/greedy_reward"] == 0.0 and (tmp_path / "run/final_model").is_dir()
+
+
+def test_reward_workers_need_an_importable_reward(tmp_path):
+    with pytest.raises(ConfigError, match=r"^reward.workers=1: reward 'task' cannot run in worker processes: "
+                                          r"it is not picklable"):
+        check_registries(_config(tmp_path, f"task.name={LOCAL}", "reward.workers=1"))
+    check_registries(_config(tmp_path, f"task.name={LOCAL}"))  # in the trainer, under the deadline
+    check_registries(_config(tmp_path, "reward.workers=1"))  # sort's verifier is rlvr's own: it stays in process
+
+
+def test_bad_reward_workers_fail_before_any_work(tmp_path, capsys):
+    save_config(_config(tmp_path, f"task.name={LOCAL}"), tmp_path / "c.yaml")
+    assert main(["train", str(tmp_path / "c.yaml"), "--set", "reward.workers=2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "reward.workers=2" in err and not (tmp_path / "run").exists()
