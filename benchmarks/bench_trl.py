@@ -147,9 +147,9 @@ def rlvr_child(spec: dict) -> dict:
     run = prepare_run(cfg)
     clock, evaluate, log = TrainClock(), loop._evaluate, run.logger.log
 
-    def timed_evaluate(run, step):
+    def timed_evaluate(run, step, *rest):  # rest: the loop's run guard
         with clock.paused():
-            metrics = evaluate(run, step)
+            metrics = evaluate(run, step, *rest)
         clock.evaluated(step, metrics["eval/greedy_accuracy"])
         print(f"[rlvr] step {step}: held-out greedy exact accuracy {metrics['eval/greedy_accuracy']:.3f}", flush=True)
         return metrics
