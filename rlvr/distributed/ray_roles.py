@@ -23,6 +23,7 @@ from rlvr.config import Config, ConfigError
 from rlvr.distributed.workers import LearnerWorker, RolloutWorker, WrongWeights
 from rlvr.rollout.scored import ScoredBatch
 from rlvr.tasks import Example, Task
+from rlvr.train.guard import RunStopped
 
 try:
     import ray
@@ -42,8 +43,8 @@ def start_ray(cfg: Config) -> bool:
     if ray.is_initialized():
         return False
     address = cfg.distributed.address
-    if address == "local":
-        ray.init(include_dashboard=False, log_to_driver=False)
+    if address == "local":  # a new instance, even if one runs on this node (a killed driver's, `ray start`)
+        ray.init(address="local", include_dashboard=False, log_to_driver=False)
     else:
         ray.init(address=address, log_to_driver=False)
     return True
@@ -146,31 +147,55 @@ class RayRollout:
         self._stream = self._consumed = state
 
 
-class RayLearner:
-    """`update`, `named_weights`, `state_dict`, `save`, `policy` of the Learner role over M ranks."""
+class LearnerFailed(RunStopped):
+    """A learner actor died: its optimizer state and (sharded) weights are gone, so the run stops;
+    the last checkpoint resumes it (the CLI prints this one line, exit code 1)."""
 
-    def __init__(self, actors: list) -> None:
-        self.actors = actors
-        self.tokenizer = ray.get(actors[0].tokenizer.remote())  # checkpoints save it beside the policy
+
+class RayLearner:
+    """`update`, `named_weights`, `state_dict`, `save`, `policy` of the Learner role over M ranks.
+    Every call goes through `_get`, so a dead learner, whichever call meets it, stops the run with
+    one message instead of a Ray traceback (or a hang of the ranks left waiting in a collective)."""
+
+    def __init__(self, actors: list, run_dir: str) -> None:
+        self.actors, self.run_dir = actors, run_dir
+        self.tokenizer = self._call("tokenizer")  # checkpoints save it beside the policy
+
+    def _get(self, refs: list, method: str) -> list:
+        """The results in order; the first failure to arrive stops the run (a rank that died leaves the
+        others blocked in an all-reduce, so waiting for results in order could wait forever)."""
+        pending = list(refs)
+        try:
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=1)
+                ray.get(ready)
+            return ray.get(refs)
+        except ray.exceptions.RayActorError as err:
+            raise LearnerFailed(f"a learner actor died during {method} ({type(err).__name__}); the run stops. "
+                                f"Resume it from its last checkpoint: rlvr train --resume {self.run_dir}") from None
 
     def _all(self, method: str, *args) -> list:
-        try:
-            return ray.get([getattr(a, method).remote(*args) for a in self.actors])
-        except ray.exceptions.RayActorError as err:
-            raise RuntimeError(f"a learner actor died during {method}; the run stops here. Resume it from its "
-                               f"last checkpoint with `rlvr train --resume RUN_DIR` ({type(err).__name__})") from None
+        return self._get([getattr(a, method).remote(*args) for a in self.actors], method)
+
+    def _call(self, method: str, *args) -> Any:
+        """Rank 0 alone answers (weights and state are the same on every rank)."""
+        return self._get([getattr(self.actors[0], method).remote(*args)], method)[0]
 
     def update(self, batch: ScoredBatch) -> dict[str, float]:
         return self._all("update", ray.put(batch))[0]
 
     def named_weights(self) -> RemoteWeights:
-        return RemoteWeights(self.actors[0].weights.remote())
+        """Rank 0's weights as one object; waits until they are in the store (a small second return),
+        so a learner that dies before is reported here, not later by the workers that read them."""
+        weights, version = self.actors[0].publish.options(num_returns=2).remote()
+        self._get([version], "named_weights")
+        return RemoteWeights(weights)
 
     def logprobs(self, batch: ScoredBatch):
-        return ray.get(self.actors[0].logprobs.remote(batch))
+        return self._call("logprobs", batch)
 
     def state_dict(self) -> dict[str, Any]:
-        return ray.get(self.actors[0].state_dict.remote())
+        return self._call("state_dict")
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._all("load_state_dict", state)
@@ -178,10 +203,10 @@ class RayLearner:
     @property
     def policy(self) -> Any:
         """A copy of rank 0's policy (for checkpoints, which save it from the driver)."""
-        return ray.get(self.actors[0].policy.remote())
+        return self._call("policy")
 
     def save(self, path: Path, adapter_path: Path) -> None:
-        ray.get(self.actors[0].save.remote(path, adapter_path))
+        self._call("save", path, adapter_path)
 
 
 def _free_port() -> int:
@@ -196,7 +221,7 @@ def ray_roles(cfg: Config, task: Task, policy_path: Path, init_path: Path) -> tu
     learner_cls = ray.remote(LearnerWorker).options(num_cpus=d.learner_cpus, num_gpus=d.learner_gpus)
     master = ("127.0.0.1", _free_port())
     learners = [learner_cls.remote(cfg, policy_path, init_path, r, d.learners, master) for r in range(d.learners)]
-    learner = RayLearner(learners)
+    learner = RayLearner(learners, cfg.out_dir)
     rollout_cls = ray.remote(RolloutWorker).options(num_cpus=d.rollout_cpus, num_gpus=d.rollout_gpus,
                                                     max_restarts=d.max_restarts)
     workers = [rollout_cls.remote(cfg, init_path) for _ in range(d.rollout_workers)]

@@ -113,6 +113,10 @@ class LearnerWorker:
         """Engine-named weights, detached CPU copies: the one object every rollout worker reads."""
         return {name: t.detach().to("cpu", copy=True) for name, t in self.learner.named_weights()}
 
+    def publish(self) -> tuple[dict[str, torch.Tensor], int]:
+        """The weights and the policy version they are (two returns: the driver waits on the small one)."""
+        return self.weights(), self.learner.version
+
     def logprobs(self, batch: ScoredBatch) -> torch.Tensor:
         return self.learner.logprobs(batch)
 
