@@ -10,6 +10,8 @@
 - A rollout worker that dies is restarted by Ray (`max_restarts`), reloaded with the weights its
   requests were sampled from, and its requests are sent again: same seeds, same batches, none lost
   or counted twice. A learner that dies stops the run: resume from the last checkpoint.
+- A checkpoint holds the batches already sampled for later steps, so an asynchronous run resumed
+  (even after kill -9 of the driver) continues exactly as it would have.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ class _Request:
     batch: Any  # ObjectRef of the ScoredBatch
     stream_after: Any  # ObjectRef of the prompt-stream state after this step
     stream_before: Any  # the state it was drawn from (ObjectRef or dict)
-    weights: Any  # ObjectRef of the weights it samples from (None: the workers' initial ones)
+    weights: Any  # ObjectRef of the weights it samples from (None: restored from a checkpoint, answered)
     version: int  # policy version the worker must hold
 
 
@@ -96,14 +98,16 @@ class RayRollout:
             self._submitted += 1
             self._submit(self._submitted, self._stream, self._weights, self._version)
             self._stream = self._pending[self._submitted].stream_after
-        while True:
-            try:
-                batch = ray.get(self._pending[step].batch)
-                break
-            except (ray.exceptions.RayActorError, WrongWeights):
-                self._resubmit(step)
+        batch = self._wait(step)
         self._consumed = self._pending.pop(step).stream_after
         return batch
+
+    def _wait(self, step: int) -> ScoredBatch:
+        while True:
+            try:
+                return ray.get(self._pending[step].batch)
+            except (ray.exceptions.RayActorError, WrongWeights):
+                self._resubmit(step)
 
     def _resubmit(self, step: int) -> None:
         """A worker died: request `step` and every later pending step again, each from the weights and
@@ -140,11 +144,30 @@ class RayRollout:
         return ray.get(self.actors[0].evaluate.remote(examples, seed))
 
     def state_dict(self) -> dict[str, Any]:
-        """The prompt stream after the last step the loop consumed (prefetched steps are redone on resume)."""
-        return ray.get(self._consumed) if isinstance(self._consumed, ray.ObjectRef) else self._consumed
+        """The prompt stream after the last step the loop consumed and, asynchronous, the batches already
+        sampled for the steps after it (waited for): a resume hands the loop the very batches, sampled
+        from the very weights, that it would have had without the interruption."""
+        state = dict(_value(self._consumed))
+        if self._pending:
+            state["prefetched"] = [{"batch": self._wait(s), "stream_after": ray.get(self._pending[s].stream_after)}
+                                   for s in sorted(self._pending)]
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """The stream position, and the checkpoint's prefetched batches as requests already answered
+        (as many as `max_staleness` still allows)."""
+        state = dict(state)
+        prefetched = state.pop("prefetched", [])[: self.staleness]
         self._stream = self._consumed = state
+        for item in prefetched:
+            batch = item["batch"]
+            self._pending[batch.step] = _Request(ray.put(batch), ray.put(item["stream_after"]), self._stream, None,
+                                                 batch.version)
+            self._stream, self._submitted = self._pending[batch.step].stream_after, batch.step
+
+
+def _value(state: Any) -> Any:
+    return ray.get(state) if isinstance(state, ray.ObjectRef) else state
 
 
 class LearnerFailed(RunStopped):
