@@ -250,6 +250,10 @@ class DistributedConfig:
     learner_cpus: float = f(1.0, "CPUs reserved per learner actor.")
     learner_gpus: float = f(0.0, "GPUs reserved per learner actor.")
     max_restarts: int = f(3, "Times Ray restarts a dead rollout actor; its batch is requested again.")
+    shard: bool = f(False, "With learners > 1: FSDP2 (torch fully_shard) shards the policy, its gradients and "
+                           "AdamW moments over the learners, 1/M each, instead of a whole copy per learner; the "
+                           "update is the same. Full-parameter policy, fixed-size micro-batches; the KL "
+                           "reference stays whole on every learner (docs/distributed.md).")
 
 
 @dataclass
@@ -375,6 +379,20 @@ def _check_distributed(cfg: Config) -> None:
         raise ConfigError(f"algorithm.is_cap must be 0 (off) or > 1, got {cfg.algorithm.is_cap}")
     if cfg.algorithm.is_mode not in ("truncate", "mask"):
         raise ConfigError(f"algorithm.is_mode must be truncate or mask, got {cfg.algorithm.is_mode!r}")
+    for key in ("rollout_cpus", "rollout_gpus", "learner_cpus", "learner_gpus"):
+        if getattr(d, key) < 0:
+            raise ConfigError(f"distributed.{key} must be >= 0, got {getattr(d, key)}")
+    if d.learners > 1 and d.learner_cpus + d.learner_gpus <= 0:
+        raise ConfigError("distributed.learner_cpus or learner_gpus must be > 0 with learners > 1 (they are "
+                          "placed as a group)")
+    if d.shard:
+        for unmet, need in [(d.backend != "ray", "distributed.backend=ray"),
+                            (cfg.model.lora.r > 0, "model.lora.r=0 (a LoRA policy is not sharded)"),
+                            (cfg.algorithm.advantage == "gae", "an advantage without a value model (not gae)"),
+                            (cfg.train.micro_batch_tokens > 0, "train.micro_batch_tokens=0 (every learner must "
+                                                               "run as many forward passes)")]:
+            if unmet:
+                raise ConfigError(f"distributed.shard: true needs {need}")
     if d.learners > 1 and cfg.mini_batch_size % d.learners:
         raise ConfigError(f"train.mini_batch_size ({cfg.mini_batch_size}) must be divisible by "
                           f"distributed.learners ({d.learners})")

@@ -1,6 +1,8 @@
 """The Rollout and Learner roles as Ray actors, behind proxies with the roles' methods, so the loop
 (`rlvr.train.loop.train`) runs unchanged. Ray does placement, actor life cycle and restarts.
 
+- Learners (M > 1) are placed as one placement group; torch.distributed meets at the node of rank
+  0's bundle. With `distributed.shard` they hold FSDP2 shards (`rlvr.distributed.data_parallel`).
 - Weights go learners -> rollout workers through the object store: rank 0 returns them once as an
   object, every worker receives the same reference.
 - Steps go to the rollout workers in turn; the prompt stream's state is chained from one request to
@@ -29,6 +31,8 @@ from rlvr.train.guard import RunStopped
 
 try:
     import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 except ImportError:
     ray = None
 
@@ -178,10 +182,11 @@ class LearnerFailed(RunStopped):
 class RayLearner:
     """`update`, `named_weights`, `state_dict`, `save`, `policy` of the Learner role over M ranks.
     Every call goes through `_get`, so a dead learner, whichever call meets it, stops the run with
-    one message instead of a Ray traceback (or a hang of the ranks left waiting in a collective)."""
+    one message instead of a Ray traceback (or a hang of the ranks left waiting in a collective).
+    `collective`: the ranks shard the policy, so every rank takes part in what rank 0 answers."""
 
-    def __init__(self, actors: list, run_dir: str) -> None:
-        self.actors, self.run_dir = actors, run_dir
+    def __init__(self, actors: list, run_dir: str, collective: bool = False, placement: Any = None) -> None:
+        self.actors, self.run_dir, self.collective, self.placement = actors, run_dir, collective, placement
         self.tokenizer = self._call("tokenizer")  # checkpoints save it beside the policy
 
     def _get(self, refs: list, method: str) -> list:
@@ -201,8 +206,9 @@ class RayLearner:
         return self._get([getattr(a, method).remote(*args) for a in self.actors], method)
 
     def _call(self, method: str, *args) -> Any:
-        """Rank 0 alone answers (weights and state are the same on every rank)."""
-        return self._get([getattr(self.actors[0], method).remote(*args)], method)[0]
+        """Rank 0's answer (weights and state are the same on every rank); all ranks take part if collective."""
+        actors = self.actors if self.collective else self.actors[:1]
+        return self._get([getattr(a, method).remote(*args) for a in actors], method)[0]
 
     def update(self, batch: ScoredBatch) -> dict[str, float]:
         return self._all("update", ray.put(batch))[0]
@@ -210,9 +216,10 @@ class RayLearner:
     def named_weights(self) -> RemoteWeights:
         """Rank 0's weights as one object; waits until they are in the store (a small second return),
         so a learner that dies before is reported here, not later by the workers that read them."""
-        weights, version = self.actors[0].publish.options(num_returns=2).remote()
-        self._get([version], "named_weights")
-        return RemoteWeights(weights)
+        actors = self.actors if self.collective else self.actors[:1]
+        refs = [a.publish.options(num_returns=2).remote() for a in actors]
+        self._get([version for _, version in refs], "named_weights")
+        return RemoteWeights(refs[0][0])
 
     def logprobs(self, batch: ScoredBatch):
         return self._call("logprobs", batch)
@@ -234,17 +241,41 @@ class RayLearner:
 
 def _free_port() -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind(("", 0))
         return s.getsockname()[1]
+
+
+def _rendezvous() -> tuple[str, int]:
+    """Run in the first learner's place: that node's address and a port free there (torch.distributed's
+    rendezvous; the learners may be on another node than the driver, or on several)."""
+    return ray.util.get_node_ip_address(), _free_port()
+
+
+def _learners(cfg: Config, policy_path: Path, init_path: Path) -> RayLearner:
+    """M learner actors; with M > 1 in a placement group (packed on as few nodes as fit them), rank 0
+    in its first bundle, which also answers the rendezvous address."""
+    d = cfg.distributed
+    cls, resources = ray.remote(LearnerWorker), {"num_cpus": d.learner_cpus, "num_gpus": d.learner_gpus}
+    if d.learners == 1:
+        return RayLearner([cls.options(**resources).remote(cfg, policy_path, init_path, 0, 1, ("", 0))], cfg.out_dir)
+    bundle = {key: n for key, n in (("CPU", d.learner_cpus), ("GPU", d.learner_gpus)) if n}
+    group = placement_group([bundle] * d.learners, strategy="PACK")
+    ray.get(group.ready())
+
+    def place(i: int) -> Any:
+        return PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=i)
+
+    master = ray.get(ray.remote(num_cpus=0)(_rendezvous).options(scheduling_strategy=place(0)).remote())
+    actors = [cls.options(**resources, scheduling_strategy=place(r)).remote(cfg, policy_path, init_path, r,
+                                                                            d.learners, master)
+              for r in range(d.learners)]
+    return RayLearner(actors, cfg.out_dir, collective=d.shard, placement=group)
 
 
 def ray_roles(cfg: Config, task: Task, policy_path: Path, init_path: Path) -> tuple[RayLearner, RayRollout]:
     """`prepare_run`'s role builder for `distributed.backend: ray` (Ray must be started: `start_ray`)."""
     d = cfg.distributed
-    learner_cls = ray.remote(LearnerWorker).options(num_cpus=d.learner_cpus, num_gpus=d.learner_gpus)
-    master = ("127.0.0.1", _free_port())
-    learners = [learner_cls.remote(cfg, policy_path, init_path, r, d.learners, master) for r in range(d.learners)]
-    learner = RayLearner(learners, cfg.out_dir)
+    learner = _learners(cfg, policy_path, init_path)
     rollout_cls = ray.remote(RolloutWorker).options(num_cpus=d.rollout_cpus, num_gpus=d.rollout_gpus,
                                                     max_restarts=d.max_restarts)
     workers = [rollout_cls.remote(cfg, init_path) for _ in range(d.rollout_workers)]
@@ -254,3 +285,5 @@ def ray_roles(cfg: Config, task: Task, policy_path: Path, init_path: Path) -> tu
 def stop_roles(learner: RayLearner, rollout: RayRollout) -> None:
     for actor in [*learner.actors, *rollout.actors]:
         ray.kill(actor, no_restart=True)
+    if learner.placement is not None:
+        remove_placement_group(learner.placement)
