@@ -56,6 +56,15 @@ def start_ray(cfg: Config) -> bool:
     return True
 
 
+class LearnerFailed(RunStopped):
+    """A learner actor died: its optimizer state and (sharded) weights are gone, so the run stops;
+    the last checkpoint resumes it (the CLI prints this one line, exit code 1)."""
+
+
+class RolloutFailed(RunStopped):
+    """Rollout workers died more often than `distributed.max_restarts` allows; the run stops."""
+
+
 @dataclass
 class RemoteWeights:
     """The learners' weights in the object store, as `named_weights()` returns them under Ray."""
@@ -118,8 +127,9 @@ class RayRollout:
         stream state it was first requested with, then give the workers today's weights back."""
         self.restarts += 1
         if self.restarts > self.cfg.distributed.max_restarts * len(self.actors):
-            raise RuntimeError(f"rollout workers failed {self.restarts} times (distributed.max_restarts="
-                               f"{self.cfg.distributed.max_restarts} per worker); the run stops")
+            raise RolloutFailed(f"rollout workers failed {self.restarts} times (distributed.max_restarts="
+                                f"{self.cfg.distributed.max_restarts} per worker); the run stops. Resume it from its "
+                                f"last checkpoint: rlvr train --resume {self.cfg.out_dir}")
         stream = self._pending[step].stream_before
         for s in range(step, self._submitted + 1):
             old = self._pending[s]
@@ -172,11 +182,6 @@ class RayRollout:
 
 def _value(state: Any) -> Any:
     return ray.get(state) if isinstance(state, ray.ObjectRef) else state
-
-
-class LearnerFailed(RunStopped):
-    """A learner actor died: its optimizer state and (sharded) weights are gone, so the run stops;
-    the last checkpoint resumes it (the CLI prints this one line, exit code 1)."""
 
 
 class RayLearner:
