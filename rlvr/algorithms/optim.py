@@ -59,5 +59,7 @@ def clip_gradients(params: Iterable[nn.Parameter], max_norm: float) -> torch.Ten
     when a gradient is."""
     params = [p for p in params if p.grad is not None]
     if max_norm > 0:
-        return torch.nn.utils.clip_grad_norm_(params, max_norm)
-    return torch.nn.utils.get_total_norm([p.grad for p in params])
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+    else:
+        norm = torch.nn.utils.get_total_norm([p.grad for p in params])
+    return norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # sharded (FSDP2) gradients: a DTensor

@@ -113,6 +113,20 @@ def _check_distributed(cfg: Config) -> None:
         raise ConfigError(f"algorithm.is_cap must be 0 (off) or > 1, got {cfg.algorithm.is_cap}")
     if cfg.algorithm.is_mode not in ("truncate", "mask"):
         raise ConfigError(f"algorithm.is_mode must be truncate or mask, got {cfg.algorithm.is_mode!r}")
+    for key in ("rollout_cpus", "rollout_gpus", "learner_cpus", "learner_gpus"):
+        if getattr(d, key) < 0:
+            raise ConfigError(f"distributed.{key} must be >= 0, got {getattr(d, key)}")
+    if d.learners > 1 and d.learner_cpus + d.learner_gpus <= 0:
+        raise ConfigError("distributed.learner_cpus or learner_gpus must be > 0 with learners > 1 (they are "
+                          "placed as a group)")
+    if d.shard:
+        for unmet, need in [(d.backend != "ray", "distributed.backend=ray"),
+                            (cfg.model.lora.r > 0, "model.lora.r=0 (a LoRA policy is not sharded)"),
+                            (cfg.algorithm.advantage == "gae", "an advantage without a value model (not gae)"),
+                            (cfg.train.micro_batch_tokens > 0, "train.micro_batch_tokens=0 (every learner must "
+                                                               "run as many forward passes)")]:
+            if unmet:
+                raise ConfigError(f"distributed.shard: true needs {need}")
     if d.learners > 1 and cfg.mini_batch_size % d.learners:
         raise ConfigError(f"train.mini_batch_size ({cfg.mini_batch_size}) must be divisible by "
                           f"distributed.learners ({d.learners})")

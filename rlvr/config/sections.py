@@ -249,6 +249,10 @@ class DistributedConfig:
     learner_cpus: float = f(1.0, "CPUs reserved per learner actor.")
     learner_gpus: float = f(0.0, "GPUs reserved per learner actor.")
     max_restarts: int = f(3, "Times Ray restarts a dead rollout actor; its batch is requested again.")
+    shard: bool = f(False, "With learners > 1: FSDP2 (torch fully_shard) shards the policy, its gradients and "
+                           "AdamW moments over the learners, 1/M each, instead of a whole copy per learner; the "
+                           "update is the same. Full-parameter policy, fixed-size micro-batches; the KL "
+                           "reference stays whole on every learner (docs/distributed.md).")
 
 
 @dataclass

@@ -1,6 +1,8 @@
 """The Rollout and Learner roles as Ray actors, behind proxies with the roles' methods, so the loop
 (`rlvr.train.loop.train`) runs unchanged. Ray does placement, actor life cycle and restarts.
 
+- Learners (M > 1) are placed as one placement group; torch.distributed meets at the node of rank
+  0's bundle. With `distributed.shard` they hold FSDP2 shards (`rlvr.distributed.data_parallel`).
 - Weights go learners -> rollout workers through the object store: rank 0 returns them once as an
   object, every worker receives the same reference.
 - Steps go to the rollout workers in turn; the prompt stream's state is chained from one request to
@@ -10,6 +12,8 @@
 - A rollout worker that dies is restarted by Ray (`max_restarts`), reloaded with the weights its
   requests were sampled from, and its requests are sent again: same seeds, same batches, none lost
   or counted twice. A learner that dies stops the run: resume from the last checkpoint.
+- A checkpoint holds the batches already sampled for later steps, so an asynchronous run resumed
+  (even after kill -9 of the driver) continues exactly as it would have.
 """
 
 from __future__ import annotations
@@ -23,9 +27,12 @@ from rlvr.config import Config, ConfigError
 from rlvr.distributed.workers import LearnerWorker, RolloutWorker, WrongWeights
 from rlvr.rollout.scored import ScoredBatch
 from rlvr.tasks import Example, Task
+from rlvr.train.guard import RunStopped
 
 try:
     import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 except ImportError:
     ray = None
 
@@ -42,11 +49,20 @@ def start_ray(cfg: Config) -> bool:
     if ray.is_initialized():
         return False
     address = cfg.distributed.address
-    if address == "local":
-        ray.init(include_dashboard=False, log_to_driver=False)
+    if address == "local":  # a new instance, even if one runs on this node (a killed driver's, `ray start`)
+        ray.init(address="local", include_dashboard=False, log_to_driver=False)
     else:
         ray.init(address=address, log_to_driver=False)
     return True
+
+
+class LearnerFailed(RunStopped):
+    """A learner actor died: its optimizer state and (sharded) weights are gone, so the run stops;
+    the last checkpoint resumes it (the CLI prints this one line, exit code 1)."""
+
+
+class RolloutFailed(RunStopped):
+    """Rollout workers died more often than `distributed.max_restarts` allows; the run stops."""
 
 
 @dataclass
@@ -61,7 +77,7 @@ class _Request:
     batch: Any  # ObjectRef of the ScoredBatch
     stream_after: Any  # ObjectRef of the prompt-stream state after this step
     stream_before: Any  # the state it was drawn from (ObjectRef or dict)
-    weights: Any  # ObjectRef of the weights it samples from (None: the workers' initial ones)
+    weights: Any  # ObjectRef of the weights it samples from (None: restored from a checkpoint, answered)
     version: int  # policy version the worker must hold
 
 
@@ -95,22 +111,25 @@ class RayRollout:
             self._submitted += 1
             self._submit(self._submitted, self._stream, self._weights, self._version)
             self._stream = self._pending[self._submitted].stream_after
-        while True:
-            try:
-                batch = ray.get(self._pending[step].batch)
-                break
-            except (ray.exceptions.RayActorError, WrongWeights):
-                self._resubmit(step)
+        batch = self._wait(step)
         self._consumed = self._pending.pop(step).stream_after
         return batch
+
+    def _wait(self, step: int) -> ScoredBatch:
+        while True:
+            try:
+                return ray.get(self._pending[step].batch)
+            except (ray.exceptions.RayActorError, WrongWeights):
+                self._resubmit(step)
 
     def _resubmit(self, step: int) -> None:
         """A worker died: request `step` and every later pending step again, each from the weights and
         stream state it was first requested with, then give the workers today's weights back."""
         self.restarts += 1
         if self.restarts > self.cfg.distributed.max_restarts * len(self.actors):
-            raise RuntimeError(f"rollout workers failed {self.restarts} times (distributed.max_restarts="
-                               f"{self.cfg.distributed.max_restarts} per worker); the run stops")
+            raise RolloutFailed(f"rollout workers failed {self.restarts} times (distributed.max_restarts="
+                                f"{self.cfg.distributed.max_restarts} per worker); the run stops. Resume it from its "
+                                f"last checkpoint: rlvr train --resume {self.cfg.out_dir}")
         stream = self._pending[step].stream_before
         for s in range(step, self._submitted + 1):
             old = self._pending[s]
@@ -139,38 +158,79 @@ class RayRollout:
         return ray.get(self.actors[0].evaluate.remote(examples, seed))
 
     def state_dict(self) -> dict[str, Any]:
-        """The prompt stream after the last step the loop consumed (prefetched steps are redone on resume)."""
-        return ray.get(self._consumed) if isinstance(self._consumed, ray.ObjectRef) else self._consumed
+        """The prompt stream after the last step the loop consumed and, asynchronous, the batches already
+        sampled for the steps after it (waited for): a resume hands the loop the very batches, sampled
+        from the very weights, that it would have had without the interruption."""
+        state = dict(_value(self._consumed))
+        if self._pending:
+            state["prefetched"] = [{"batch": self._wait(s), "stream_after": ray.get(self._pending[s].stream_after)}
+                                   for s in sorted(self._pending)]
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """The stream position, and the checkpoint's prefetched batches as requests already answered
+        (as many as `max_staleness` still allows)."""
+        state = dict(state)
+        prefetched = state.pop("prefetched", [])[: self.staleness]
         self._stream = self._consumed = state
+        for item in prefetched:
+            batch = item["batch"]
+            self._pending[batch.step] = _Request(ray.put(batch), ray.put(item["stream_after"]), self._stream, None,
+                                                 batch.version)
+            self._stream, self._submitted = self._pending[batch.step].stream_after, batch.step
+
+
+def _value(state: Any) -> Any:
+    return ray.get(state) if isinstance(state, ray.ObjectRef) else state
 
 
 class RayLearner:
-    """`update`, `named_weights`, `state_dict`, `save`, `policy` of the Learner role over M ranks."""
+    """`update`, `named_weights`, `state_dict`, `save`, `policy` of the Learner role over M ranks.
+    Every call goes through `_get`, so a dead learner, whichever call meets it, stops the run with
+    one message instead of a Ray traceback (or a hang of the ranks left waiting in a collective).
+    `collective`: the ranks shard the policy, so every rank takes part in what rank 0 answers."""
 
-    def __init__(self, actors: list) -> None:
-        self.actors = actors
-        self.tokenizer = ray.get(actors[0].tokenizer.remote())  # checkpoints save it beside the policy
+    def __init__(self, actors: list, run_dir: str, collective: bool = False, placement: Any = None) -> None:
+        self.actors, self.run_dir, self.collective, self.placement = actors, run_dir, collective, placement
+        self.tokenizer = self._call("tokenizer")  # checkpoints save it beside the policy
+
+    def _get(self, refs: list, method: str) -> list:
+        """The results in order; the first failure to arrive stops the run (a rank that died leaves the
+        others blocked in an all-reduce, so waiting for results in order could wait forever)."""
+        pending = list(refs)
+        try:
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=1)
+                ray.get(ready)
+            return ray.get(refs)
+        except ray.exceptions.RayActorError as err:
+            raise LearnerFailed(f"a learner actor died during {method} ({type(err).__name__}); the run stops. "
+                                f"Resume it from its last checkpoint: rlvr train --resume {self.run_dir}") from None
 
     def _all(self, method: str, *args) -> list:
-        try:
-            return ray.get([getattr(a, method).remote(*args) for a in self.actors])
-        except ray.exceptions.RayActorError as err:
-            raise RuntimeError(f"a learner actor died during {method}; the run stops here. Resume it from its "
-                               f"last checkpoint with `rlvr train --resume RUN_DIR` ({type(err).__name__})") from None
+        return self._get([getattr(a, method).remote(*args) for a in self.actors], method)
+
+    def _call(self, method: str, *args) -> Any:
+        """Rank 0's answer (weights and state are the same on every rank); all ranks take part if collective."""
+        actors = self.actors if self.collective else self.actors[:1]
+        return self._get([getattr(a, method).remote(*args) for a in actors], method)[0]
 
     def update(self, batch: ScoredBatch) -> dict[str, float]:
         return self._all("update", ray.put(batch))[0]
 
     def named_weights(self) -> RemoteWeights:
-        return RemoteWeights(self.actors[0].weights.remote())
+        """Rank 0's weights as one object; waits until they are in the store (a small second return),
+        so a learner that dies before is reported here, not later by the workers that read them."""
+        actors = self.actors if self.collective else self.actors[:1]
+        refs = [a.publish.options(num_returns=2).remote() for a in actors]
+        self._get([version for _, version in refs], "named_weights")
+        return RemoteWeights(refs[0][0])
 
     def logprobs(self, batch: ScoredBatch):
-        return ray.get(self.actors[0].logprobs.remote(batch))
+        return self._call("logprobs", batch)
 
     def state_dict(self) -> dict[str, Any]:
-        return ray.get(self.actors[0].state_dict.remote())
+        return self._call("state_dict")
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._all("load_state_dict", state)
@@ -178,25 +238,49 @@ class RayLearner:
     @property
     def policy(self) -> Any:
         """A copy of rank 0's policy (for checkpoints, which save it from the driver)."""
-        return ray.get(self.actors[0].policy.remote())
+        return self._call("policy")
 
     def save(self, path: Path, adapter_path: Path) -> None:
-        ray.get(self.actors[0].save.remote(path, adapter_path))
+        self._call("save", path, adapter_path)
 
 
 def _free_port() -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind(("", 0))
         return s.getsockname()[1]
+
+
+def _rendezvous() -> tuple[str, int]:
+    """Run in the first learner's place: that node's address and a port free there (torch.distributed's
+    rendezvous; the learners may be on another node than the driver, or on several)."""
+    return ray.util.get_node_ip_address(), _free_port()
+
+
+def _learners(cfg: Config, policy_path: Path, init_path: Path) -> RayLearner:
+    """M learner actors; with M > 1 in a placement group (packed on as few nodes as fit them), rank 0
+    in its first bundle, which also answers the rendezvous address."""
+    d = cfg.distributed
+    cls, resources = ray.remote(LearnerWorker), {"num_cpus": d.learner_cpus, "num_gpus": d.learner_gpus}
+    if d.learners == 1:
+        return RayLearner([cls.options(**resources).remote(cfg, policy_path, init_path, 0, 1, ("", 0))], cfg.out_dir)
+    bundle = {key: n for key, n in (("CPU", d.learner_cpus), ("GPU", d.learner_gpus)) if n}
+    group = placement_group([bundle] * d.learners, strategy="PACK")
+    ray.get(group.ready())
+
+    def place(i: int) -> Any:
+        return PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=i)
+
+    master = ray.get(ray.remote(num_cpus=0)(_rendezvous).options(scheduling_strategy=place(0)).remote())
+    actors = [cls.options(**resources, scheduling_strategy=place(r)).remote(cfg, policy_path, init_path, r,
+                                                                            d.learners, master)
+              for r in range(d.learners)]
+    return RayLearner(actors, cfg.out_dir, collective=d.shard, placement=group)
 
 
 def ray_roles(cfg: Config, task: Task, policy_path: Path, init_path: Path) -> tuple[RayLearner, RayRollout]:
     """`prepare_run`'s role builder for `distributed.backend: ray` (Ray must be started: `start_ray`)."""
     d = cfg.distributed
-    learner_cls = ray.remote(LearnerWorker).options(num_cpus=d.learner_cpus, num_gpus=d.learner_gpus)
-    master = ("127.0.0.1", _free_port())
-    learners = [learner_cls.remote(cfg, policy_path, init_path, r, d.learners, master) for r in range(d.learners)]
-    learner = RayLearner(learners)
+    learner = _learners(cfg, policy_path, init_path)
     rollout_cls = ray.remote(RolloutWorker).options(num_cpus=d.rollout_cpus, num_gpus=d.rollout_gpus,
                                                     max_restarts=d.max_restarts)
     workers = [rollout_cls.remote(cfg, init_path) for _ in range(d.rollout_workers)]
@@ -206,3 +290,5 @@ def ray_roles(cfg: Config, task: Task, policy_path: Path, init_path: Path) -> tu
 def stop_roles(learner: RayLearner, rollout: RayRollout) -> None:
     for actor in [*learner.actors, *rollout.actors]:
         ray.kill(actor, no_restart=True)
+    if learner.placement is not None:
+        remove_placement_group(learner.placement)

@@ -8,13 +8,13 @@ from rlvr.train.loop import RunResult, train
 from rlvr.train.setup import prepare_run
 
 
-def train_distributed(cfg: Config, resume: bool = False) -> RunResult:
+def train_distributed(cfg: Config, resume: bool = False, or_start: bool = False) -> RunResult:
     """Start (or join) the Ray cluster, place the roles, run the loop; actors are stopped at the end,
-    and Ray too when this call started it."""
+    and Ray too when this call started it. `resume`, `or_start`: as `rlvr.train.loop.train`."""
     started = start_ray(cfg)
     run = None
     try:
-        run = prepare_run(cfg, resume, build_roles=ray_roles)
+        run = prepare_run(cfg, resume, or_start=or_start, build_roles=ray_roles)
         return train(cfg, resume, run=run)
     finally:
         if run is not None:

@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from rlvr.config import Config
+from rlvr.distributed.data_parallel import DataParallelLearner, ShardedLearner
 from rlvr.models import load_model, load_tokenizer, resolve_placement
 from rlvr.rollout.scored import ScoredBatch
 from rlvr.seeds import seed_everything
@@ -63,48 +64,24 @@ class RolloutWorker:
         return self.rollout.state_dict()
 
 
-class DataParallelLearner(Learner):
-    """One rank of M: every rank prepares the whole batch (advantages need whole groups, the
-    accumulation denominator the whole minibatch), backpropagates its 1/M of the micro-batches, and the
-    gradients are summed. Each micro-batch loss is already divided by the global denominator, so the
-    sum is the one-process minibatch gradient, exactly, whatever the aggregation mode."""
-
-    def __init__(self, cfg: Config, policy_path: Path, init_path: Path, rank: int, world: int) -> None:
-        super().__init__(cfg, policy_path, init_path)
-        self.rank, self.world = rank, world
-        for p in self.params:  # identical start even if a head was initialised randomly
-            dist.broadcast(p.data, src=0)
-
-    def _reduce_grads(self) -> None:
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
-        flat = torch.cat([g.reshape(-1) for g in grads])  # one all-reduce instead of one per tensor
-        dist.all_reduce(flat)
-        offset = 0
-        for p, g in zip(self.params, grads):
-            p.grad = flat[offset : offset + g.numel()].view_as(p).clone()
-            offset += g.numel()
-
-    def _reduce_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
-        keys = sorted(metrics)
-        values = torch.tensor([metrics[k] for k in keys], dtype=torch.float64)
-        dist.all_reduce(values)
-        return dict(zip(keys, (values / self.world).tolist()))
-
-
 class LearnerWorker:
-    """One data-parallel rank; rank 0 answers for the group (weights, state, saving)."""
+    """One data-parallel rank; rank 0 answers for the group (weights, state, saving). With a sharded
+    policy every rank takes part in those answers: gathering the shards is a collective."""
 
     def __init__(self, cfg: Config, policy_path: Path, init_path: Path, rank: int, world: int,
                  master: tuple[str, int]) -> None:
         _threads(cfg)
         seed_everything(cfg.seed)
+        self.rank, self.sharded = rank, False
         if world == 1:
             self.learner = Learner(cfg, policy_path, init_path)
             return
         os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = master[0], str(master[1])
         backend = "nccl" if torch.cuda.is_available() and cfg.distributed.learner_gpus > 0 else "gloo"
         dist.init_process_group(backend, rank=rank, world_size=world)
-        self.learner = DataParallelLearner(cfg, policy_path, init_path, rank, world)
+        self.sharded = cfg.distributed.shard
+        self.learner = (ShardedLearner if self.sharded else DataParallelLearner)(cfg, policy_path, init_path, rank,
+                                                                                 world)
 
     def update(self, batch: ScoredBatch) -> dict[str, float]:
         return self.learner.update(batch)
@@ -112,6 +89,12 @@ class LearnerWorker:
     def weights(self) -> dict[str, torch.Tensor]:
         """Engine-named weights, detached CPU copies: the one object every rollout worker reads."""
         return {name: t.detach().to("cpu", copy=True) for name, t in self.learner.named_weights()}
+
+    def publish(self) -> tuple[dict[str, torch.Tensor] | None, int]:
+        """Rank 0's weights (None from the others) and the policy version they are (two returns: the
+        driver waits on the small one)."""
+        weights = self.weights()
+        return (weights if self.rank == 0 else None), self.learner.version
 
     def logprobs(self, batch: ScoredBatch) -> torch.Tensor:
         return self.learner.logprobs(batch)
@@ -123,7 +106,8 @@ class LearnerWorker:
         self.learner.load_state_dict(state)
 
     def policy(self) -> Any:
-        return self.learner.policy
+        """The policy module (sharded: an unsharded copy on rank 0, None on the others)."""
+        return self.learner.plain_policy() if self.sharded else self.learner.policy
 
     def tokenizer(self) -> Any:
         return self.learner.tokenizer

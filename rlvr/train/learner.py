@@ -39,6 +39,8 @@ def optimizer_steps(cfg: Config) -> int:
 class Learner:
     """Trains the policy on scored batches: mu epochs x minibatches x micro-batches per `update`."""
 
+    rank, world = 0, 1  # data-parallel position (rlvr.distributed.data_parallel sets them)
+
     def __init__(self, cfg: Config, policy_path: str | Path, init_path: str | Path) -> None:
         self.cfg = cfg
         self.device = resolve_placement(cfg.model).device  # policy, reference, value model and batches
@@ -51,6 +53,7 @@ class Learner:
         self.objective = GroupPolicyGradient.from_config(cfg.algorithm, cfg.rollout.max_new_tokens)
         needs_reference = self.objective.needs_reference or cfg.algorithm.kl_reward_coef > 0
         self.reference = load_reference(cfg.model, self.policy, init_path) if needs_reference else None
+        self._distribute()
         o = cfg.optim
         self.optimizer = build_optimizer(self.policy, o.lr, tuple(o.betas), o.eps, o.weight_decay)
         self.token_adv = token_advantages(cfg)
@@ -62,7 +65,6 @@ class Learner:
         # mu = 1 and one minibatch: a single optimizer step per rollout, taken at the sampling weights,
         # so the old log-probs are the current ones detached (ratio 1, gradient = policy gradient).
         self.single_step = cfg.algorithm.mu == 1 and cfg.mini_batch_size == cfg.train.batch_size
-        self.rank, self.world = 0, 1  # data-parallel position (rlvr.distributed.data_parallel)
         # The in-process engine's raw log-probs are log softmax(logits) of these very weights: at
         # temperature 1 in float32 they are the training forward's, up to kernel rounding (cached vs
         # full attention), so the no-grad pi_old pass can be skipped.
@@ -180,6 +182,10 @@ class Learner:
     def _rank_micro(self, mini: int, micro: int) -> int:
         """Micro-batch size such that every data-parallel rank gets as many micro-batches."""
         return micro if (mini // micro) % self.world == 0 else mini // self.world
+
+    def _distribute(self) -> None:
+        """Data-parallel ranks that shard the policy do it here, before the optimizer holds its
+        parameters; one process has nothing to do."""
 
     def _reduce_grads(self) -> None:
         """Sum gradients over data-parallel ranks; one process has nothing to sum."""

@@ -8,6 +8,7 @@ _spec = importlib.util.spec_from_file_location("train_conftest", Path(__file__).
 _train = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_train)
 tiny_config, write_config, warm_model = _train.tiny_config, _train.write_config, _train.warm_model
+run_rlvr, spawn_rlvr = _train._rlvr, _train._spawn  # `rlvr ...` in a fresh interpreter (and in the background)
 
 
 def ray_sections(**distributed) -> dict:

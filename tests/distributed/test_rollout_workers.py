@@ -1,10 +1,11 @@
 """Rollout workers on Ray: the same batches as one in-process Rollout, also across a killed worker."""
 
+import pytest
 import torch
 
 from ray_helpers import ray_sections, tiny_config
 from rlvr.config import load_config
-from rlvr.distributed.ray_roles import RayRollout, RemoteWeights, start_ray
+from rlvr.distributed.ray_roles import RayRollout, RemoteWeights, RolloutFailed, start_ray
 from rlvr.distributed.workers import RolloutWorker
 from rlvr.tasks import get_task
 from rlvr.train.setup import local_roles
@@ -42,3 +43,16 @@ def test_two_workers_equal_one_process_and_survive_a_kill(ray_cluster, tmp_path,
     assert remote.state_dict() == local.state_dict()
     for worker in workers:
         ray_cluster.kill(worker)
+
+
+def test_workers_dying_past_max_restarts_stop_the_run(ray_cluster, tmp_path, warm_model):
+    """max_restarts=0: Ray does not restart the killed worker, its request fails, the run stops with
+    one line that names the resume command."""
+    cfg = load_config(None, [], base=tiny_config(tmp_path / "run", warm_model,
+                                                 distributed=ray_sections(max_restarts=0)))
+    learner, _ = local_roles(cfg, get_task(cfg.task.name, **cfg.task.options), warm_model, warm_model)
+    worker = ray_cluster.remote(RolloutWorker).options(num_cpus=0.5, max_restarts=0).remote(cfg, warm_model)
+    remote = RayRollout(cfg, [worker], RemoteWeights(ray_cluster.put(dict(learner.named_weights()))))
+    ray_cluster.kill(worker)
+    with pytest.raises(RolloutFailed, match=f"rollout workers failed 1 times .* --resume {tmp_path / 'run'}$"):
+        remote.collect(1)

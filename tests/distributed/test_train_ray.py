@@ -35,13 +35,16 @@ def test_sort_learns_on_ray(ray_cluster, tmp_path, warm_model, placement):
     assert all(0 < r["is/weight_mean"] <= 2.0 and 0 <= r["is/truncated_share"] < 1 for r in rows)
 
 
-def test_ray_run_stopped_and_resumed_equals_local(ray_cluster, tmp_path, warm_model):
-    """A synchronous Ray run (one worker) stopped after its step-2 checkpoint and resumed with Ray
-    ends exactly where the uninterrupted one-process run ends: same losses, same held-out metrics."""
+@pytest.mark.parametrize("learners", [{}, {"learners": 2, "shard": True}], ids=["one_learner", "two_sharded"])
+def test_ray_run_stopped_and_resumed_equals_local(ray_cluster, tmp_path, warm_model, learners):
+    """A synchronous Ray run (one worker; one learner, or two sharding the policy with FSDP2) stopped
+    after its step-2 checkpoint and resumed with Ray ends where the uninterrupted one-process run
+    ends: same losses, same held-out metrics. Sharded, the checkpoint's policy and optimizer state
+    are gathered whole, and every rank takes its shard back on resume."""
     sections = {"train": {"steps": 4, "batch_size": 16, "group_size": 4}, "log": {"progress": False, "plots": False}}
     local = train(load_config(None, [], base=tiny_config(tmp_path / "local", warm_model, **sections)))
     stopped = tiny_config(tmp_path / "ray", warm_model, **{**sections, "train": {**sections["train"], "steps": 2}},
-                          distributed=ray_sections())
+                          distributed=ray_sections(**learners))
     train_distributed(load_config(None, [], base=stopped))
     assert latest_checkpoint(tmp_path / "ray") is not None
     resumed = train_distributed(load_config(None, [], base={**stopped, "train": sections["train"]}), resume=True)

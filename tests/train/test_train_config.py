@@ -72,6 +72,14 @@ def test_saved_config_round_trips(tmp_path):
     ({"model": {"tiny_preset": "huge"}}, [], "model.tiny_preset: unknown name 'huge'"),
     ({}, ["rollout.engine=vlm"], "rollout.engine: unknown name 'vlm'; choose from ['auto', 'hf', 'vllm']"),
     ({}, ["rollout.gpu_memory_utilization=1.5"], "rollout.gpu_memory_utilization must be in (0, 1]"),
+    ({}, ["distributed.shard=true"], "distributed.shard: true needs distributed.backend=ray"),
+    ({}, ["distributed.backend=ray", "distributed.shard=true", "model.lora.r=8"], "needs model.lora.r=0"),
+    ({}, ["distributed.backend=ray", "distributed.shard=true", "algorithm.advantage=gae"], "not gae"),
+    ({}, ["distributed.backend=ray", "distributed.shard=true", "train.micro_batch_tokens=64"],
+     "needs train.micro_batch_tokens=0"),
+    ({}, ["distributed.learner_gpus=-1"], "distributed.learner_gpus must be >= 0, got -1"),
+    ({}, ["distributed.backend=ray", "distributed.learners=2", "distributed.learner_cpus=0"],
+     "distributed.learner_cpus or learner_gpus must be > 0 with learners > 1"),
 ])
 def test_config_errors_are_one_line(tmp_path, data, overrides, message):
     with pytest.raises(ConfigError) as err:  # values when loading, registry names when a run is set up

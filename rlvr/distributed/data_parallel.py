@@ -1,0 +1,148 @@
+"""Learner ranks for data parallelism over torch.distributed (gloo on CPU, NCCL on GPU).
+
+Every rank prepares the whole batch (advantages need whole groups, the accumulation denominator the
+whole minibatch) and backpropagates its 1/M of the micro-batches. Each micro-batch loss is already
+divided by the global denominator, so the sum of the ranks' gradients is the one-process minibatch
+gradient, exactly, whatever the aggregation mode.
+
+`DataParallelLearner`: every rank holds the whole policy; one all-reduce sums the gradients.
+`ShardedLearner` (`distributed.shard: true`, FSDP2): each of the M ranks holds 1/M of every parameter, of its gradient and of its AdamW moments; a
+forward all-gathers a block's parameters, a backward reduce-scatters its gradients. Gradients are
+summed (divide factor 1), not averaged: each micro-batch loss is already divided by the global
+denominator, so the sum is the one-process minibatch gradient, as in `DataParallelLearner`.
+
+What leaves a rank is always whole: the weights for the rollout workers, the policy and the optimizer
+state for checkpoints (indexed as a one-process optimizer indexes them, so a checkpoint resumes with or
+without sharding). Gathering them is a collective: every rank must make the same call.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                     get_optimizer_state_dict, set_optimizer_state_dict)
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.tensor import DTensor
+
+from rlvr.config import Config
+from rlvr.models import load_policy, save_policy
+from rlvr.train.learner import Learner
+
+_FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)  # whole tensors, on rank 0, in CPU memory
+
+
+def mean_over_ranks(metrics: dict[str, float], world: int) -> dict[str, float]:
+    """Every rank's metrics averaged over the ranks (the same dict on every rank)."""
+    keys = sorted(metrics)
+    values = torch.tensor([metrics[k] for k in keys], dtype=torch.float64)
+    dist.all_reduce(values)
+    return dict(zip(keys, (values / world).tolist()))
+
+
+def shard_policy(policy: torch.nn.Module, world: int, device_type: str) -> None:
+    """FSDP2 over `world` ranks: each transformer block (the model's `_no_split_modules`) its own unit,
+    the rest (embeddings, final norm, head) the root's; gradients summed over ranks."""
+    mesh = init_device_mesh(device_type, (world,))
+    blocks = set(getattr(policy, "_no_split_modules", None) or [])
+    for module in policy.modules():
+        if type(module).__name__ in blocks:
+            fully_shard(module, mesh=mesh)
+    fully_shard(policy, mesh=mesh)
+    for module in policy.modules():
+        if isinstance(module, FSDPModule):  # a plain SUM (gloo has no pre-scaled sum, PREMUL_SUM)
+            module.set_gradient_divide_factor(1.0)
+            module.set_force_sum_reduction_for_comms(True)
+
+
+def by_index(state: dict[str, Any]) -> dict[str, Any]:
+    """An optimizer state keyed by parameter name -> keyed by position, as `Optimizer.state_dict()`."""
+    names = [n for group in state["param_groups"] for n in group["params"]]
+    index = {n: i for i, n in enumerate(names)}
+    return {"state": {index[n]: s for n, s in state["state"].items()},
+            "param_groups": [{**g, "params": [index[n] for n in g["params"]]} for g in state["param_groups"]]}
+
+
+def by_name(state: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """The inverse of `by_index`, `names` the optimizer's parameters in order."""
+    return {"state": {names[i]: s for i, s in state["state"].items()},
+            "param_groups": [{**g, "params": [names[i] for i in g["params"]]} for g in state["param_groups"]]}
+
+
+class DataParallelLearner(Learner):
+    """One rank of M holding the whole policy; gradients summed by one all-reduce per minibatch."""
+
+    def __init__(self, cfg: Config, policy_path: Path, init_path: Path, rank: int, world: int) -> None:
+        super().__init__(cfg, policy_path, init_path)
+        self.rank, self.world = rank, world
+        for p in self.params:  # identical start even if a head was initialised randomly
+            dist.broadcast(p.data, src=0)
+
+    def _reduce_grads(self) -> None:
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+        flat = torch.cat([g.reshape(-1) for g in grads])  # one all-reduce instead of one per tensor
+        dist.all_reduce(flat)
+        offset = 0
+        for p, g in zip(self.params, grads):
+            p.grad = flat[offset : offset + g.numel()].view_as(p).clone()
+            offset += g.numel()
+
+    def _reduce_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
+        return mean_over_ranks(metrics, self.world)
+
+
+class ShardedLearner(Learner):
+    """One rank of M with an FSDP2-sharded policy (full parameters: no LoRA, no value model)."""
+
+    def __init__(self, cfg: Config, policy_path: Path, init_path: Path, rank: int, world: int) -> None:
+        self.rank, self.world, self.init_path = rank, world, init_path
+        super().__init__(cfg, policy_path, init_path)
+
+    def _distribute(self) -> None:
+        for p in self.policy.parameters():  # identical start even if a head was initialised randomly
+            dist.broadcast(p.data, src=0)
+        shard_policy(self.policy, self.world, self.device.type)
+
+    def _reduce_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
+        return mean_over_ranks(metrics, self.world)
+
+    def named_weights(self) -> Iterator[tuple[str, Tensor]]:
+        """Whole tensors, gathered from the ranks' shards (every rank must iterate them)."""
+        with torch.no_grad():
+            for name, tensor in super().named_weights():
+                yield name, tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+    def plain_policy(self) -> torch.nn.Module | None:
+        """The policy as one unsharded module on rank 0 (None on the others), for checkpoints."""
+        weights = get_model_state_dict(self.policy, options=_FULL)
+        if self.rank:
+            return None
+        policy = load_policy(self.cfg.model, self.init_path)
+        policy.load_state_dict(weights)
+        return policy
+
+    def state_dict(self) -> dict[str, Any]:
+        """The whole optimizer state on rank 0 ({} elsewhere), indexed like a one-process optimizer's."""
+        optimizer = get_optimizer_state_dict(self.policy, self.optimizer, options=_FULL)
+        if self.rank:
+            return {}
+        return {"optimizer": by_index(optimizer), "scheduler": self.scheduler.state_dict(), "version": self.version}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Every rank is given the whole state and keeps its shard of it."""
+        names = {id(p): n for n, p in self.policy.named_parameters()}
+        order = [names[id(p)] for group in self.optimizer.param_groups for p in group["params"]]
+        set_optimizer_state_dict(self.policy, self.optimizer, by_name(state["optimizer"], order),
+                                 options=StateDictOptions(full_state_dict=True))
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.version = state.get("version", 0)
+
+    def save(self, path: Path, adapter_path: Path) -> None:
+        policy = self.plain_policy()
+        if policy is not None:
+            save_policy(policy, self.tokenizer, path, adapter_path)
