@@ -5,6 +5,7 @@ accuracy, KL, completion length, s/step."""
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
@@ -55,8 +56,9 @@ class TrainProgress:
         self._task = self._bar.add_task(description, total=total, completed=start, stats="")
 
     def __enter__(self) -> "TrainProgress":
-        if self.enabled and os.environ.get("RLVR_ALLOCATOR_STATUS"):  # set by the CLI (rlvr.allocator)
-            print(os.environ["RLVR_ALLOCATOR_STATUS"], file=self.stream, flush=True)
+        status = os.environ.pop("RLVR_ALLOCATOR_STATUS", None)  # set by the CLI (rlvr.allocator); said once
+        if self.enabled and status:
+            print(status, file=self.stream, flush=True)
         self._bar.start()
         return self
 
@@ -81,3 +83,11 @@ class TrainProgress:
     def print(self, message: str) -> None:
         if self.enabled:
             self.console.print(message)
+
+    def warn(self, message: str) -> None:
+        """A warning of the run: above the bar (one unwrapped line in a log file), or through the
+        `rlvr` logger when progress is off."""
+        if self.enabled:
+            self.console.print(message, soft_wrap=True, markup=False, highlight=False)
+        else:
+            logging.getLogger("rlvr").warning(message)

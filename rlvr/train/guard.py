@@ -72,7 +72,6 @@ class RunGuard:
         for title, finding in current.items():
             if title not in self._warned:
                 lines.append(f"step {step}: warning: {finding.title}: {finding.detail}; try: {finding.hint}")
-                logger.warning(lines[-1])
         self._warned = set(current)
         return lines
 

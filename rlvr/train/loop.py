@@ -83,7 +83,7 @@ def train(cfg: Config, resume: bool = False, run: Run | None = None, or_start: b
                 run.logger.log(step, record, timings)
             progress.update(step, {**record, **timings})
             for warning in guard.collapse_warnings(step, record):
-                progress.print(warning)
+                progress.warn(warning)
             if (cfg.checkpoint.every and step % cfg.checkpoint.every == 0) or step == cfg.train.steps \
                     or guard.signal is not None:
                 state = {**learner.state_dict(), "data": rollout.state_dict()}

@@ -136,13 +136,13 @@ def test_other_write_errors_name_the_path(tmp_path):
             raise OSError(errno.EROFS, "Read-only file system", "/x/metrics.jsonl")
 
 
-def test_collapse_guard_warns_once_per_streak(caplog):
+def test_collapse_guard_warns_once_per_streak():
     guard = RunGuard("run", 3)
     entropy = [2.0, 2.1, 1.9, 2.0, 2.0, 0.05, 0.04, 1.9]
     warned = {step: guard.collapse_warnings(step, {"entropy": e, "accuracy": 0.2})
               for step, e in enumerate(entropy, 1)}
     assert [s for s, lines in warned.items() if lines] == [6]
-    assert "entropy collapse" in warned[6][0] and "entropy collapse" in caplog.text
+    assert "entropy collapse" in warned[6][0]
     kl = RunGuard("run", 3)
     lines = [kl.collapse_warnings(s, {"kl": v}) for s, v in enumerate([0.01, 0.01, 0.012, 0.01, 0.9], 1)]
     assert lines[-1] and "kl spikes" in lines[-1][0]
@@ -182,3 +182,17 @@ def test_samples_jsonl_rows_carry_the_reward_components(tmp_path):
     assert rows and all({"task/inclusion", "task/ordered_pairs"} <= set(r) for r in rows)
     assert all(0.0 <= r["task/inclusion"] <= 1.0 for r in rows)
     assert all(r["reward"] == pytest.approx(0.5 * r["task/inclusion"] + 0.5 * r["task/ordered_pairs"]) for r in rows)
+
+
+def test_run_warnings_are_one_unwrapped_line_or_a_log_record(caplog):
+    import io
+
+    from rlvr.logging.progress import TrainProgress
+
+    stream, message = io.StringIO(), "step 6: warning: entropy collapse: " + "x" * 200
+    with TrainProgress(10, stream=stream) as progress:
+        progress.warn(message)
+    assert stream.getvalue().count(message) == 1  # not hard-wrapped at the console's width, said once
+    with TrainProgress(10, enabled=False) as progress:
+        progress.warn(message)
+    assert caplog.records[-1].getMessage() == message
