@@ -31,7 +31,10 @@ _RANGES = {
         "algorithm.clip_low", "algorithm.clip_high", "algorithm.advantage_eps", "algorithm.kl_reward_coef",
         "algorithm.tau", "algorithm.dynamic_sampling_rounds",
         "value.coef", "rollout.temperature", "rollout.top_k", "model.lora.r", "log.samples_per_eval",
-        "train.mini_batch_size", "train.micro_batch_size", "reward.timeout", "reward.workers")},
+        "train.mini_batch_size", "train.micro_batch_size", "train.micro_batch_tokens", "reward.timeout",
+        "reward.workers", "distributed.rollout_cpus", "distributed.rollout_gpus", "distributed.learner_cpus",
+        "distributed.learner_gpus")},
+    "distributed.rollout_workers": (1, None, 1, 0), "distributed.learners": (1, None, 1, 0),
 }
 
 
@@ -76,8 +79,6 @@ def _check_batches(cfg: Config) -> None:
     if cfg.micro_batch_size < 0 or cfg.mini_batch_size % cfg.micro_batch_size:
         raise ConfigError(f"train.mini_batch_size ({cfg.mini_batch_size}) must be divisible by "
                           f"train.micro_batch_size ({cfg.micro_batch_size})")
-    if t.micro_batch_tokens < 0:
-        raise ConfigError(f"train.micro_batch_tokens must be >= 0, got {t.micro_batch_tokens}")
     if t.old_logprobs not in OLD_LOGPROBS:
         raise ConfigError(f"train.old_logprobs: unknown {t.old_logprobs!r}; choose from {list(OLD_LOGPROBS)}")
     betas = cfg.optim.betas
@@ -104,18 +105,12 @@ def _check_distributed(cfg: Config) -> None:
     d, k = cfg.distributed, cfg.rollout.max_staleness
     if d.backend not in ("none", "ray"):
         raise ConfigError(f"distributed.backend must be none or ray, got {d.backend!r}")
-    for key, value in [("distributed.rollout_workers", d.rollout_workers), ("distributed.learners", d.learners)]:
-        if value < 1:
-            raise ConfigError(f"{key} must be >= 1, got {value}")
     if k < 0 or (k > 0 and d.backend != "ray"):
         raise ConfigError(f"rollout.max_staleness={k} needs distributed.backend=ray (and k >= 0)")
     if cfg.algorithm.is_cap and cfg.algorithm.is_cap <= 1:
         raise ConfigError(f"algorithm.is_cap must be 0 (off) or > 1, got {cfg.algorithm.is_cap}")
     if cfg.algorithm.is_mode not in ("truncate", "mask"):
         raise ConfigError(f"algorithm.is_mode must be truncate or mask, got {cfg.algorithm.is_mode!r}")
-    for key in ("rollout_cpus", "rollout_gpus", "learner_cpus", "learner_gpus"):
-        if getattr(d, key) < 0:
-            raise ConfigError(f"distributed.{key} must be >= 0, got {getattr(d, key)}")
     if d.learners > 1 and d.learner_cpus + d.learner_gpus <= 0:
         raise ConfigError("distributed.learner_cpus or learner_gpus must be > 0 with learners > 1 (they are "
                           "placed as a group)")

@@ -98,11 +98,15 @@ class Learner:
         cfg, micro = self.cfg, self.cfg.micro_batch_size
         rows = self.tensors(batch)
         a = cfg.algorithm
-        if not self.single_step or a.kl_reward_coef > 0 or a.is_cap:  # pi_old: inner steps, KL reward, IS
-            rows.old_logprobs = self._old_logprobs(batch, rows)
+        needs_old = not self.single_step or a.kl_reward_coef > 0 or a.is_cap  # inner steps, KL reward, IS
+        # the sampler's log-probs are pi_old's when they are the same quantity (see sampler_is_old)
+        reuse = needs_old and self.sampler_is_old and batch.version == self.version
+        # (N, W) sampler log-probs at the completion tokens, built once for whichever use needs them
+        sampled = completion_values(rows.mask, batch.sampler_logprobs) if reuse or a.is_cap else None
+        if needs_old:
+            rows.old_logprobs = sampled if reuse else self.logprobs(rows)
         if a.is_cap:
-            behaviour = completion_values(rows.mask, batch.sampler_logprobs)  # (N, W) sampler log-probs
-            rows.is_weights, self._is_metrics = behaviour_is_weights(rows.old_logprobs, behaviour, rows.mask,
+            rows.is_weights, self._is_metrics = behaviour_is_weights(rows.old_logprobs, sampled, rows.mask,
                                                                      a.is_cap, a.is_mode)
         if self.reference is not None:
             rows.ref_logprobs = cached_logprobs(self.reference, rows, cfg.rollout.temperature, micro)
@@ -116,12 +120,6 @@ class Learner:
             if cfg.algorithm.aggregation != "seq_mean_token_mean":  # an empty row would be 0 / 0 there
                 rows.mask = overlong_loss_mask(rows.mask, truncated)
         return rows
-
-    def _old_logprobs(self, batch: ScoredBatch, rows: RolloutBatch) -> Tensor:
-        """log pi_old (N, W): the sampler's own log-probs where they are the same quantity, else a forward."""
-        if self.sampler_is_old and batch.version == self.version:
-            return completion_values(rows.mask, batch.sampler_logprobs)
-        return self.logprobs(rows)
 
     def _forward(self, mb: RolloutBatch) -> tuple[Tensor, Tensor, Tensor | None]:
         """log pi (b, W), entropy (b, W) and, with a value model, V (b, W)."""
