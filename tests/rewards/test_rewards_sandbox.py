@@ -2,14 +2,17 @@
 within its timeout and leaves this process and the host as they were, as root and as an
 unprivileged user. The fork bomb runs last."""
 
+import contextlib
 import json
 import os
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -111,6 +114,24 @@ def test_hostile_program(case):
         host.close()
 
 
+@contextlib.contextmanager
+def _traversable(paths):
+    """The unprivileged uid must reach the checkout and the venv: a checkout in a private folder
+    (`mktemp -d` is 0700) gets search permission (o+x, not read) on its folders for the test only."""
+    changed = []
+    for path in paths:
+        for folder in Path(path).parents:
+            mode = folder.stat().st_mode
+            if not mode & stat.S_IXOTH and folder not in (f for f, _ in changed):
+                changed.append((folder, mode))
+                folder.chmod(mode | stat.S_IXOTH)
+    try:
+        yield
+    finally:
+        for folder, mode in changed:
+            folder.chmod(stat.S_IMODE(mode))
+
+
 def test_hostile_programs_as_an_unprivileged_user():
     """CI runs as root; the same suite from an unprivileged uid (setpriv), where bubblewrap uses a
     user namespace instead of root's namespaces and uid drop."""
@@ -118,9 +139,10 @@ def test_hostile_programs_as_an_unprivileged_user():
         assert hostile_programs.run_all() == {}
         return
     script = os.path.abspath(hostile_programs.__file__)
-    out = subprocess.run([shutil.which("setpriv"), "--reuid=65534", "--regid=65534", "--clear-groups",
-                          sys.executable, script], capture_output=True, text=True, timeout=600,
-                         cwd="/tmp", env={"PATH": os.environ["PATH"], "HOME": "/tmp", "OMP_NUM_THREADS": "1"})
+    with _traversable([script, sys.executable, os.path.realpath(sys.executable)]):
+        out = subprocess.run([shutil.which("setpriv"), "--reuid=65534", "--regid=65534", "--clear-groups",
+                              sys.executable, script], capture_output=True, text=True, timeout=600,
+                             cwd="/tmp", env={"PATH": os.environ["PATH"], "HOME": "/tmp", "OMP_NUM_THREADS": "1"})
     assert out.returncode == 0, out.stderr[-3000:]
     assert json.loads(out.stdout.splitlines()[-1]) == {}
 
