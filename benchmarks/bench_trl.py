@@ -1,8 +1,10 @@
-"""rlvr vs TRL's GRPOTrainer on the GRPO phase of `rlvr demo`, side by side.
+"""rlvr vs TRL's GRPOTrainer on the GRPO phase of `rlvr demo` (or another config), side by side.
 
     .venv/bin/python benchmarks/bench_trl.py                # the demo's GRPO phase (600 steps)
     .venv/bin/python benchmarks/bench_trl.py --steps 150    # shorter
     .venv/bin/python benchmarks/bench_trl.py --only rlvr    # one side; the other is read from the last run
+    .venv/bin/python benchmarks/bench_trl.py --config configs/arith.yaml --target 0.5 --work .bench/trl-arith
+                                                            # the second task: 2-digit addition, Dr. GRPO
 
 1. The demo's tiny model and SFT warm start are built once with rlvr's own functions (same seed and
    settings as `rlvr demo`) and saved as a Hugging Face folder: `.bench/trl/warm`.
@@ -104,10 +106,10 @@ def trl_arguments(cfg, steps: int) -> dict:
     }
 
 
-def demo_config(overrides: list[str] = ()):
+def demo_config(overrides: list[str] = (), path: Path = DEMO_CONFIG):
     from rlvr.config import load_config
 
-    return load_config(DEMO_CONFIG, list(overrides))
+    return load_config(path, list(overrides))
 
 
 def warm_start(cfg) -> Path:
@@ -143,7 +145,7 @@ def rlvr_child(spec: dict) -> dict:
     from rlvr.config import load_config
     from rlvr.train.setup import prepare_run
 
-    cfg = load_config(DEMO_CONFIG, spec["overrides"])
+    cfg = load_config(spec.get("config", DEMO_CONFIG), spec["overrides"])
     run = prepare_run(cfg)
     clock, evaluate, log = TrainClock(), loop._evaluate, run.logger.log
 
@@ -162,14 +164,18 @@ def rlvr_child(spec: dict) -> dict:
     loop._evaluate, run.logger.log = timed_evaluate, timed_log
     run.rollout.collect = clock.timed_rollout(run.rollout.collect)  # prompts -> scored completions
     loop.train(cfg, run=run)
+    from rlvr.allocator import loaded_allocator
+
     return {**clock.as_dict(), "versions": {"transformers": transformers.__version__, "torch": torch.__version__},
-            "threads": torch.get_num_threads()}
+            "threads": torch.get_num_threads(),
+            "allocator": loaded_allocator(Path("/proc/self/maps").read_text()) or "system"}
 
 
-def run_child(argv: list[str], threads: int, log_path: Path) -> dict:
+def run_child(argv: list[str], threads: int, log_path: Path, preload: str | None = None) -> dict:
     """Run `argv` to completion -> its own peak RSS in MiB (wait4's rusage of that process, not the
-    running maximum over all children that RUSAGE_CHILDREN would give)."""
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+    running maximum over all children that RUSAGE_CHILDREN would give). `preload`: a library for LD_PRELOAD."""
+    env = {**os.environ, **({"LD_PRELOAD": preload} if preload else {}),
+           "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
            "CUDA_VISIBLE_DEVICES": "", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
            "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     with open(log_path, "w") as log:
@@ -180,6 +186,17 @@ def run_child(argv: list[str], threads: int, log_path: Path) -> dict:
         tail = "".join(log_path.read_text().splitlines(keepends=True)[-30:])
         raise SystemExit(f"{argv[1]} failed (exit {code}); last lines of {log_path}:\n{tail}")
     return {"peak_rss_mib": usage.ru_maxrss / 1024}  # ru_maxrss is in KiB on Linux
+
+
+def _preload(allocator: str) -> str | None:
+    if allocator == "system":
+        return None
+    from rlvr.allocator import find_library
+
+    path = find_library(allocator)
+    if path is None:
+        raise SystemExit(f"--trl-allocator {allocator}: the library is not installed")
+    return path
 
 
 def trl_python(venv: Path) -> Path:
@@ -200,14 +217,14 @@ def trl_python(venv: Path) -> Path:
     return python
 
 
-def summarize(result: dict, steps: int) -> dict:
-    """s/step and CPU-s/step over steps 2..N (step 1 pays one-off warm-up), training time to TARGET."""
+def summarize(result: dict, steps: int, target: float = TARGET) -> dict:
+    """s/step and CPU-s/step over steps 2..N (step 1 pays one-off warm-up), training time to `target`."""
     clock = {s: rest for s, *rest in result["steps"]}  # step -> (wall, CPU, rollout wall, rollout CPU)
     first, last = min(clock), max(clock)
     if last != steps or last - first < 1:
         raise SystemExit(f"expected steps 1..{steps} in the result, got {first}..{last}")
     n = last - first
-    reached = next(((s, wall) for s, wall, _, acc in result["evals"] if acc >= TARGET), None)
+    reached = next(((s, wall) for s, wall, _, acc in result["evals"] if acc >= target), None)
     per_step = [(b - a) / n for a, b in zip(clock[first], clock[last])]
     return {"s_per_step": per_step[0], "cpu_per_step": per_step[1], "rollout_cpu_per_step": per_step[3],
             "update_cpu_per_step": per_step[1] - per_step[3],
@@ -220,7 +237,7 @@ def _fmt(value, spec: str) -> str:
     return format("-", spec.replace(".2f", "")) if value is None else format(value, spec)
 
 
-def table(rows: dict[str, dict], steps: int) -> str:
+def table(rows: dict[str, dict], steps: int, target: float = TARGET) -> str:
     r, t = rows["rlvr"], rows["trl"]
 
     def ratio(key):
@@ -236,7 +253,7 @@ def table(rows: dict[str, dict], steps: int) -> str:
              f"{_fmt(ratio('rollout_cpu_per_step'), '>12.2f')}",
              f"{'  update: log-probs, loss, AdamW':34}{r['update_cpu_per_step']:>22.3f}{t['update_cpu_per_step']:>22.3f}"
              f"{_fmt(ratio('update_cpu_per_step'), '>12.2f')}",
-             f"{f'training time to {TARGET} held-out acc':34}{reach['rlvr']:>22}{reach['trl']:>22}"
+             f"{f'training time to {target} held-out acc':34}{reach['rlvr']:>22}{reach['trl']:>22}"
              f"{_fmt(ratio('to_target_s'), '>12.2f')}",
              f"{'peak RSS (MiB)':34}{r['peak_rss_mib']:>22.0f}{t['peak_rss_mib']:>22.0f}{_fmt(ratio('peak_rss_mib'), '>12.2f')}",
              f"{'held-out acc: warm start -> final':34}{r['acc_start']:>13.3f} -> {r['acc_final']:.3f}"
@@ -246,13 +263,19 @@ def table(rows: dict[str, dict], steps: int) -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--steps", type=int, default=None, help="RL steps (default: the demo's train.steps)")
+    p.add_argument("--config", type=Path, default=DEMO_CONFIG,
+                   help="the run's config (default: the demo's; e.g. configs/arith.yaml, the second task)")
+    p.add_argument("--target", type=float, default=TARGET, help="held-out greedy accuracy to time the runs to")
+    p.add_argument("--steps", type=int, default=None, help="RL steps (default: the config's train.steps)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads of both trainers (default: the demo's `threads`)")
     p.add_argument("--eval-every", type=int, default=25, help="held-out evaluation every this many RL steps")
     p.add_argument("--work", type=Path, default=ROOT / ".bench" / "trl", help="work folder (warm start, runs)")
     p.add_argument("--trl-venv", type=Path, default=ROOT / ".venv-trl", help="TRL's own virtualenv")
     p.add_argument("--only", choices=["rlvr", "trl"], help="run one side; the other comes from the last results")
+    p.add_argument("--trl-allocator", choices=["system", "tcmalloc"], default="system",
+                   help="TRL's malloc: its default (glibc) or tcmalloc preloaded as rlvr's CLI does (rlvr's side "
+                        "always starts like `rlvr train`: tcmalloc where installed, RLVR_ALLOCATOR=system to switch off)")
     p.add_argument("--child-rlvr", nargs=2, metavar=("SPEC", "OUT"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     for name in ("steps", "threads", "eval_every"):
@@ -262,32 +285,36 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def _side(name: str, argv: list[str], threads: int, work: Path, out: Path) -> dict:
+def _side(name: str, argv: list[str], threads: int, work: Path, out: Path, preload: str | None = None) -> dict:
     print(f"{name}: training (log: {work / f'{name}.log'}) ...", flush=True)
-    usage = run_child(argv, threads, work / f"{name}.log")
+    usage = run_child(argv, threads, work / f"{name}.log", preload)
     return {**json.loads(out.read_text()), **usage}
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.child_rlvr:
+        from rlvr.allocator import setup_allocator
+
+        setup_allocator()  # what `rlvr train` does first: re-exec with tcmalloc preloaded (RLVR_ALLOCATOR=system: not)
         spec, out = args.child_rlvr
         Path(out).write_text(json.dumps(rlvr_child(json.loads(Path(spec).read_text()))))
         return
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
-    base = demo_config()
+    config = args.config.resolve()
+    base = demo_config(path=config)
     threads, steps = args.threads or base.threads or 1, args.steps or base.train.steps
-    warm = warm_start(demo_config([f"out_dir={work / 'warm'}"]))  # exactly the demo's SFT, its threads too
+    warm = warm_start(demo_config([f"out_dir={work / 'warm'}"], config))  # exactly the config's SFT, its threads too
     overrides = [f"out_dir={work / 'rlvr'}", f"model.path={warm}", f"threads={threads}", f"train.steps={steps}",
                  f"eval.every={args.eval_every}", *RLVR_OVERRIDES]
-    cfg = demo_config(overrides)
+    cfg = demo_config(overrides, config)
     results_file = work / "results.json"
     results = json.loads(results_file.read_text()) if args.only and results_file.is_file() else {}
     if args.only != "trl":
         shutil.rmtree(work / "rlvr", ignore_errors=True)
         spec = work / "rlvr_spec.json"
-        spec.write_text(json.dumps({"overrides": overrides}))
+        spec.write_text(json.dumps({"config": str(config), "overrides": overrides}))
         results["rlvr"] = _side("rlvr", [sys.executable, __file__, "--child-rlvr", str(spec), str(work / "rlvr.json")],
                                 threads, work, work / "rlvr.json")
     if args.only != "rlvr":
@@ -301,20 +328,22 @@ def main(argv: list[str] | None = None) -> None:
             "max_new_tokens": cfg.rollout.max_new_tokens,
             "task": {"name": t.name, "options": t.options, "train_size": t.train_size, "seed": cfg.seed,
                      "eval_size": t.eval_size, "eval_seed": t.eval_seed}}))
-        results["trl"] = _side("trl", [str(python), str(Path(__file__).parent / "_trl_side.py"), str(spec),
-                                       str(work / "trl.json")], threads, work, work / "trl.json")
+        results["trl"] = {"allocator": args.trl_allocator, **_side("trl", [str(python), str(Path(__file__).parent / "_trl_side.py"), str(spec),
+                                       str(work / "trl.json")], threads, work, work / "trl.json",
+                             _preload(args.trl_allocator))}
     results_file.write_text(json.dumps(results))
     if {"rlvr", "trl"} - set(results):
         raise SystemExit(f"no results for {sorted({'rlvr', 'trl'} - set(results))} yet: run without --only")
-    rows = {k: summarize(v, steps) for k, v in results.items()}
-    print(f"\nGRPO phase of `rlvr demo`: {steps} steps x {cfg.train.batch_size} completions "
+    rows = {k: summarize(v, steps, args.target) for k, v in results.items()}
+    print(f"\nGRPO phase of {config.name} ({cfg.task.name}): {steps} steps x {cfg.train.batch_size} completions "
           f"({cfg.train.batch_size // cfg.train.group_size} prompts x {cfg.train.group_size}), "
           f"{cfg.rollout.max_new_tokens} new tokens, mu={cfg.algorithm.mu}, lr={cfg.optim.lr}, "
           f"beta={cfg.algorithm.beta}; same warm-started model ({warm})")
     for side in ("rlvr", "trl"):
-        print(f"{side} side: {results[side]['threads']} torch thread(s), {results[side]['versions']}")
+        print(f"{side} side: {results[side]['threads']} torch thread(s), malloc: "
+              f"{results[side].get('allocator', 'system')}, {results[side]['versions']}")
     print()
-    print(table(rows, steps))
+    print(table(rows, steps, args.target))
     faster = rows["trl"]["cpu_per_step"] / rows["rlvr"]["cpu_per_step"]
     print(f"\nrlvr is {faster:.2f}x {'faster' if faster >= 1 else 'SLOWER'} than TRL per step in CPU time "
           f"({'not slower: OK' if faster >= 1 else 'slower: NOT OK'})")

@@ -48,6 +48,9 @@ class AdaptersDisabled:
         with torch.no_grad(), self.model.disable_adapter():
             return self.model(*args, **kwargs)
 
+    def __getattr__(self, name: str) -> Any:  # config, device, ...: the policy's (the same base model)
+        return getattr(self.model, name)
+
 
 def _adapter_name(layer: LoraLayer) -> str:
     names = layer.active_adapters

@@ -17,6 +17,7 @@ from torch import Tensor
 from transformers import PreTrainedTokenizerBase
 
 from rlvr.core import entropy_from_logits, token_logprobs
+from rlvr.rollout.prefix import plan_shared_prefix, shared_prefix_logits, shares_prefix
 
 
 @dataclass
@@ -148,26 +149,42 @@ def micro_batches(attention_mask: Tensor, rows: int, tokens: int) -> list[Tensor
     return [torch.tensor(g) for g in groups]
 
 
-def policy_logprobs(model, batch: RolloutBatch, temperature: float, with_entropy: bool = False
-                    ) -> tuple[Tensor, Tensor | None]:
+def policy_logprobs(model, batch: RolloutBatch, temperature: float, with_entropy: bool = False,
+                    share_prefix: bool = True) -> tuple[Tensor, Tensor | None]:
     """log pi(label) per position (B, W) and, optionally, the entropy (B, W) without gradient.
 
     Logits are divided by the sampling temperature, as in TRL: the importance ratio then compares
-    the trained policy with the distribution the completions were actually sampled from.
+    the trained policy with the distribution the completions were actually sampled from. Rows that
+    share a prompt (a GRPO group) have it computed once (`rlvr.rollout.prefix`) where that saves work
+    and `share_prefix` allows it; then positions outside the completions (`batch.mask` False) hold 0.
     """
-    keep = batch.input_ids.shape[1] - batch.start  # positions start .. L-1
-    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask.long(),
-                logits_to_keep=keep, use_cache=False)
-    logits = out.logits[:, :-1]  # (B, W, V): drop the last position, it predicts past the end
+    plan = plan_shared_prefix(batch.input_ids, batch.attention_mask, batch.mask, batch.start) \
+        if share_prefix and shares_prefix(model) else None
+    if plan is None:
+        keep = batch.input_ids.shape[1] - batch.start  # positions start .. L-1
+        out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask.long(),
+                    logits_to_keep=keep, use_cache=False)
+        logits = out.logits[:, :-1]  # (B, W, V): drop the last position, it predicts past the end
+        labels = batch.input_ids[:, batch.start + 1 :]  # (B, W)
+    else:
+        logits = shared_prefix_logits(model, plan)  # (B, S - 1, V)
+        labels = plan.suffix_ids[:, 1:]  # (B, S - 1)
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
-    labels = batch.input_ids[:, batch.start + 1 :]  # (B, W)
-    logprobs = token_logprobs(logits, labels)  # (B, W)
+    logprobs = token_logprobs(logits, labels)
     entropy = None
     if with_entropy:
         with torch.no_grad():
-            entropy = entropy_from_logits(logits.detach())  # (B, W)
+            entropy = entropy_from_logits(logits.detach())
+    if plan is not None:  # suffix label positions -> the batch's (B, W) label columns
+        logprobs = _to_columns(logprobs, plan.columns, batch.mask)
+        entropy = None if entropy is None else _to_columns(entropy, plan.columns, batch.mask)
     return logprobs, entropy
+
+
+def _to_columns(values: Tensor, columns: Tensor, mask: Tensor) -> Tensor:
+    """values (B, S - 1) at suffix label positions -> (B, W) at the batch's label columns, 0 off `mask`."""
+    return torch.where(mask, values.gather(1, columns), torch.zeros((), dtype=values.dtype, device=values.device))
 
 
 @torch.no_grad()

@@ -13,14 +13,13 @@ What makes it faster than `model.generate(num_return_sequences=n)` on CPU:
 
 from __future__ import annotations
 
-import inspect
 from typing import Iterable
 
 import torch
 from torch import Tensor
 
 from rlvr.rollout.base import Completion, SamplingParams, encode_prompts
-from rlvr.rollout.kv_cache import PreallocatedKVCache
+from rlvr.rollout.kv_cache import PreallocatedKVCache, cache_kwarg
 from rlvr.rollout.sampling import LOGPROBS_MODES, sample_next
 from rlvr.rollout.stops import StopChecker, cut_at_stop
 from rlvr.models.tokenizer import pad_token_id
@@ -56,8 +55,7 @@ class HFEngine:
         self.eos_ids = torch.tensor(sorted(_eos_ids(model, tokenizer)), dtype=torch.long, device=self.device)
         pad = pad_token_id(tokenizer)
         self.pad_id = 0 if pad is None else pad
-        params = inspect.signature(model.forward).parameters
-        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"  # transformers 5.x renamed it
+        self._cache_kwarg = cache_kwarg(model)
 
     # --- public API -------------------------------------------------------------------------------
 

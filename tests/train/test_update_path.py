@@ -65,7 +65,9 @@ def test_token_budget_micro_batches_keep_the_update(config_factory):
     assert len(grads_rows) == len(grads_tokens) == 4  # mu 2 x two minibatches
     for step_rows, step_tokens in zip(grads_rows, grads_tokens):  # the accumulated gradient of each step
         for g_rows, g_tokens in zip(step_rows, step_tokens):
-            torch.testing.assert_close(g_tokens, g_rows, atol=1e-7, rtol=1e-4)
+            # other micro-batches share other prompts (rlvr.rollout.prefix): float32 sums in another
+            # order, so equal up to rounding at the tensor's own scale
+            torch.testing.assert_close(g_tokens, g_rows, atol=1e-5 * float(g_rows.abs().max()), rtol=1e-4)
     a, b = _weights(by_rows), _weights(by_tokens)
     assert any(not torch.equal(a[k], before[k]) for k in a)  # the update moved the policy
     for key in a:  # Adam divides by sqrt(v): a rounding-level gradient difference stays well below a step
