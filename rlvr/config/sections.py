@@ -108,6 +108,11 @@ class RolloutConfig:
                                           "group prefill their prompt once.")
     enable_sleep_mode: bool = f(True, "vllm on a GPU: free the KV cache (sleep) while the learner updates and "
                                       "re-allocate it (wake) before the next rollout. Ignored on a CPU.")
+    vllm_lora: str = f("auto", "vllm with model.lora.r > 0: how each step's policy reaches the engine. `adapter`: "
+                               "vLLM's own LoRA (enable_lora, max_lora_rank >= r) receives the adapter tensors "
+                               "alone and serves them as a new LoRARequest; `merge`: the full weights with "
+                               "W0 + (alpha / r) B A merged in; `auto` = adapter. The hf engine samples from the "
+                               "PEFT model itself and needs neither (docs/models_device_lora.md).")
     allow_zero_temperature: bool = f(False, "Accept temperature=0 for training rollouts. Greedy groups are "
                                             "identical, so every advantage is 0 and nothing is learned.")
     max_staleness: int = f(0, "Asynchronous RL (needs distributed.backend=ray): rollout workers sample the batches "

@@ -2,7 +2,8 @@
 
 The policy is the base model with adapters: only the adapters train and are checkpointed, the KL
 reference is the same model with the adapters disabled (no second copy in memory), and an engine that
-holds its own weights receives the merged ones, W0 + (alpha / r) B A.
+holds its own weights receives the merged ones, W0 + (alpha / r) B A, or, serving LoRA itself (vLLM),
+the adapter tensors alone.
 """
 
 from __future__ import annotations
@@ -74,6 +75,13 @@ def merged_named_weights(model: Any) -> dict[str, torch.Tensor]:
                                         layer.lora_B[a].weight, layer.scaling[a])
             out[f"{name}.weight"] = merged.T if flip else merged
     return out
+
+
+@torch.no_grad()
+def adapter_named_weights(model: Any) -> dict[str, torch.Tensor]:
+    """The adapter tensors alone, named as PEFT saves them (`base_model.model.<module>.lora_A.weight`):
+    what `adapter_model.safetensors` holds and a LoRA-serving engine (vLLM) loads."""
+    return peft.get_peft_model_state_dict(model)
 
 
 def save_lora(model: Any, tokenizer, merged_path: str | Path, adapter_path: str | Path) -> None:

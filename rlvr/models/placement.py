@@ -178,12 +178,14 @@ def save_policy(model: torch.nn.Module, tokenizer, path: str | Path, adapter_pat
     save_lora(model, tokenizer, path, adapter_path)
 
 
-def engine_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+def engine_weights(model: torch.nn.Module, adapters: bool = False) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, tensor) pairs under the plain model's names, as an engine holding the plain model loads
-    them: a LoRA policy's adapters merged in (computed lazily, only when an engine iterates them)."""
+    them: a LoRA policy's adapters merged in (computed lazily, only when an engine iterates them). With
+    `adapters`, a LoRA policy's adapter tensors alone, under PEFT's saved names, for an engine that
+    applies LoRA itself."""
     if not hasattr(model, "peft_config"):
         yield from model.named_parameters()
         return
-    from rlvr.models.lora import merged_named_weights
+    from rlvr.models.lora import adapter_named_weights, merged_named_weights
 
-    yield from merged_named_weights(model).items()
+    yield from (adapter_named_weights if adapters else merged_named_weights)(model).items()

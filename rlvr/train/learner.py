@@ -27,7 +27,7 @@ from rlvr.rollout.batch import (RolloutBatch, build_batch, cached_logprobs, comp
 from rlvr.rollout.scored import ScoredBatch
 from rlvr.train.guard import SKIPPED, finite_step
 from rlvr.train.family import token_advantages
-from rlvr.train.rollout import engine_name
+from rlvr.train.rollout import engine_name, serves_adapters
 from rlvr.algorithms.optim import build_optimizer, build_scheduler, clip_gradients
 from rlvr.seeds import SHUFFLE, derive_seed
 
@@ -71,6 +71,7 @@ class Learner:
         self.sampler_is_old = (cfg.train.old_logprobs == "auto" and engine_name(cfg) == "hf"
                                and cfg.rollout.temperature == 1.0
                                and cfg.model.dtype == "float32")
+        self.adapters_only = serves_adapters(cfg)  # what named_weights hands the engine
         self.version = 0  # optimizer updates so far; a batch sampled at another version needs pi_old recomputed
 
     def _value_model(self, init: Path) -> ValueModel | None:
@@ -193,8 +194,9 @@ class Learner:
 
     def named_weights(self) -> Iterator[tuple[str, Tensor]]:
         """The policy's (name, tensor) pairs under the plain model's names, as a rollout engine loads them;
-        a LoRA policy's adapters are merged in (computed only when iterated)."""
-        return engine_weights(self.policy)
+        a LoRA policy's adapters are merged in (computed only when iterated), or, for an engine that
+        serves LoRA itself, are all it gets (PEFT's saved names)."""
+        return engine_weights(self.policy, adapters=self.adapters_only)
 
     def state_dict(self) -> dict[str, Any]:
         """Optimizer, scheduler and value model: with the policy folder, all a resume needs."""

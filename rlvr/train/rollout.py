@@ -36,22 +36,31 @@ def engine_name(cfg: Config) -> str:
     return "vllm" if on_gpu and importlib.util.find_spec("vllm") is not None else "hf"
 
 
+def serves_adapters(cfg: Config) -> bool:
+    """Whether the engine applies the LoRA adapters itself (vLLM LoRA, `rollout.vllm_lora`), so that a
+    weight sync carries the adapter tensors only, instead of the merged weights."""
+    return cfg.model.lora.r > 0 and engine_name(cfg) == "vllm" and cfg.rollout.vllm_lora != "merge"
+
+
 def build_engine(cfg: Config, policy: Any, tokenizer: Any, model_path: str | Path) -> RolloutEngine:
     """The one place an engine is chosen from the config.
 
     `hf`: rlvr's sampler on the policy module itself, on the policy's device (no copy of the weights).
     `vllm`: a vLLM engine in this process, built from the Hugging Face folder `model_path` (the run's
-    start model) in the policy's dtype; the loop's `load_weights` after every step keeps it current.
+    start model) in the policy's dtype; the loop's `load_weights` after every step keeps it current
+    (with a LoRA policy, by default as adapters that vLLM applies itself: `serves_adapters`).
     """
     placement = resolve_placement(cfg.model)
     if engine_name(cfg) == "hf":
         return HFEngine(policy, tokenizer, device=placement.device)
     from rlvr.rollout.vllm_engine import VLLMEngine  # the optional extra, imported only when asked for
 
-    r = cfg.rollout
+    r, lora = cfg.rollout, cfg.model.lora
+    adapter = ({"r": lora.r, "lora_alpha": lora.alpha, "target_modules": list(lora.target_modules)}
+               if serves_adapters(cfg) else None)
     return VLLMEngine(model_path, dtype=cfg.model.dtype, gpu_memory_utilization=r.gpu_memory_utilization,
                       enable_prefix_caching=r.enable_prefix_caching, enable_sleep_mode=r.enable_sleep_mode,
-                      seed=cfg.seed,
+                      seed=cfg.seed, lora_adapter=adapter,
                       # CUDA graphs pay off on a GPU; on a CPU, compiling costs more start-up than it saves
                       enforce_eager=placement.device.type == "cpu")
 

@@ -83,6 +83,8 @@ SETS = [  # (--set, the text the error line must contain)
     ("optim.lr=fast", "optim.lr"), ("optim.lrr=1", "optim.lrr"), ("algorithm.advantage=nope", "algorithm.advantage"),
     ("reward.timeout=-1", "reward.timeout must be >= 0"), ("reward.timeout=inf", "reward.timeout must be a finite"),
     ("reward.timeout=nan", "reward.timeout must be a finite"), ("reward.workers=-1", "reward.workers must be >= 0"),
+    ("rollout.vllm_lora=adapter", "rollout.vllm_lora=adapter needs model.lora.r > 0"),
+    ("rollout.vllm_lora=lora", "rollout.vllm_lora: unknown mode 'lora'"),
 ]
 SET_CASES = [pytest.param(["--set", s], key, id=s) for s, key in SETS] + [
     pytest.param(["--set", "reward.workers=2", "reward.timeout=0"], "reward.timeout > 0",

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from rlvr.config import ConfigError, LoRAConfig, ModelConfig
 from rlvr.models import load_model, load_tokenizer
@@ -76,6 +77,16 @@ def test_merged_weights_equal_peft_merge_and_give_the_same_logits(model_dir):
     engine = HFEngine(load_model(model_dir), load_tokenizer(model_dir))
     engine.load_weights(merged.items())  # names are the plain model's
     torch.testing.assert_close(logits(engine.model), logits(policy), rtol=1e-5, atol=1e-5)
+
+
+def test_adapter_weights_are_the_saved_adapter_file(model_dir, tmp_path):
+    """What a LoRA-serving engine (vLLM) receives: exactly the tensors and names PEFT saves."""
+    policy = trained_policy(model_dir)
+    sent = dict(placement.engine_weights(policy, adapters=True))
+    save_policy(policy, load_tokenizer(model_dir), tmp_path / "final_model", tmp_path / "final_adapter")
+    saved = load_file(str(tmp_path / "final_adapter" / "adapter_model.safetensors"))
+    assert sent.keys() == saved.keys() and all(torch.equal(sent[k], saved[k]) for k in saved)
+    assert all(k.startswith("base_model.model.") and k.endswith((".lora_A.weight", ".lora_B.weight")) for k in sent)
 
 
 def test_save_adapter_and_merged_then_restore_exactly(model_dir, tmp_path):

@@ -72,6 +72,8 @@ def test_saved_config_round_trips(tmp_path):
     ({"model": {"tiny_preset": "huge"}}, [], "model.tiny_preset: unknown name 'huge'"),
     ({}, ["rollout.engine=vlm"], "rollout.engine: unknown name 'vlm'; choose from ['auto', 'hf', 'vllm']"),
     ({}, ["rollout.gpu_memory_utilization=1.5"], "rollout.gpu_memory_utilization must be in (0, 1]"),
+    ({}, ["model.lora.r=8", "rollout.engine=hf", "rollout.vllm_lora=adapter"], "needs model.lora.r > 0 and "
+                                                                                "rollout.engine=vllm"),
     ({}, ["distributed.shard=true"], "distributed.shard: true needs distributed.backend=ray"),
     ({}, ["distributed.backend=ray", "distributed.shard=true", "model.lora.r=8"], "needs model.lora.r=0"),
     ({}, ["distributed.backend=ray", "distributed.shard=true", "algorithm.advantage=gae"], "not gae"),
