@@ -107,10 +107,18 @@ def _check_rollout_engine(cfg: Config) -> None:
                           "pip install 'rlvr[vllm]' (on a CPU: scripts/setup_vllm.sh)")
 
 
+WEIGHT_SYNCS = ("object_store", "collective")
+
+
 def _check_distributed(cfg: Config) -> None:
     d, k = cfg.distributed, cfg.rollout.max_staleness
     if d.backend not in ("none", "ray"):
         raise ConfigError(f"distributed.backend must be none or ray, got {d.backend!r}")
+    if d.weight_sync not in WEIGHT_SYNCS:
+        raise ConfigError(f"distributed.weight_sync: unknown {d.weight_sync!r}; choose from {list(WEIGHT_SYNCS)}")
+    if d.weight_sync == "collective" and d.backend != "ray":
+        raise ConfigError("distributed.weight_sync=collective needs distributed.backend=ray (one process has no "
+                          "weights to send)")
     if k < 0 or (k > 0 and d.backend != "ray"):
         raise ConfigError(f"rollout.max_staleness={k} needs distributed.backend=ray (and k >= 0)")
     if cfg.algorithm.is_cap and cfg.algorithm.is_cap <= 1:

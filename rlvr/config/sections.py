@@ -258,6 +258,11 @@ class DistributedConfig:
                            "AdamW moments over the learners, 1/M each, instead of a whole copy per learner; the "
                            "update is the same. Full-parameter policy, fixed-size micro-batches; the KL "
                            "reference stays whole on every learner (docs/distributed.md).")
+    weight_sync: str = f("object_store", "How new weights reach the rollout workers after each update. "
+                                         "object_store: learner rank 0 puts them in Ray's object store once, every "
+                                         "worker reads that object. collective: rank 0 broadcasts them to a "
+                                         "torch.distributed group of its own with the workers (gloo on CPU, NCCL on "
+                                         "CUDA), one flat buffer per dtype (docs/distributed.md).")
 
 
 @dataclass

@@ -4,7 +4,10 @@
 - Learners (M > 1) are placed as one placement group; torch.distributed meets at the node of rank
   0's bundle. With `distributed.shard` they hold FSDP2 shards (`rlvr.distributed.data_parallel`).
 - Weights go learners -> rollout workers through the object store: rank 0 returns them once as an
-  object, every worker receives the same reference.
+  object, every worker receives the same reference. With `distributed.weight_sync: collective`, rank 0
+  broadcasts them instead to a torch.distributed group of its own with the workers
+  (`rlvr.distributed.weight_sync`); a worker restarted by Ray is not in it, so from then on the
+  weights go through the object store again (one logged line).
 - Steps go to the rollout workers in turn; the prompt stream's state is chained from one request to
   the next (an object reference, resolved by Ray), so N workers draw exactly what one worker draws.
 - `rollout.max_staleness: k` keeps the requests of steps t+1..t+k in flight while the learners
@@ -18,6 +21,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +39,8 @@ try:
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 except ImportError:
     ray = None
+
+log = logging.getLogger("rlvr.distributed")
 
 
 def require_ray() -> Any:
@@ -73,11 +79,20 @@ class RemoteWeights:
 
 
 @dataclass
+class CollectiveWeights:
+    """The learners' weights, to be broadcast by rank 0 to the weight-sync group when the rollout loads
+    them (a collective: it starts once every member is there)."""
+
+    learner: RayLearner
+
+
+@dataclass
 class _Request:
     batch: Any  # ObjectRef of the ScoredBatch
     stream_after: Any  # ObjectRef of the prompt-stream state after this step
     stream_before: Any  # the state it was drawn from (ObjectRef or dict)
-    weights: Any  # ObjectRef of the weights it samples from (None: restored from a checkpoint, answered)
+    weights: Any  # ObjectRef of the weights it samples from (None: restored from a checkpoint, answered;
+    # CollectiveWeights: broadcast, held by the workers only)
     version: int  # policy version the worker must hold
 
 
@@ -91,13 +106,44 @@ class RayRollout:
         self._submitted = 0  # highest step requested
         self._stream = actors[0].state_dict.remote()  # state the next request draws from
         self._consumed = self._stream  # state after the last step handed to the loop
-        self._weights, self._version = weights.ref, 0
+        self._weights, self._version = _held(weights), 0
         self.restarts = 0
         self._broadcast()
 
-    def _broadcast(self, actors: list | None = None) -> None:
-        for actor in actors or self.actors:
+    def _broadcast(self) -> None:
+        if isinstance(self._weights, CollectiveWeights) and self._broadcast_collective():
+            return
+        for actor in self.actors:
             actor.load_weights.remote(self._weights, self._version)
+
+    def _broadcast_collective(self) -> bool:
+        """Rank 0 -> every worker, once all are idle: requests sent earlier are answered first, so the
+        broadcast waits for none of them and the group's timeout bounds the transfer alone. False: a
+        worker is gone from the group, the object store takes over."""
+        learner, sends = self._weights.learner, []
+        try:
+            if not all(ray.get([actor.ready.remote() for actor in self.actors])):
+                self._fall_back("a rollout worker restarted by Ray is not in the weight-sync group")
+                return False
+            receives = [actor.receive_weights.remote(self._version) for actor in self.actors]
+            sends = learner.send_weights()
+            ray.get(receives)
+        except ray.exceptions.RayActorError:
+            self._fall_back("a rollout worker died during a weight sync")
+            return False
+        except ray.exceptions.RayTaskError:
+            learner.wait(sends, "send_weights")  # a dead learner stops the run with its one line
+            raise
+        learner.wait(sends, "send_weights")
+        return True
+
+    def _fall_back(self, why: str) -> None:
+        """The group lost a member and cannot be used again: the object store carries the weights from now
+        on, starting with today's (rank 0 publishes them). Re-forming the group would need every member
+        idle in a new rendezvous, which one more failure would hang; a resumed run forms it afresh."""
+        log.warning("rlvr: %s; weights go to the rollout workers through Ray's object store for the rest of "
+                    "the run (requests already sent are sampled again from the current weights)", why)
+        self._weights = self._weights.learner.fall_back().ref
 
     def _submit(self, step: int, stream_before: Any, weights: Any, version: int) -> None:
         actor = self.actors[(step - 1) % len(self.actors)]
@@ -124,8 +170,11 @@ class RayRollout:
 
     def _resubmit(self, step: int) -> None:
         """A worker died: request `step` and every later pending step again, each from the weights and
-        stream state it was first requested with, then give the workers today's weights back."""
+        stream state it was first requested with (broadcast weights: today's, now through the object
+        store), then give the workers today's weights back."""
         self.restarts += 1
+        if isinstance(self._weights, CollectiveWeights):
+            self._fall_back("a rollout worker died")
         if self.restarts > self.cfg.distributed.max_restarts * len(self.actors):
             raise RolloutFailed(f"rollout workers failed {self.restarts} times (distributed.max_restarts="
                                 f"{self.cfg.distributed.max_restarts} per worker); the run stops. Resume it from its "
@@ -133,15 +182,18 @@ class RayRollout:
         stream = self._pending[step].stream_before
         for s in range(step, self._submitted + 1):
             old = self._pending[s]
-            self.actors[(s - 1) % len(self.actors)].load_weights.remote(old.weights, old.version)
-            self._submit(s, stream, old.weights, old.version)
+            weights, version = ((self._weights, self._version) if isinstance(old.weights, CollectiveWeights)
+                                else (old.weights, old.version))  # broadcast weights are held by no one now
+            self.actors[(s - 1) % len(self.actors)].load_weights.remote(weights, version)
+            self._submit(s, stream, weights, version)
             stream = self._pending[s].stream_after
         self._stream = stream
         self._broadcast()
 
     def load_weights(self, weights: RemoteWeights) -> None:
-        """Every worker samples its next requests from these weights (one object, N readers)."""
-        self._weights = weights.ref if isinstance(weights, RemoteWeights) else ray.put(dict(weights))
+        """Every worker samples its next requests from these weights (one object, N readers; or one
+        broadcast)."""
+        self._weights = _held(weights)
         self._version += 1
         self._broadcast()
 
@@ -180,6 +232,13 @@ class RayRollout:
             self._stream, self._submitted = self._pending[batch.step].stream_after, batch.step
 
 
+def _held(weights: Any) -> Any:
+    """What a request keeps of its weights: an object reference, or the collective's marker."""
+    if isinstance(weights, RemoteWeights):
+        return weights.ref
+    return weights if isinstance(weights, CollectiveWeights) else ray.put(dict(weights))
+
+
 def _value(state: Any) -> Any:
     return ray.get(state) if isinstance(state, ray.ObjectRef) else state
 
@@ -188,10 +247,12 @@ class RayLearner:
     """`update`, `named_weights`, `state_dict`, `save`, `policy` of the Learner role over M ranks.
     Every call goes through `_get`, so a dead learner, whichever call meets it, stops the run with
     one message instead of a Ray traceback (or a hang of the ranks left waiting in a collective).
-    `collective`: the ranks shard the policy, so every rank takes part in what rank 0 answers."""
+    `collective`: the ranks shard the policy, so every rank takes part in what rank 0 answers.
+    `weight_sync`: object_store, or collective once `join_weight_group` has formed the group."""
 
     def __init__(self, actors: list, run_dir: str, collective: bool = False, placement: Any = None) -> None:
         self.actors, self.run_dir, self.collective, self.placement = actors, run_dir, collective, placement
+        self.weight_sync = "object_store"
         self.tokenizer = self._call("tokenizer")  # checkpoints save it beside the policy
 
     def _get(self, refs: list, method: str) -> list:
@@ -207,6 +268,9 @@ class RayLearner:
             raise LearnerFailed(f"a learner actor died during {method} ({type(err).__name__}); the run stops. "
                                 f"Resume it from its last checkpoint: rlvr train --resume {self.run_dir}") from None
 
+    def wait(self, refs: list, method: str) -> list:
+        return self._get(refs, method)
+
     def _all(self, method: str, *args) -> list:
         return self._get([getattr(a, method).remote(*args) for a in self.actors], method)
 
@@ -218,13 +282,37 @@ class RayLearner:
     def update(self, batch: ScoredBatch) -> dict[str, float]:
         return self._all("update", ray.put(batch))[0]
 
-    def named_weights(self) -> RemoteWeights:
+    def named_weights(self) -> RemoteWeights | CollectiveWeights:
         """Rank 0's weights as one object; waits until they are in the store (a small second return),
-        so a learner that dies before is reported here, not later by the workers that read them."""
+        so a learner that dies before is reported here, not later by the workers that read them.
+        Collective: a marker; the rollout starts the broadcast when it loads them."""
+        if self.weight_sync == "collective":
+            return CollectiveWeights(self)
         actors = self.actors if self.collective else self.actors[:1]
         refs = [a.publish.options(num_returns=2).remote() for a in actors]
         self._get([version for _, version in refs], "named_weights")
         return RemoteWeights(refs[0][0])
+
+    def send_weights(self) -> list:
+        """Start rank 0's broadcast (sharded: every rank gathers with it); the caller waits (`wait`)."""
+        actors = self.actors if self.collective else self.actors[:1]
+        return [a.send_weights.remote() for a in actors]
+
+    def join_weight_group(self, workers: list) -> None:
+        """Rank 0 and the rollout workers form the weight-sync group (rank 0 serves its rendezvous at its
+        node); the layout (names, shapes, dtypes) travels once, through the object store."""
+        backend, layout = self._call("weight_layout")
+        master = ray.get(self.actors[0].__ray_call__.remote(_rendezvous))
+        world = len(workers) + 1
+        self._get([self.actors[0].join_weight_group.remote(master, world, backend),
+                   *(w.join_weight_group.remote(master, r + 1, world, backend, layout)
+                     for r, w in enumerate(workers))], "join_weight_group")
+        self.weight_sync = "collective"
+
+    def fall_back(self) -> RemoteWeights:
+        """The object store from now on; today's weights through it."""
+        self.weight_sync = "object_store"
+        return self.named_weights()
 
     def logprobs(self, batch: ScoredBatch):
         return self._call("logprobs", batch)
@@ -250,9 +338,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _rendezvous() -> tuple[str, int]:
+def _rendezvous(_actor: Any = None) -> tuple[str, int]:
     """Run in the first learner's place: that node's address and a port free there (torch.distributed's
-    rendezvous; the learners may be on another node than the driver, or on several)."""
+    rendezvous; the learners may be on another node than the driver, or on several). Also run inside
+    rank 0's actor (`_actor`, as `__ray_call__` passes it) for the weight-sync group."""
     return ray.util.get_node_ip_address(), _free_port()
 
 
@@ -284,6 +373,8 @@ def ray_roles(cfg: Config, task: Task, policy_path: Path, init_path: Path) -> tu
     rollout_cls = ray.remote(RolloutWorker).options(num_cpus=d.rollout_cpus, num_gpus=d.rollout_gpus,
                                                     max_restarts=d.max_restarts)
     workers = [rollout_cls.remote(cfg, init_path) for _ in range(d.rollout_workers)]
+    if d.weight_sync == "collective":
+        learner.join_weight_group(workers)
     return learner, RayRollout(cfg, workers, learner.named_weights())
 
 

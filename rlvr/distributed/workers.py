@@ -6,7 +6,6 @@ from the Config and model folders alone, as the roles' constructors allow.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ import torch
 import torch.distributed as dist
 
 from rlvr.config import Config
+from rlvr.distributed import weight_sync
 from rlvr.distributed.data_parallel import DataParallelLearner, ShardedLearner
 from rlvr.models import load_model, load_tokenizer, resolve_placement
 from rlvr.rollout.scored import ScoredBatch
@@ -43,6 +43,7 @@ class RolloutWorker:
         policy = load_model(init_path).to(resolve_placement(cfg.model).device) if engine_name(cfg) == "hf" else None
         engine = build_engine(cfg, policy, tokenizer, init_path)
         self.rollout = Rollout(cfg, get_task(cfg.task.name, **cfg.task.options), engine)
+        self.group, self.layout = None, []  # the weight-sync group, with `distributed.weight_sync: collective`
 
     def collect(self, step: int, stream_state: dict | None, version: int) -> tuple[ScoredBatch, dict]:
         """The step's batch from the stream state after step - 1, and the stream state after it."""
@@ -55,6 +56,23 @@ class RolloutWorker:
 
     def load_weights(self, weights: dict[str, torch.Tensor], version: int) -> None:
         self.rollout.engine.load_weights(weights.items())
+        self.rollout.version = version
+
+    def ready(self) -> bool:
+        """Answered once every request sent before it is done (a collective needs every member idle):
+        whether this process is in the weight-sync group (one restarted by Ray is not)."""
+        return self.group is not None
+
+    def join_weight_group(self, master: tuple[str, int], rank: int, world: int, backend: str,
+                          layout: weight_sync.Layout) -> None:
+        self.group, self.layout = weight_sync.join_group(master, rank, world, backend), layout
+        self.device = torch.device("cuda" if backend == "nccl" else "cpu")  # gloo: the CPU is always there
+
+    def receive_weights(self, version: int) -> None:
+        """Learner rank 0's broadcast, loaded into the engine as `load_weights` loads the object store's."""
+        buffers = weight_sync.empty_buffers(self.layout, self.device)
+        weight_sync.broadcast(self.group, buffers)
+        self.rollout.engine.load_weights(weight_sync.unflatten(buffers, self.layout))
         self.rollout.version = version
 
     def evaluate(self, examples: list[Example], seed: int) -> tuple[dict[str, float], list[dict]]:
@@ -76,9 +94,9 @@ class LearnerWorker:
         if world == 1:
             self.learner = Learner(cfg, policy_path, init_path)
             return
-        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = master[0], str(master[1])
         backend = "nccl" if torch.cuda.is_available() and cfg.distributed.learner_gpus > 0 else "gloo"
-        dist.init_process_group(backend, rank=rank, world_size=world)
+        dist.init_process_group(backend, store=weight_sync.tcp_store(master, rank, world), rank=rank,
+                                world_size=world)
         self.sharded = cfg.distributed.shard
         self.learner = (ShardedLearner if self.sharded else DataParallelLearner)(cfg, policy_path, init_path, rank,
                                                                                  world)
@@ -95,6 +113,23 @@ class LearnerWorker:
         driver waits on the small one)."""
         weights = self.weights()
         return (weights if self.rank == 0 else None), self.learner.version
+
+    def weight_layout(self) -> tuple[str, weight_sync.Layout]:
+        """The weight-sync group's backend (from where the policy is) and the layout every sync follows."""
+        with torch.no_grad():
+            return weight_sync.backend_for(self.learner.device), weight_sync.layout_of(self.learner.named_weights())
+
+    def join_weight_group(self, master: tuple[str, int], world: int, backend: str) -> None:
+        """Rank 0 only: it is rank 0 of the weight-sync group too."""
+        self.group = weight_sync.join_group(master, 0, world, backend)
+
+    def send_weights(self) -> int:
+        """Rank 0 broadcasts its weights to the rollout workers (sharded, every rank gathers with it)."""
+        with torch.no_grad():
+            named = list(self.learner.named_weights())  # sharded: a gather every rank takes part in
+        if self.rank == 0:
+            weight_sync.broadcast(self.group, weight_sync.flatten(named))
+        return self.learner.version
 
     def logprobs(self, batch: ScoredBatch) -> torch.Tensor:
         return self.learner.logprobs(batch)

@@ -22,8 +22,9 @@ def _learn_config(path, model, **distributed):
         log={"progress": False, "plots": False, "tensorboard": False}, distributed=ray_sections(**distributed))
 
 
-@pytest.mark.parametrize("placement", [{"rollout_workers": 2}, {"rollout_workers": 1, "k": 1}],
-                         ids=["two_workers", "async_k1"])
+@pytest.mark.parametrize("placement", [{"rollout_workers": 2},
+                                       {"rollout_workers": 1, "k": 1, "weight_sync": "collective"}],
+                         ids=["two_workers", "async_k1_collective"])
 def test_sort_learns_on_ray(ray_cluster, tmp_path, warm_model, placement):
     result = train_distributed(load_config(None, [], base=_learn_config(tmp_path / "run", warm_model, **placement)))
     before, after = result.first_eval, result.final_eval
@@ -35,12 +36,15 @@ def test_sort_learns_on_ray(ray_cluster, tmp_path, warm_model, placement):
     assert all(0 < r["is/weight_mean"] <= 2.0 and 0 <= r["is/truncated_share"] < 1 for r in rows)
 
 
-@pytest.mark.parametrize("learners", [{}, {"learners": 2, "shard": True}], ids=["one_learner", "two_sharded"])
+@pytest.mark.parametrize("learners", [{}, {"learners": 2, "shard": True},
+                                      {"learners": 2, "shard": True, "weight_sync": "collective"}],
+                         ids=["one_learner", "two_sharded", "two_sharded_collective"])
 def test_ray_run_stopped_and_resumed_equals_local(ray_cluster, tmp_path, warm_model, learners):
     """A synchronous Ray run (one worker; one learner, or two sharding the policy with FSDP2) stopped
     after its step-2 checkpoint and resumed with Ray ends where the uninterrupted one-process run
     ends: same losses, same held-out metrics. Sharded, the checkpoint's policy and optimizer state
-    are gathered whole, and every rank takes its shard back on resume."""
+    are gathered whole, and every rank takes its shard back on resume; with `weight_sync: collective`
+    both ranks gather the weights and rank 0 broadcasts them to the rollout worker."""
     sections = {"train": {"steps": 4, "batch_size": 16, "group_size": 4}, "log": {"progress": False, "plots": False}}
     local = train(load_config(None, [], base=tiny_config(tmp_path / "local", warm_model, **sections)))
     stopped = tiny_config(tmp_path / "ray", warm_model, **{**sections, "train": {**sections["train"], "steps": 2}},
