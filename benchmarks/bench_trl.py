@@ -3,8 +3,8 @@
     .venv/bin/python benchmarks/bench_trl.py                # the demo's GRPO phase (600 steps)
     .venv/bin/python benchmarks/bench_trl.py --steps 150    # shorter
     .venv/bin/python benchmarks/bench_trl.py --only rlvr    # one side; the other is read from the last run
-    .venv/bin/python benchmarks/bench_trl.py --config configs/arith.yaml --target 0.5 --work .bench/trl-arith
-                                                            # the second task: 2-digit addition, Dr. GRPO
+    .venv/bin/python benchmarks/bench_trl.py --config configs/sort.yaml --set task.options.reward=sparse \
+        --target 0.7 --eval-every 20 --work .bench/trl-sort  # the second task: 5 digits, no KL, 12 new tokens
 
 1. The demo's tiny model and SFT warm start are built once with rlvr's own functions (same seed and
    settings as `rlvr demo`) and saved as a Hugging Face folder: `.bench/trl/warm`.
@@ -265,6 +265,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--config", type=Path, default=DEMO_CONFIG,
                    help="the run's config (default: the demo's; e.g. configs/arith.yaml, the second task)")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="a config override for both sides, as `rlvr train --set` (repeatable)")
     p.add_argument("--target", type=float, default=TARGET, help="held-out greedy accuracy to time the runs to")
     p.add_argument("--steps", type=int, default=None, help="RL steps (default: the config's train.steps)")
     p.add_argument("--threads", type=int, default=None,
@@ -272,7 +274,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--eval-every", type=int, default=25, help="held-out evaluation every this many RL steps")
     p.add_argument("--work", type=Path, default=ROOT / ".bench" / "trl", help="work folder (warm start, runs)")
     p.add_argument("--trl-venv", type=Path, default=ROOT / ".venv-trl", help="TRL's own virtualenv")
-    p.add_argument("--only", choices=["rlvr", "trl"], help="run one side; the other comes from the last results")
+    p.add_argument("--only", choices=["rlvr", "trl", "none"],
+                   help="run one side (or none: print the last results again, e.g. for another --target); "
+                        "the rest comes from the last results")
     p.add_argument("--trl-allocator", choices=["system", "tcmalloc"], default="system",
                    help="TRL's malloc: its default (glibc) or tcmalloc preloaded as rlvr's CLI does (rlvr's side "
                         "always starts like `rlvr train`: tcmalloc where installed, RLVR_ALLOCATOR=system to switch off)")
@@ -303,21 +307,21 @@ def main(argv: list[str] | None = None) -> None:
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
     config = args.config.resolve()
-    base = demo_config(path=config)
+    base = demo_config(args.sets, config)
     threads, steps = args.threads or base.threads or 1, args.steps or base.train.steps
-    warm = warm_start(demo_config([f"out_dir={work / 'warm'}"], config))  # exactly the config's SFT, its threads too
-    overrides = [f"out_dir={work / 'rlvr'}", f"model.path={warm}", f"threads={threads}", f"train.steps={steps}",
+    warm = warm_start(demo_config([*args.sets, f"out_dir={work / 'warm'}"], config))  # exactly the config's SFT, its threads too
+    overrides = [*args.sets, f"out_dir={work / 'rlvr'}", f"model.path={warm}", f"threads={threads}", f"train.steps={steps}",
                  f"eval.every={args.eval_every}", *RLVR_OVERRIDES]
     cfg = demo_config(overrides, config)
     results_file = work / "results.json"
     results = json.loads(results_file.read_text()) if args.only and results_file.is_file() else {}
-    if args.only != "trl":
+    if args.only in (None, "rlvr"):
         shutil.rmtree(work / "rlvr", ignore_errors=True)
         spec = work / "rlvr_spec.json"
         spec.write_text(json.dumps({"config": str(config), "overrides": overrides}))
         results["rlvr"] = _side("rlvr", [sys.executable, __file__, "--child-rlvr", str(spec), str(work / "rlvr.json")],
                                 threads, work, work / "rlvr.json")
-    if args.only != "rlvr":
+    if args.only in (None, "trl"):
         python = trl_python(args.trl_venv)
         per_rollout = cfg.algorithm.mu * (cfg.train.batch_size // cfg.mini_batch_size)
         t = cfg.task

@@ -8,6 +8,7 @@ from typing import Callable, Iterable
 
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 SCHEDULES = ("constant", "linear", "cosine")
 
@@ -45,7 +46,10 @@ def build_optimizer(model: nn.Module, lr: float, betas: tuple[float, float], eps
         {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
-    return torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, betas=tuple(betas), eps=eps)
+    # fused: one kernel over all tensors instead of torch's per-tensor loop on CPU (benchmarks/bench_update.py);
+    # FSDP2's DTensor parameters keep the default path
+    fused = all(p.device.type in ("cpu", "cuda") and not isinstance(p, DTensor) for p in params) or None
+    return torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, betas=tuple(betas), eps=eps, fused=fused)
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, schedule: str, warmup: int, total: int,

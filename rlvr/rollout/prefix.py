@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+from torch.distributed.fsdp import FSDPModule
 from transformers import DynamicCache
 
 from rlvr.rollout.kv_cache import cache_kwarg
@@ -74,9 +75,12 @@ def plan_shared_prefix(input_ids: Tensor, attention_mask: Tensor, mask: Tensor, 
 
 
 def shares_prefix(model) -> bool:
-    """Whether `model`'s forward can continue from an expanded `DynamicCache` with gradient."""
+    """Whether `model`'s forward can continue from an expanded `DynamicCache` with gradient. Not under
+    FSDP2: its forward and backward run collectives per module call, and whether sharing pays is
+    decided per micro-batch, so two ranks could call their modules a different number of times and
+    wait on each other for ever."""
     config = model.config
-    return (config._attn_implementation in KERNELS and not _checkpointing(model)
+    return (config._attn_implementation in KERNELS and not _checkpointing(model) and not isinstance(model, FSDPModule)
             and all(kind == "full_attention" for kind in getattr(config, "layer_types", None) or ["full_attention"])
             and getattr(config, "model_type", "") not in _RECURRENT)
 

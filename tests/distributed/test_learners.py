@@ -50,7 +50,9 @@ def test_two_learners_equal_one_after_three_steps(ray_cluster, tmp_path, warm_mo
         state, policy = ray_cluster.get([rank.state_dict.remote() for rank in ranks])[0], \
             ray_cluster.get([rank.policy.remote() for rank in ranks])[0]
         expected = learner.state_dict()
-        assert state["optimizer"]["param_groups"] == expected["optimizer"]["param_groups"]
+        kernel = lambda groups: [{k: v for k, v in g.items() if k != "fused"} for g in groups]  # noqa: E731
+        # the same hyperparameters; only the kernel differs (fused AdamW needs plain tensors, not DTensors)
+        assert kernel(state["optimizer"]["param_groups"]) == kernel(expected["optimizer"]["param_groups"])
         assert state["optimizer"]["state"].keys() == expected["optimizer"]["state"].keys()
         for i, moments in expected["optimizer"]["state"].items():
             for key, value in moments.items():

@@ -134,3 +134,18 @@ def test_shares_prefix_only_where_the_cache_allows(sharp_factory):
     assert not shares_prefix(model)
     model.config.layer_types = ["sliding_attention"] * model.config.num_hidden_layers
     assert not shares_prefix(model)
+
+
+def test_no_sharing_under_fsdp(sharp_factory):
+    """FSDP2 runs collectives per module call: ranks deciding per micro-batch could deadlock."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    model, _ = sharp_factory("qwen2", seed=7)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        fully_shard(model, mesh=init_device_mesh("cpu", (1,)))
+        assert not shares_prefix(model)
+    finally:
+        dist.destroy_process_group()

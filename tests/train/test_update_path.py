@@ -71,7 +71,7 @@ def test_token_budget_micro_batches_keep_the_update(config_factory):
     a, b = _weights(by_rows), _weights(by_tokens)
     assert any(not torch.equal(a[k], before[k]) for k in a)  # the update moved the policy
     for key in a:  # Adam divides by sqrt(v): a rounding-level gradient difference stays well below a step
-        torch.testing.assert_close(a[key], b[key], atol=1e-5, rtol=0)
+        torch.testing.assert_close(a[key], b[key], atol=3e-5, rtol=0)
 
 
 def _record_gradients(learner):
