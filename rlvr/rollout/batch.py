@@ -74,12 +74,10 @@ def encode_prompt_completion(tokenizer: PreTrainedTokenizerBase, prompt: str, co
 
 def pad_right(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[Tensor, Tensor]:
     """Ragged id lists -> (ids (B, T), attention_mask (B, T) bool), padded on the right."""
-    T = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), T), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), T), dtype=torch.bool)
-    for i, s in enumerate(seqs):
-        ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
-        mask[i, : len(s)] = True
+    lengths = torch.tensor([len(s) for s in seqs])  # (B,)
+    mask = torch.arange(int(lengths.max()))[None, :] < lengths[:, None]  # (B, T)
+    ids = torch.full(mask.shape, pad_id, dtype=torch.long)
+    ids[mask] = torch.tensor([t for s in seqs for t in s], dtype=torch.long)  # row-major: each row's run in order
     return ids, mask
 
 
@@ -90,17 +88,12 @@ def pack(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
         raise ValueError("a completion has no tokens; the engine must return at least one token")
     if any(not p for p in prompts):
         raise ValueError("a prompt has no tokens; the first completion token needs a position to predict it")
-    seqs = [list(p) + list(c) for p, c in zip(prompts, completions)]
-    L = max(map(len, seqs))
-    start = min(len(p) for p in prompts) - 1
-    ids = torch.full((len(seqs), L), pad_id, dtype=torch.long)
-    attn = torch.zeros((len(seqs), L), dtype=torch.bool)
-    mask = torch.zeros((len(seqs), L - 1 - start), dtype=torch.bool)  # (B, W)
-    for i, (p, seq) in enumerate(zip(prompts, seqs)):
-        ids[i, : len(seq)] = torch.tensor(seq, dtype=torch.long)
-        attn[i, : len(seq)] = True
-        first = len(p) - 1 - start  # label column of the first completion token
-        mask[i, first : len(seq) - 1 - start] = True
+    ids, attn = pad_right([[*p, *c] for p, c in zip(prompts, completions)], pad_id)  # (B, L)
+    prompt_len = torch.tensor([len(p) for p in prompts])  # (B,)
+    start = int(prompt_len.min()) - 1
+    # label column j predicts token start + 1 + j: a completion token when it lies in [len(p), len(seq))
+    position = torch.arange(start + 1, ids.shape[1])[None, :]  # (1, W)
+    mask = (position >= prompt_len[:, None]) & attn[:, start + 1 :]  # (B, W)
     return ids, attn, mask, start
 
 

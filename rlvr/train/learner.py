@@ -122,16 +122,19 @@ class Learner:
                 rows.mask = overlong_loss_mask(rows.mask, truncated)
         return rows
 
-    def _forward(self, mb: RolloutBatch) -> tuple[Tensor, Tensor, Tensor | None]:
-        """log pi (b, W), entropy (b, W) and, with a value model, V (b, W)."""
+    def _forward(self, mb: RolloutBatch, with_entropy: bool) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """log pi (b, W), entropy (b, W) or None and, with a value model, V (b, W)."""
         T = self.cfg.rollout.temperature
         if self.value_model is None:
-            return (*policy_logprobs(self.policy, mb, T, with_entropy=True), None)
-        return forward_with_values(self.policy, self.value_model, mb, T, with_entropy=True)
+            return (*policy_logprobs(self.policy, mb, T, with_entropy=with_entropy), None)
+        return forward_with_values(self.policy, self.value_model, mb, T, with_entropy=with_entropy)
 
-    def _micro_step(self, mb: RolloutBatch, denominator: Tensor | int, scale: float) -> dict[str, Tensor]:
-        """Forward + backward of one micro-batch; its loss is already divided for accumulation."""
-        logprobs, entropy, values = self._forward(mb)  # (b, W)
+    def _micro_step(self, mb: RolloutBatch, denominator: Tensor | int, scale: float,
+                    with_entropy: bool) -> dict[str, Tensor]:
+        """Forward + backward of one micro-batch; its loss is already divided for accumulation. The
+        entropy (a metric, no gradient) is measured in the first epoch only: every row once, at the
+        weights it was sampled from or a minibatch later (a softmax over the vocabulary per token)."""
+        logprobs, entropy, values = self._forward(mb, with_entropy)  # (b, W)
         old = logprobs.detach() if self.single_step else mb.old_logprobs
         obj = self.objective
         loss, metrics = obj.loss(logprobs, old, mb.advantages, mb.mask, mb.ref_logprobs, denominator, mb.is_weights)
@@ -140,7 +143,9 @@ class Learner:
                                                                   denominator)
             loss, metrics = loss + value_loss, {**metrics, **value_metrics}
         loss.backward()
-        return {"loss": loss.detach() * scale, "entropy": masked_mean(entropy, mb.mask), **metrics}
+        if entropy is not None:
+            metrics = {**metrics, "entropy": masked_mean(entropy, mb.mask)}
+        return {"loss": loss.detach() * scale, **metrics}
 
     def update(self, batch: ScoredBatch) -> dict[str, float]:
         """mu epochs x minibatches, each one optimizer step over accumulated micro-batches."""
@@ -151,7 +156,7 @@ class Learner:
         self.policy.train()
         stats, grad_norms, skipped = [], [], 0
         shuffle = torch.Generator().manual_seed(derive_seed(cfg.seed, batch.step, SHUFFLE))
-        for _ in range(cfg.algorithm.mu):
+        for epoch in range(cfg.algorithm.mu):
             order = torch.arange(len(rows)) if self.single_step else shuffled_groups(len(rows), batch.group_size,
                                                                                      shuffle)
             for lo in range(0, len(rows), mini):
@@ -159,7 +164,7 @@ class Learner:
                 denominator = accumulation_denominator(self.objective.aggregation, minibatch.mask)
                 self.optimizer.zero_grad(set_to_none=True)
                 parts = micro_batches(minibatch.attention_mask, micro, cfg.train.micro_batch_tokens)
-                mine = [self._micro_step(minibatch.select(part), denominator, len(parts))
+                mine = [self._micro_step(minibatch.select(part), denominator, len(parts), epoch == 0)
                         for part in parts[self.rank :: self.world]]  # this data-parallel rank's share
                 stats += mine
                 self._reduce_grads()  # data-parallel ranks: the mean gradient, before it is measured

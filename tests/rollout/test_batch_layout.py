@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlvr.rollout import HFEngine, SamplingParams
-from rlvr.rollout.batch import build_batch, completion_values, micro_batches, pack, policy_logprobs
+from rlvr.rollout.batch import build_batch, completion_values, micro_batches, pack, pad_right, policy_logprobs
 
 
 def test_policy_logprobs_recompute_the_sampler_logprobs(flat):
@@ -53,3 +53,45 @@ def test_micro_batches_partition_within_budget(lengths, tokens, rows):
             assert len(g) == 1 or len(g) * int(lengths[g].max()) <= tokens
         else:
             assert len(g) <= rows
+
+
+def test_pack_by_hand():
+    ids, attn, mask, start = pack([[5, 6], [7]], [[8], [9, 10, 11]], pad_id=0)
+    assert start == 0  # the shortest prompt's last token predicts the first completion token
+    assert ids.tolist() == [[5, 6, 8, 0], [7, 9, 10, 11]]
+    assert attn.tolist() == [[True, True, True, False], [True, True, True, True]]
+    # label column j holds token j + 1: row 0's completion token 8 sits at position 2, column 1
+    assert mask.tolist() == [[False, True, False], [True, True, True]]
+
+
+def _pack_by_rows(prompts, completions, pad_id):
+    """The plain loop `pack` vectorises: one row at a time."""
+    seqs = [p + c for p, c in zip(prompts, completions)]
+    L, start = max(map(len, seqs)), min(map(len, prompts)) - 1
+    ids = torch.full((len(seqs), L), pad_id)
+    attn = torch.zeros(len(seqs), L, dtype=torch.bool)
+    mask = torch.zeros(len(seqs), L - 1 - start, dtype=torch.bool)
+    for i, (p, seq) in enumerate(zip(prompts, seqs)):
+        ids[i, : len(seq)], attn[i, : len(seq)] = torch.tensor(seq), True
+        mask[i, len(p) - 1 - start : len(seq) - 1 - start] = True
+    return ids, attn, mask, start
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.integers(1, 50), min_size=1, max_size=6),
+                          st.lists(st.integers(1, 50), min_size=1, max_size=6)), min_size=1, max_size=8))
+def test_pack_equals_the_row_loop(rows):
+    prompts, completions = [p for p, _ in rows], [c for _, c in rows]
+    got, want = pack(prompts, completions, 0), _pack_by_rows(prompts, completions, 0)
+    assert got[3] == want[3]
+    for a, b in zip(got[:3], want[:3]):
+        assert torch.equal(a, b)
+    # every completion token is labelled exactly once, in order
+    labels = got[0][:, got[3] + 1 :][got[2]]
+    assert labels.tolist() == [t for c in completions for t in c]
+
+
+def test_pad_right_by_hand():
+    ids, attn = pad_right([[3, 4, 5], [6], []], pad_id=9)
+    assert ids.tolist() == [[3, 4, 5], [6, 9, 9], [9, 9, 9]]
+    assert attn.tolist() == [[True] * 3, [True, False, False], [False] * 3]

@@ -63,3 +63,22 @@ def test_state_dicts_round_trip(config_factory):
     assert learner2.scheduler.state_dict() == learner.scheduler.state_dict()
     for key, value in learner.value_model.state_dict().items():
         torch.testing.assert_close(learner2.value_model.state_dict()[key], value)
+
+
+def test_entropy_is_measured_in_the_first_epoch_only(config_factory, monkeypatch):
+    import rlvr.train.learner as learner_mod
+
+    rollout, learner = _roles(config_factory, "entropy", algorithm={"mu": 3})
+    calls, policy_logprobs = [], learner_mod.policy_logprobs
+
+    def recorded(model, batch, temperature, with_entropy=False, **kwargs):
+        calls.append(with_entropy)
+        return policy_logprobs(model, batch, temperature, with_entropy, **kwargs)
+
+    monkeypatch.setattr(learner_mod, "policy_logprobs", recorded)
+    batch = rollout.collect(1)
+    metrics = learner.update(batch)
+    steps_per_epoch = len(calls) // 3  # micro-steps per epoch (no-grad passes do not go through here)
+    assert steps_per_epoch >= 1 and len(calls) == 3 * steps_per_epoch
+    assert calls == [True] * steps_per_epoch + [False] * 2 * steps_per_epoch
+    assert 0.0 < metrics["entropy"] <= torch.log(torch.tensor(float(learner.policy.config.vocab_size))).item()
