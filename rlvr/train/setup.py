@@ -58,8 +58,9 @@ def local_roles(cfg: Config, task: Task, policy_path: Path, init_path: Path) -> 
     learner = Learner(cfg, policy_path, init_path)
     engine = build_engine(cfg, learner.policy, learner.tokenizer, init_path)
     if Path(policy_path) != Path(init_path):
-        # resume: an engine holding its own copy (vLLM) starts from `init`: give it the checkpoint's
-        # weights (a LoRA checkpoint folder holds adapters only, so the merged weights, not the folder)
+        # resume: an engine holding its own copy (vLLM) starts from `init`: give it the checkpoint's policy
+        # as every sync does (a LoRA checkpoint folder holds adapters only, so not the folder): the merged
+        # weights, or to an engine serving LoRA itself (`serves_adapters`) the adapters alone
         engine.load_weights(learner.named_weights())
     return learner, Rollout(cfg, task, engine)
 

