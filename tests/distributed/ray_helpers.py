@@ -14,6 +14,7 @@ _train = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_train)
 tiny_config, write_config, warm_model = _train.tiny_config, _train.write_config, _train.warm_model
 run_rlvr, spawn_rlvr = _train._rlvr, _train._spawn  # `rlvr ...` in a fresh interpreter (and in the background)
+ROOT, ENV = _train.ROOT, _train.ENV  # where, and with which environment, they run
 
 
 def ray_sections(**distributed) -> dict:

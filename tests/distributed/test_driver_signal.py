@@ -1,16 +1,19 @@
 """SIGINT (Ctrl-C: the whole process group) or SIGTERM (`kill PID`: the driver alone) to the driver of a
 Ray run: a checkpoint at the end of the step under way, exit code 128 + signal, every process of the
 run's Ray instance gone, and `rlvr train --resume` in a fresh driver then writes what an uninterrupted
-run writes, synchronous and asynchronous."""
+run writes, synchronous and asynchronous. A SIGTERM before the first step exits at once, with 143 too."""
 
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import psutil  # Ray's own dependency (it ships a copy)
 import pytest
 
-from ray_helpers import assert_same_run, latest_step, resumable_config, run_rlvr, spawn_rlvr, write_config
+from ray_helpers import (ENV, ROOT, assert_same_run, latest_step, ray_sections, resumable_config, run_rlvr, spawn_rlvr,
+                         tiny_config, write_config)
 from rlvr.train.checkpoint import latest_checkpoint
 from rlvr.train.preflight import check_checkpoint
 
@@ -75,3 +78,36 @@ def test_a_signal_checkpoints_stops_ray_and_the_resume_equals_uninterrupted(unin
     assert resumed.returncode == 0, resumed.stderr
     assert_same_run(run_dir, full, k)
 
+
+# `rlvr train CONFIG`, SIGTERM to itself while the roles are placed (Ray started, no step yet); prints the
+# pids of its Ray instance first
+_SIGTERM_IN_SETUP = """
+import os, signal, sys, time
+import psutil
+import rlvr.distributed.run as ray_run
+from rlvr.cli import main
+
+def placing(*args):
+    print(*(p.pid for p in psutil.Process().children(recursive=True)), flush=True)
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(60)
+
+ray_run.ray_roles = placing
+sys.exit(main(["train", sys.argv[1]]))
+"""
+
+
+def test_sigterm_before_the_first_step_exits_143_and_stops_ray(tmp_path, warm_model):
+    cfg = write_config(tmp_path / "run.yaml", tiny_config(tmp_path / "run", warm_model, distributed=ray_sections()))
+    proc = subprocess.run([sys.executable, "-c", _SIGTERM_IN_SETUP, str(cfg)], cwd=ROOT, env=ENV,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 143, proc.stderr
+    pids = [int(pid) for pid in proc.stdout.split()]  # GCS, raylet, agents (no actor was placed)
+    assert pids
+    ray_processes = []
+    for pid in pids:
+        try:
+            ray_processes.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:  # ended already
+            pass
+    _assert_all_end(ray_processes)
