@@ -247,7 +247,8 @@ class DistributedConfig:
     address: str = f("local", "Ray cluster: local (start one in this process), auto (join `ray start --head` on "
                               "this node) or HOST:PORT.")
     rollout_workers: int = f(1, "Rollout actors; steps go to them in turn, each batch seeded by its step.")
-    learners: int = f(1, "Data-parallel learner actors (torch.distributed, gloo on CPU, NCCL on GPU); each "
+    learners: int = f(1, "Data-parallel learner actors (torch.distributed: gloo when model.device puts the "
+                         "policy on CPU, NCCL on CUDA, `auto` resolved in each actor); each "
                          "takes an equal share of every minibatch's micro-batches, gradients are summed.")
     rollout_cpus: float = f(1.0, "CPUs reserved per rollout actor.")
     rollout_gpus: float = f(0.0, "GPUs reserved per rollout actor.")

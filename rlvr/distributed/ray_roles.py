@@ -22,7 +22,9 @@
 from __future__ import annotations
 
 import logging
+import signal
 import socket
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,7 +61,18 @@ def start_ray(cfg: Config) -> bool:
         ray.init(address="local", include_dashboard=False, log_to_driver=False)
     else:
         ray.init(address=address, log_to_driver=False)
+    _exit_on_sigterm()
     return True
+
+
+def _exit_on_sigterm() -> None:
+    """ray.init makes a SIGTERM exit the driver with code 15; rlvr's runs exit with 128 + signal (143), as
+    a driver killed by it and the loop's guard do. Before the loop (placing actors, loading models) and
+    after it, SIGTERM still exits at once, through the callers' cleanup (`train_distributed` stops Ray)."""
+    try:
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    except ValueError:  # not the main thread: leave signals to whoever owns them
+        pass
 
 
 class LearnerFailed(RunStopped):

@@ -27,7 +27,8 @@ TIMEOUT = timedelta(seconds=300)
 
 
 def backend_for(device: torch.device) -> str:
-    """The one place the collective's backend is chosen: from where the policy's tensors live."""
+    """The one place a torch.distributed backend is chosen, for the learners' data-parallel group and for
+    the weight-sync group: from where the policy's tensors live."""
     return "nccl" if device.type == "cuda" else "gloo"
 
 

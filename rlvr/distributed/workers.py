@@ -94,7 +94,8 @@ class LearnerWorker:
         if world == 1:
             self.learner = Learner(cfg, policy_path, init_path)
             return
-        backend = "nccl" if torch.cuda.is_available() and cfg.distributed.learner_gpus > 0 else "gloo"
+        # the policy's device in this actor (`auto`: a GPU only if Ray gave it one), as the weight sync's group
+        backend = weight_sync.backend_for(resolve_placement(cfg.model).device)
         dist.init_process_group(backend, store=weight_sync.tcp_store(master, rank, world), rank=rank,
                                 world_size=world)
         self.sharded = cfg.distributed.shard

@@ -5,7 +5,9 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from ray_helpers import warm_model, write_config  # noqa: E402,F401  the train tests' fixtures
+from ray_helpers import resumable_config, warm_model, write_config  # noqa: E402,F401  the train tests' fixtures
+from rlvr.config import load_config  # noqa: E402
+from rlvr.distributed.run import train_distributed  # noqa: E402
 
 
 def pytest_collection_modifyitems(items):
@@ -20,3 +22,17 @@ def ray_cluster():
     yield ray
     ray.shutdown()
 
+
+@pytest.fixture(scope="session")
+def uninterrupted(ray_cluster, warm_model, tmp_path_factory):
+    """`uninterrupted(k)`: the run folder of `resumable_config` at staleness k left alone, run once per
+    session (the kill and signal tests compare their resumed runs with it)."""
+    runs = {}
+
+    def run(k: int):
+        if k not in runs:
+            cfg = resumable_config(tmp_path_factory.mktemp(f"uninterrupted_k{k}") / "run", warm_model, k)
+            runs[k] = train_distributed(load_config(None, [], base=cfg)).run_dir
+        return runs[k]
+
+    return run

@@ -3,11 +3,14 @@ learner."""
 
 import pytest
 import torch
+import torch.distributed as dist
 
 from ray_helpers import ray_sections, tiny_config
 from rlvr.config import load_config
+from rlvr.distributed import weight_sync
 from rlvr.distributed.ray_roles import _free_port
 from rlvr.distributed.workers import LearnerWorker
+from rlvr.models import placement
 from rlvr.tasks import get_task
 from rlvr.train.setup import local_roles
 
@@ -62,3 +65,32 @@ def test_two_learners_equal_one_after_three_steps(ray_cluster, tmp_path, warm_mo
             torch.testing.assert_close(policy.state_dict()[name], tensor, atol=1e-5, rtol=1e-5)
     for rank in ranks:
         ray_cluster.kill(rank)
+
+
+class _Joined(Exception):
+    """Raised by the stand-in for `init_process_group`, carrying the backend it was asked for."""
+
+
+@pytest.mark.parametrize("device, gpus, cuda", [("cpu", 0, False), ("auto", 0, False), ("cpu", 1, True),
+                                                ("auto", 1, True), ("cuda", 0, True)])
+def test_the_learners_group_backend_is_the_weight_syncs_for_the_policys_device(tmp_path, monkeypatch, device,
+                                                                               gpus, cuda):
+    """The learners' data-parallel group and the weight-sync group choose their backend in one place
+    (`weight_sync.backend_for`) from where this process puts the policy: a policy on CPU all-reduces
+    with gloo even where a GPU is reserved and visible (NCCL cannot reduce CPU tensors), and one on
+    CUDA with NCCL. `cuda`: whether this process sees a GPU (faked: the tests run on CPU)."""
+    monkeypatch.setattr(placement, "cuda_device_count", lambda: int(cuda))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(weight_sync, "tcp_store", lambda *args: None)  # no rendezvous: nobody else joins
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)  # the worker's, not this test process's
+
+    def join(backend, **kwargs):
+        raise _Joined(backend)
+
+    monkeypatch.setattr(dist, "init_process_group", join)
+    cfg = load_config(None, [f"model.device={device}", "distributed.backend=ray", f"distributed.learner_gpus={gpus}"],
+                      base={"model": {"tiny_preset": "test"}, "out_dir": str(tmp_path)})
+    with pytest.raises(_Joined) as joined:
+        LearnerWorker(cfg, tmp_path, tmp_path, 0, 2, ("127.0.0.1", 0))
+    expected = weight_sync.backend_for(placement.resolve_placement(cfg.model).device)
+    assert str(joined.value) == expected == ("nccl" if device != "cpu" and cuda else "gloo")

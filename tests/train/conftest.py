@@ -46,9 +46,11 @@ def _rlvr(*args: str) -> subprocess.CompletedProcess:
                           cwd=ROOT, env=ENV, timeout=300)
 
 
-def _spawn(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "rlvr", *args], cwd=ROOT, env=ENV,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def _spawn(*args: str, **popen) -> subprocess.Popen:
+    """`popen`: Popen's options over these (e.g. `stderr=file`, `start_new_session=True`)."""
+    return subprocess.Popen([sys.executable, "-m", "rlvr", *args],
+                            **{"cwd": ROOT, "env": ENV, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL,
+                               **popen})
 
 
 @pytest.fixture
