@@ -15,6 +15,7 @@ _spec.loader.exec_module(_train)
 tiny_config, write_config, warm_model = _train.tiny_config, _train.write_config, _train.warm_model
 run_rlvr, spawn_rlvr = _train._rlvr, _train._spawn  # `rlvr ...` in a fresh interpreter (and in the background)
 ROOT, ENV = _train.ROOT, _train.ENV  # where, and with which environment, they run
+latest_step = _train.latest_step  # the step of the newest checkpoint of a run in progress
 
 
 def ray_sections(**distributed) -> dict:
@@ -29,12 +30,6 @@ def resumable_config(run_dir, model, k: int) -> dict:
                        rollout={"max_staleness": k}, algorithm={"is_cap": 2.0},
                        checkpoint={"every": 1, "keep": 2}, eval={"every": 3, "samples": 2},
                        distributed=ray_sections())
-
-
-def latest_step(run_dir: Path) -> int:
-    """The step of the checkpoint `latest` names (0: none yet)."""
-    pointer = Path(run_dir) / "checkpoints" / "latest"
-    return int(pointer.read_text().split("_")[1]) if pointer.exists() else 0
 
 
 def assert_same_run(run_dir: Path, full: Path, k: int) -> None:

@@ -1,4 +1,5 @@
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -51,6 +52,38 @@ def _spawn(*args: str, **popen) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "rlvr", *args],
                             **{"cwd": ROOT, "env": ENV, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL,
                                **popen})
+
+
+def latest_step(run_dir: Path) -> int:
+    """The step of the checkpoint `checkpoints/latest` names (0: none yet), read while a run writes them."""
+    pointer = Path(run_dir) / "checkpoints" / "latest"
+    return int(pointer.read_text().split("_")[1]) if pointer.exists() else 0
+
+
+def crash_after(full: Path, step: int, crashed: Path) -> Path:
+    """A copy of the finished run `full` as a crash right after its step-`step` checkpoint leaves it:
+    later checkpoints and the final model gone, `latest` naming that one."""
+    shutil.copytree(full, crashed)
+    checkpoints = crashed / "checkpoints"
+    for later in checkpoints.glob("step_*"):
+        if int(later.name.split("_")[1]) > step:
+            shutil.rmtree(later)
+    (checkpoints / "latest").write_text(f"step_{step:06d}")
+    for folder in ("final_model", "final_adapter"):
+        shutil.rmtree(crashed / folder, ignore_errors=True)
+    return crashed
+
+
+@pytest.fixture
+def crash():
+    """`crash_after`, for the resume tests."""
+    return crash_after
+
+
+@pytest.fixture
+def checkpoint_step():
+    """`latest_step`, for the tests that stop a run once it has checkpointed."""
+    return latest_step
 
 
 @pytest.fixture

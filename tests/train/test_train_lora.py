@@ -2,7 +2,6 @@
 the weights a LoRA learner hands each engine."""
 
 import pickle
-import shutil
 
 import pytest
 import torch
@@ -19,7 +18,7 @@ SECTIONS = dict(train={"steps": 4, "batch_size": 16, "group_size": 4},
                 algorithm={"beta": 0.02})  # beta > 0: the reference (adapters disabled) is used
 
 
-def test_lora_run_checkpoints_adapters_and_resumes_exactly(config_factory, warm_model):
+def test_lora_run_checkpoints_adapters_and_resumes_exactly(config_factory, warm_model, crash):
     config = config_factory("full", **SECTIONS)
     cfg = yaml.safe_load(config.read_text())
     cfg["model"]["lora"] = {"r": 8, "alpha": 16}
@@ -35,12 +34,7 @@ def test_lora_run_checkpoints_adapters_and_resumes_exactly(config_factory, warm_
     assert changed and all(n.endswith("proj.weight") for n in changed)  # only adapted linears moved
 
     # a crash after the step-2 checkpoint: resume from it and finish
-    crashed = config.parent / "crashed"
-    shutil.copytree(full, crashed)
-    shutil.rmtree(crashed / "checkpoints" / "step_000004")
-    (crashed / "checkpoints" / "latest").write_text("step_000002")
-    for folder in ("final_model", "final_adapter"):
-        shutil.rmtree(crashed / folder)
+    crashed = crash(full, 2, config.parent / "crashed")
     assert main(["train", "--resume", str(crashed)]) == 0
     assert (crashed / "metrics.jsonl").read_text() == (full / "metrics.jsonl").read_text()
     resumed = load_file(str(crashed / "final_adapter" / "adapter_model.safetensors"))

@@ -16,12 +16,7 @@ SECTIONS = dict(train={"steps": 8, "batch_size": 16, "group_size": 4}, checkpoin
                 eval={"every": 3, "samples": 2})
 
 
-def latest_step(run_dir) -> int:
-    pointer = run_dir / "checkpoints" / "latest"
-    return int(pointer.read_text().split("_")[1]) if pointer.exists() else 0
-
-
-def test_kill_9_then_resume_equals_uninterrupted(config_factory, rlvr):
+def test_kill_9_then_resume_equals_uninterrupted(config_factory, rlvr, checkpoint_step):
     full = config_factory("full", **SECTIONS)
     done = rlvr("train", str(full))
     assert done.returncode == 0, done.stderr
@@ -30,12 +25,12 @@ def test_kill_9_then_resume_equals_uninterrupted(config_factory, rlvr):
     run_dir = killed.parent / "killed"
     proc = rlvr.spawn("train", str(killed))
     deadline = time.monotonic() + 240
-    while latest_step(run_dir) < 3 and proc.poll() is None and time.monotonic() < deadline:
+    while checkpoint_step(run_dir) < 3 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     assert proc.poll() is None, "the run ended before it could be killed"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    assert 3 <= latest_step(run_dir) < 8
+    assert 3 <= checkpoint_step(run_dir) < 8
     assert not (run_dir / "final_model").exists()
 
     resumed = rlvr("train", "--resume", str(run_dir))

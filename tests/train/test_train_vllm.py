@@ -6,10 +6,8 @@ Every run starts RL from the same SFT warm start (the HF run's, reused by the vL
 vLLM's CPU attention needs a head size of at least 32, so the tiny model has 2 heads of 32 instead of 4 of 16.
 """
 
-import json
 import logging
 import os
-import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -18,6 +16,7 @@ import torch
 
 from rlvr.cli import main
 from rlvr.config import load_config
+from rlvr.jsonl import read_jsonl
 from rlvr.rollout import SamplingParams
 from rlvr.train.loop import train
 from rlvr.train.setup import prepare_run
@@ -33,16 +32,12 @@ COMMON = ["model.tiny_sizes.num_heads=2", f"train.steps={STEPS}", f"eval.every={
           "checkpoint.every=0", "log.plots=false"]
 
 
-def _metrics(out: Path) -> list[dict]:
-    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-
-
 def _train(out: Path, *sets: str) -> list[dict]:
     argv = ["train", str(ROOT / "configs" / "sort.yaml")]
     for value in [*COMMON, f"out_dir={out}", *sets]:
         argv += ["--set", value]
     assert main(argv) == 0
-    return _metrics(out)
+    return read_jsonl(out / "metrics.jsonl")
 
 
 @contextmanager
@@ -70,7 +65,7 @@ def hf_run(tmp_path_factory) -> tuple[Path, list[dict]]:
 
 
 def _synced_every_step(out: Path) -> bool:
-    timings = [json.loads(line) for line in (out / "timings.jsonl").read_text().splitlines()]
+    timings = read_jsonl(out / "timings.jsonl")
     return all(t["sync_s"] > 0 for t in timings if t["step"])
 
 
@@ -137,17 +132,12 @@ def _logprobs(model, completion) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("mode", ["adapter", "merge"])
-def test_vllm_lora_run_resumes_as_the_uninterrupted_run(tmp_path, mode, request):
+def test_vllm_lora_run_resumes_as_the_uninterrupted_run(tmp_path, mode, request, crash):
     """A crash after the HALF checkpoint, then `rlvr train --resume`: the engine, built from the start
     model, serves the checkpoint's policy (as adapters, or merged), not the base model (which is also
     the start adapters' policy: B = 0), and the resumed steps repeat the uninterrupted run's exactly."""
     full, metrics = request.getfixturevalue(f"{mode}_run")[:2]
-    crashed = tmp_path / "crashed"
-    shutil.copytree(full, crashed)
-    shutil.rmtree(crashed / "checkpoints" / f"step_{STEPS:06d}")
-    (crashed / "checkpoints" / "latest").write_text(f"step_{HALF:06d}")
-    for folder in ("final_model", "final_adapter"):
-        shutil.rmtree(crashed / folder)
+    crashed = crash(full, HALF, tmp_path / "crashed")
     cfg = load_config(crashed / "config.yaml", [f"out_dir={crashed}"])  # as `rlvr train --resume` loads it
     run = prepare_run(cfg, resume=True)
     assert run.start_step == HALF
@@ -163,6 +153,6 @@ def test_vllm_lora_run_resumes_as_the_uninterrupted_run(tmp_path, mode, request)
     assert max((torch.tensor(c.logprobs) - b).abs().max().item() for c, b in zip(served, base)) > 1e-2
 
     train(cfg, resume=True, run=run)
-    resumed = _metrics(crashed)
+    resumed = read_jsonl(crashed / "metrics.jsonl")
     assert [r["step"] for r in resumed] == [r["step"] for r in metrics] == list(range(STEPS + 1))
     assert resumed == metrics  # measured bit-equal, as the HF engine's resume (test_train_resume.py)
