@@ -93,12 +93,14 @@ def _callback(clock: TrainClock, spec: dict, tokenizer, task, held_out):
     from transformers import TrainerCallback
 
     per_rollout, every, steps = spec["updates_per_rollout"], spec["eval_every"], spec["steps"]
+    stop_at = spec.get("stop_at")  # --stop-at-target: end at the first evaluation at this accuracy
 
-    def evaluate(model, step: int) -> None:
+    def evaluate(model, step: int) -> float:
         with clock.paused():
             acc = greedy_accuracy(model, tokenizer, task, held_out, spec["max_new_tokens"])
         clock.evaluated(step, acc)
         print(f"[trl] step {step}: held-out greedy exact accuracy {acc:.3f}", flush=True)
+        return acc
 
     class Clock(TrainerCallback):
         """An RL step = one generation batch = `per_rollout` optimizer steps (mu x minibatches)."""
@@ -112,7 +114,8 @@ def _callback(clock: TrainClock, spec: dict, tokenizer, task, held_out):
             step = state.global_step // per_rollout
             clock.step(step)
             if (every and step % every == 0) or step == steps:
-                evaluate(model, step)
+                if evaluate(model, step) >= (stop_at if stop_at is not None else float("inf")):
+                    control.should_training_stop = True
 
     return Clock()
 

@@ -2,7 +2,8 @@
 
     .venv/bin/python benchmarks/bench_trl.py                # the demo's GRPO phase (600 steps)
     .venv/bin/python benchmarks/bench_trl.py --steps 150    # shorter
-    .venv/bin/python benchmarks/bench_trl.py --only rlvr    # one side; the other is read from the last run
+    .venv/bin/python benchmarks/bench_trl.py --seeds 3 --stop-at-target  # RL seeds 0, 1, 2; medians
+    .venv/bin/python benchmarks/bench_trl.py --schedule sequential --only rlvr  # one side; the other: last run
     .venv/bin/python benchmarks/bench_trl.py --config configs/sort.yaml --set task.options.reward=sparse \
         --target 0.7 --eval-every 20 --work .bench/trl-sort  # the second task: 5 digits, no KL, 12 new tokens
 
@@ -11,7 +12,12 @@
 2. rlvr's GRPO loop trains from that folder with the demo's GRPO config, in a child process.
 3. TRL (installed into its own virtualenv `.venv-trl` on first use, versions pinned below) trains the
    same folder with `GRPOTrainer`, with the config mapped by `trl_arguments`, in another child process.
-Both children run one after the other (never together) with the same torch thread count. The table
+By default (`--schedule together`) both children run at the same time, each pinned to a core of its own
+with one torch thread: this VM's speed drifts by up to 2x within half an hour, which one-after-the-other
+runs (`--schedule sequential`) would read as a difference between the trainers; side by side, both see
+the same machine. With `--seeds K` the pair runs for RL seeds seed .. seed + K - 1 from the one warm
+start, and the ratios are given per seed and as medians (which step first reaches the target differs by
+seed on either side). `--stop-at-target` ends each side at its first evaluation at the target. The table
 gives s/step and CPU-s/step of training (evaluation paused out; steps 2..N), split into rollout
 (sampling + reward) and update (old/reference log-probs, loss, backward, AdamW), the training time until
 the held-out greedy exact-match accuracy (200 prompts, the demo's set) first reaches 0.9, the peak RSS of
@@ -135,9 +141,13 @@ def warm_start(cfg) -> Path:
     return path
 
 
+class _Reached(Exception):
+    """Raised by the rlvr child's evaluation hook at the target accuracy under --stop-at-target."""
+
+
 def rlvr_child(spec: dict) -> dict:
     """rlvr's loop on the spec's config, timed by a TrainClock hooked onto its evaluation and its
-    per-step log call (the loop itself is untouched)."""
+    per-step log call (the loop itself is untouched); `spec["stop_at"]`: end at that accuracy."""
     import torch
     import transformers
 
@@ -152,8 +162,12 @@ def rlvr_child(spec: dict) -> dict:
     def timed_evaluate(run, step, *rest):  # rest: the loop's run guard
         with clock.paused():
             metrics = evaluate(run, step, *rest)
-        clock.evaluated(step, metrics["eval/greedy_accuracy"])
-        print(f"[rlvr] step {step}: held-out greedy exact accuracy {metrics['eval/greedy_accuracy']:.3f}", flush=True)
+        accuracy = metrics["eval/greedy_accuracy"]
+        clock.evaluated(step, accuracy)
+        print(f"[rlvr] step {step}: held-out greedy exact accuracy {accuracy:.3f}", flush=True)
+        if step > 0 and spec.get("stop_at") is not None and accuracy >= spec["stop_at"]:
+            clock.step(step)  # the loop logs (and clocks) a step after its evaluation
+            raise _Reached
         return metrics
 
     def timed_log(step, metrics, timings):
@@ -163,7 +177,10 @@ def rlvr_child(spec: dict) -> dict:
 
     loop._evaluate, run.logger.log = timed_evaluate, timed_log
     run.rollout.collect = clock.timed_rollout(run.rollout.collect)  # prompts -> scored completions
-    loop.train(cfg, run=run)
+    try:
+        loop.train(cfg, run=run)
+    except _Reached:
+        pass
     from rlvr.allocator import loaded_allocator
 
     return {**clock.as_dict(), "versions": {"transformers": transformers.__version__, "torch": torch.__version__},
@@ -171,20 +188,27 @@ def rlvr_child(spec: dict) -> dict:
             "allocator": loaded_allocator(Path("/proc/self/maps").read_text()) or "system"}
 
 
-def run_child(argv: list[str], threads: int, log_path: Path, preload: str | None = None) -> dict:
-    """Run `argv` to completion -> its own peak RSS in MiB (wait4's rusage of that process, not the
-    running maximum over all children that RUSAGE_CHILDREN would give). `preload`: a library for LD_PRELOAD."""
+def start_child(argv: list[str], threads: int, log_path: Path, preload: str | None = None,
+                cpu: int | None = None) -> subprocess.Popen:
+    """Start `argv` with `threads` torch/OpenMP threads; `preload`: a library for LD_PRELOAD; `cpu`: the
+    one core it may run on (its children too)."""
     env = {**os.environ, **({"LD_PRELOAD": preload} if preload else {}),
            "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
            "CUDA_VISIBLE_DEVICES": "", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
            "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    pin = None if cpu is None else (lambda: os.sched_setaffinity(0, {cpu}))
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-        _, status, usage = os.wait4(proc.pid, 0)
+        return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=pin)
+
+
+def wait_child(proc: subprocess.Popen, log_path: Path) -> dict:
+    """Wait for `proc` -> its own peak RSS in MiB (wait4's rusage of that process, not the running
+    maximum over all children that RUSAGE_CHILDREN would give)."""
+    _, status, usage = os.wait4(proc.pid, 0)
     code = os.waitstatus_to_exitcode(status)
     if code:
         tail = "".join(log_path.read_text().splitlines(keepends=True)[-30:])
-        raise SystemExit(f"{argv[1]} failed (exit {code}); last lines of {log_path}:\n{tail}")
+        raise SystemExit(f"{proc.args[1]} failed (exit {code}); last lines of {log_path}:\n{tail}")
     return {"peak_rss_mib": usage.ru_maxrss / 1024}  # ru_maxrss is in KiB on Linux
 
 
@@ -217,20 +241,37 @@ def trl_python(venv: Path) -> Path:
     return python
 
 
-def summarize(result: dict, steps: int, target: float = TARGET) -> dict:
-    """s/step and CPU-s/step over steps 2..N (step 1 pays one-off warm-up), training time to `target`."""
+def summarize(result: dict, steps: int, target: float = TARGET, stopped: bool = False) -> dict:
+    """s/step and CPU-s/step over steps 2..N (step 1 pays one-off warm-up), training time to `target`.
+    `stopped`: the run may have ended before `steps` (--stop-at-target)."""
     clock = {s: rest for s, *rest in result["steps"]}  # step -> (wall, CPU, rollout wall, rollout CPU)
     first, last = min(clock), max(clock)
-    if last != steps or last - first < 1:
+    if (last != steps and not stopped) or last - first < 1:
         raise SystemExit(f"expected steps 1..{steps} in the result, got {first}..{last}")
     n = last - first
     reached = next(((s, wall) for s, wall, _, acc in result["evals"] if acc >= target), None)
     per_step = [(b - a) / n for a, b in zip(clock[first], clock[last])]
     return {"s_per_step": per_step[0], "cpu_per_step": per_step[1], "rollout_cpu_per_step": per_step[3],
             "update_cpu_per_step": per_step[1] - per_step[3],
-            "acc_start": result["evals"][0][3], "acc_final": result["evals"][-1][3],
+            "acc_start": result["evals"][0][3], "acc_final": result["evals"][-1][3], "last_step": last,
             "to_target_s": reached[1] if reached else None, "to_target_step": reached[0] if reached else None,
             "peak_rss_mib": result["peak_rss_mib"]}
+
+
+def ratios(rows: dict[str, dict]) -> dict[str, float | None]:
+    """TRL / rlvr per figure (> 1: rlvr faster or leaner); None where a side has no figure."""
+    r, t = rows["rlvr"], rows["trl"]
+    return {k: t[k] / r[k] if r.get(k) and t.get(k) is not None else None
+            for k in ("s_per_step", "cpu_per_step", "rollout_cpu_per_step", "update_cpu_per_step", "to_target_s",
+                      "peak_rss_mib")}
+
+
+def median(values: list[float]) -> float | None:
+    values = sorted(v for v in values if v is not None)
+    if not values:
+        return None
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
 
 
 def _fmt(value, spec: str) -> str:
@@ -239,9 +280,7 @@ def _fmt(value, spec: str) -> str:
 
 def table(rows: dict[str, dict], steps: int, target: float = TARGET) -> str:
     r, t = rows["rlvr"], rows["trl"]
-
-    def ratio(key):
-        return t[key] / r[key] if r.get(key) and t.get(key) is not None else None
+    ratio = ratios(rows).get
 
     reach = {k: (f"{v['to_target_s']:.0f} s (step {v['to_target_step']})" if v["to_target_s"] is not None
                  else f"not in {steps} steps") for k, v in rows.items()}
@@ -256,8 +295,9 @@ def table(rows: dict[str, dict], steps: int, target: float = TARGET) -> str:
              f"{f'training time to {target} held-out acc':34}{reach['rlvr']:>22}{reach['trl']:>22}"
              f"{_fmt(ratio('to_target_s'), '>12.2f')}",
              f"{'peak RSS (MiB)':34}{r['peak_rss_mib']:>22.0f}{t['peak_rss_mib']:>22.0f}{_fmt(ratio('peak_rss_mib'), '>12.2f')}",
-             f"{'held-out acc: warm start -> final':34}{r['acc_start']:>13.3f} -> {r['acc_final']:.3f}"
-             f"{t['acc_start']:>13.3f} -> {t['acc_final']:.3f}"]
+             f"{'held-out acc: warm start -> last':34}{r['acc_start']:>13.3f} -> {r['acc_final']:.3f}"
+             f"{t['acc_start']:>13.3f} -> {t['acc_final']:.3f}",
+             f"{'last step':34}{r['last_step']:>22}{t['last_step']:>22}"]
     return "\n".join(lines)
 
 
@@ -274,25 +314,77 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--eval-every", type=int, default=25, help="held-out evaluation every this many RL steps")
     p.add_argument("--work", type=Path, default=ROOT / ".bench" / "trl", help="work folder (warm start, runs)")
     p.add_argument("--trl-venv", type=Path, default=ROOT / ".venv-trl", help="TRL's own virtualenv")
+    p.add_argument("--seeds", type=int, default=1,
+                   help="how many RL seeds, from --first-seed on (one warm start); ratios per seed and medians")
+    p.add_argument("--first-seed", type=int, default=None,
+                   help="the first RL seed (default: the config's seed, which also seeds the warm start)")
+    p.add_argument("--schedule", choices=["together", "sequential"], default="together",
+                   help="together (default): both sides at once, each pinned to a core of its own, so both see the "
+                        "same machine speed (needs 2 cores and 1 thread); sequential: one after the other")
+    p.add_argument("--stop-at-target", action="store_true",
+                   help="end each side at its first evaluation at the target (per-step figures: the steps it ran)")
     p.add_argument("--only", choices=["rlvr", "trl", "none"],
                    help="run one side (or none: print the last results again, e.g. for another --target); "
-                        "the rest comes from the last results")
+                        "the rest comes from the last results (one seed, sequential schedule)")
     p.add_argument("--trl-allocator", choices=["system", "tcmalloc"], default="system",
                    help="TRL's malloc: its default (glibc) or tcmalloc preloaded as rlvr's CLI does (rlvr's side "
                         "always starts like `rlvr train`: tcmalloc where installed, RLVR_ALLOCATOR=system to switch off)")
     p.add_argument("--child-rlvr", nargs=2, metavar=("SPEC", "OUT"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    for name in ("steps", "threads", "eval_every"):
+    for name in ("steps", "threads", "eval_every", "seeds"):
         value = getattr(args, name)
         if value is not None and value < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    if args.only in ("rlvr", "trl") and (args.seeds > 1 or args.schedule == "together"):
+        p.error("--only rlvr/trl reruns one side of a one-seed sequential run: add --schedule sequential, "
+                "no --seeds")
+    if args.schedule == "together" and not args.child_rlvr and args.only != "none":
+        if len(os.sched_getaffinity(0)) < 2:
+            p.error("--schedule together needs 2 cores to pin the sides to; use --schedule sequential")
     return args
 
 
-def _side(name: str, argv: list[str], threads: int, work: Path, out: Path, preload: str | None = None) -> dict:
-    print(f"{name}: training (log: {work / f'{name}.log'}) ...", flush=True)
-    usage = run_child(argv, threads, work / f"{name}.log", preload)
-    return {**json.loads(out.read_text()), **usage}
+def run_pair(args, cfg, config: Path, overrides: list[str], warm: Path, steps: int, threads: int, work: Path,
+             seed: int, last: dict) -> dict:
+    """One rlvr run and one TRL run of RL seed `seed` -> {"rlvr": result, "trl": result}; `last`: the
+    previous results, which supply the side that `--only` leaves out."""
+    stop_at = args.target if args.stop_at_target else None
+    tag = "" if args.seeds == 1 else f"-seed{seed}"
+    sides = {}
+    if args.only in (None, "rlvr"):
+        shutil.rmtree(work / "rlvr", ignore_errors=True)
+        spec = work / "rlvr_spec.json"
+        spec.write_text(json.dumps({"config": str(config), "overrides": overrides, "stop_at": stop_at}))
+        sides["rlvr"] = ([sys.executable, __file__, "--child-rlvr", str(spec), str(work / "rlvr.json")], None)
+    if args.only in (None, "trl"):
+        python = trl_python(args.trl_venv)
+        per_rollout = cfg.algorithm.mu * (cfg.train.batch_size // cfg.mini_batch_size)
+        t = cfg.task
+        spec = work / "trl_spec.json"
+        spec.write_text(json.dumps({
+            "repo": str(ROOT), "model": str(warm), "out_dir": str(work / "trl"), "threads": threads, "steps": steps,
+            "trl_args": trl_arguments(cfg, steps), "updates_per_rollout": per_rollout, "eval_every": args.eval_every,
+            "max_new_tokens": cfg.rollout.max_new_tokens, "stop_at": stop_at,
+            "task": {"name": t.name, "options": t.options, "train_size": t.train_size, "seed": cfg.seed,
+                     "eval_size": t.eval_size, "eval_seed": t.eval_seed}}))
+        sides["trl"] = ([str(python), str(Path(__file__).parent / "_trl_side.py"), str(spec), str(work / "trl.json")],
+                        _preload(args.trl_allocator))
+    together = args.schedule == "together"
+    cores = sorted(os.sched_getaffinity(0))
+    result = dict(last)
+    running = {}
+    for i, (name, (argv, preload)) in enumerate(sides.items()):
+        log = work / f"{name}{tag}.log"
+        print(f"{name} (seed {seed}): training{' on core %d' % cores[i] if together else ''} (log: {log}) ...",
+              flush=True)
+        running[name] = (start_child(argv, threads, log, preload, cores[i] if together else None), log)
+        if not together:
+            result[name] = {**wait_child(*running.pop(name)), **json.loads((work / f"{name}.json").read_text())}
+    for name, (proc, log) in running.items():
+        result[name] = {**wait_child(proc, log), **json.loads((work / f"{name}.json").read_text())}
+    if "trl" in sides:
+        result["trl"]["allocator"] = args.trl_allocator
+    return result
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -309,46 +401,52 @@ def main(argv: list[str] | None = None) -> None:
     config = args.config.resolve()
     base = demo_config(args.sets, config)
     threads, steps = args.threads or base.threads or 1, args.steps or base.train.steps
+    if args.schedule == "together" and threads != 1 and args.only != "none":
+        print("bench_trl.py: error: --schedule together pins each side to one core: the torch threads must be 1 "
+              f"(got {threads}; pass --threads 1 or --schedule sequential)", file=sys.stderr)
+        raise SystemExit(2)
     warm = warm_start(demo_config([*args.sets, f"out_dir={work / 'warm'}"], config))  # exactly the config's SFT, its threads too
-    overrides = [*args.sets, f"out_dir={work / 'rlvr'}", f"model.path={warm}", f"threads={threads}", f"train.steps={steps}",
-                 f"eval.every={args.eval_every}", *RLVR_OVERRIDES]
-    cfg = demo_config(overrides, config)
     results_file = work / "results.json"
-    results = json.loads(results_file.read_text()) if args.only and results_file.is_file() else {}
-    if args.only in (None, "rlvr"):
-        shutil.rmtree(work / "rlvr", ignore_errors=True)
-        spec = work / "rlvr_spec.json"
-        spec.write_text(json.dumps({"config": str(config), "overrides": overrides}))
-        results["rlvr"] = _side("rlvr", [sys.executable, __file__, "--child-rlvr", str(spec), str(work / "rlvr.json")],
-                                threads, work, work / "rlvr.json")
-    if args.only in (None, "trl"):
-        python = trl_python(args.trl_venv)
-        per_rollout = cfg.algorithm.mu * (cfg.train.batch_size // cfg.mini_batch_size)
-        t = cfg.task
-        spec = work / "trl_spec.json"
-        spec.write_text(json.dumps({
-            "repo": str(ROOT), "model": str(warm), "out_dir": str(work / "trl"), "threads": threads, "steps": steps,
-            "trl_args": trl_arguments(cfg, steps), "updates_per_rollout": per_rollout, "eval_every": args.eval_every,
-            "max_new_tokens": cfg.rollout.max_new_tokens,
-            "task": {"name": t.name, "options": t.options, "train_size": t.train_size, "seed": cfg.seed,
-                     "eval_size": t.eval_size, "eval_seed": t.eval_seed}}))
-        results["trl"] = {"allocator": args.trl_allocator, **_side("trl", [str(python), str(Path(__file__).parent / "_trl_side.py"), str(spec),
-                                       str(work / "trl.json")], threads, work, work / "trl.json",
-                             _preload(args.trl_allocator))}
-    results_file.write_text(json.dumps(results))
-    if {"rlvr", "trl"} - set(results):
-        raise SystemExit(f"no results for {sorted({'rlvr', 'trl'} - set(results))} yet: run without --only")
-    rows = {k: summarize(v, steps, args.target) for k, v in results.items()}
+    last = json.loads(results_file.read_text()) if args.only and results_file.is_file() else {}
+    if args.only == "none":
+        if not last.get("runs"):
+            raise SystemExit(f"no results in {results_file} yet: run without --only")
+        runs, stopped = last["runs"], last.get("stopped", False)
+    else:
+        runs, stopped = [], args.stop_at_target
+        for k in range(args.seeds):
+            seed = (base.seed if args.first_seed is None else args.first_seed) + k
+            overrides = [*args.sets, f"seed={seed}", f"out_dir={work / 'rlvr'}", f"model.path={warm}",
+                         f"threads={threads}", f"train.steps={steps}", f"eval.every={args.eval_every}", *RLVR_OVERRIDES]
+            cfg = demo_config(overrides, config)
+            previous = (last.get("runs") or [{}])[0] if args.only else {}
+            runs.append({"seed": seed, **run_pair(args, cfg, config, overrides, warm, steps, threads, work, seed,
+                                                  {k: v for k, v in previous.items() if k in ("rlvr", "trl")})})
+            results_file.write_text(json.dumps({"runs": runs, "stopped": stopped, "schedule": args.schedule}))
+    cfg = demo_config([*args.sets, f"model.path={warm}"], config)
+    schedule = last.get("schedule", args.schedule) if args.only == "none" else args.schedule
     print(f"\nGRPO phase of {config.name} ({cfg.task.name}): {steps} steps x {cfg.train.batch_size} completions "
           f"({cfg.train.batch_size // cfg.train.group_size} prompts x {cfg.train.group_size}), "
           f"{cfg.rollout.max_new_tokens} new tokens, mu={cfg.algorithm.mu}, lr={cfg.optim.lr}, "
-          f"beta={cfg.algorithm.beta}; same warm-started model ({warm})")
-    for side in ("rlvr", "trl"):
-        print(f"{side} side: {results[side]['threads']} torch thread(s), malloc: "
-              f"{results[side].get('allocator', 'system')}, {results[side]['versions']}")
-    print()
-    print(table(rows, steps, args.target))
-    faster = rows["trl"]["cpu_per_step"] / rows["rlvr"]["cpu_per_step"]
+          f"beta={cfg.algorithm.beta}; same warm-started model ({warm}); sides run "
+          f"{'together, one core each' if schedule == 'together' else 'one after the other'}")
+    per_seed = []
+    for one in runs:
+        rows = {k: summarize(one[k], steps, args.target, stopped) for k in ("rlvr", "trl")}
+        per_seed.append((one["seed"], ratios(rows)))
+        print(f"\nRL seed {one['seed']}")
+        for side in ("rlvr", "trl"):
+            print(f"{side} side: {one[side]['threads']} torch thread(s), malloc: "
+                  f"{one[side].get('allocator', 'system')}, {one[side]['versions']}")
+        print(table(rows, steps, args.target))
+    if len(per_seed) > 1:
+        print(f"\nTRL / rlvr per seed ({', '.join(str(s) for s, _ in per_seed)}) and median:")
+        for key, label in (("cpu_per_step", "CPU-s/step"), ("to_target_s", f"training time to {args.target}"),
+                           ("peak_rss_mib", "peak RSS")):
+            values = [r[key] for _, r in per_seed]
+            cells = "".join(_fmt(v, ">8.2f") for v in values)
+            print(f"  {label:30}{cells}  median {_fmt(median(values), '.2f')}")
+    faster = median([r["cpu_per_step"] for _, r in per_seed])
     print(f"\nrlvr is {faster:.2f}x {'faster' if faster >= 1 else 'SLOWER'} than TRL per step in CPU time "
           f"({'not slower: OK' if faster >= 1 else 'slower: NOT OK'})")
 

@@ -50,6 +50,12 @@ def _check_logits(logits: Tensor) -> None:
         )
 
 
+def _one_chunk(logits: Tensor, step: int) -> bool:
+    """Whether all B*T rows of a `(B, T, V)` tensor fit in one chunk of `step` rows: then the functions
+    work on the tensor as it is (a strided view too), with no flattening copy and no Python loop."""
+    return logits.shape[0] * logits.shape[1] <= step
+
+
 def _flat_chunks(logits: Tensor, step: int):
     """(row slice, (n, V) chunk) pairs covering the B*T rows of a `(B, T, V)` tensor, `step` rows at a
     time, across batch boundaries (one Python iteration per chunk, not per sequence).
@@ -74,18 +80,25 @@ class _TokenLogprobs(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits: Tensor, labels: Tensor, step: int, dtype: torch.dtype) -> Tensor:
+        ctx.save_for_backward(logits, labels)
+        ctx.step, ctx.dtype = step, dtype
+        if _one_chunk(logits, step):  # the whole tensor at once, strided views included: no copy
+            return torch.log_softmax(logits.to(dtype), -1).gather(-1, labels).squeeze(-1)
         out = logits.new_empty(logits.shape[0] * logits.shape[1], dtype=dtype)  # (B*T,)
         flat_labels = labels.reshape(-1, 1)  # (B*T, 1)
         for rows, chunk in _flat_chunks(logits, step):
             out[rows] = torch.log_softmax(chunk.to(dtype), -1).gather(-1, flat_labels[rows]).squeeze(-1)
-        ctx.save_for_backward(logits, flat_labels)
-        ctx.step, ctx.dtype = step, dtype
         return out.view(logits.shape[:-1])
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out: Tensor):
-        logits, flat_labels = ctx.saved_tensors
+        logits, labels = ctx.saved_tensors
+        if _one_chunk(logits, ctx.step):
+            g = grad_out.to(ctx.dtype).unsqueeze(-1)  # (B, T, 1)
+            grad = torch.softmax(logits.to(ctx.dtype), -1).mul_(-g).scatter_add_(-1, labels, g)
+            return grad.to(logits.dtype), None, None, None
+        flat_labels = labels.reshape(-1, 1)  # (B*T, 1)
         grad = logits.new_empty(logits.shape)  # contiguous, so it folds to (B*T, V)
         flat_grad, flat_out = grad.view(-1, logits.shape[-1]), grad_out.reshape(-1, 1)
         for rows, chunk in _flat_chunks(logits, ctx.step):
@@ -100,10 +113,12 @@ class _Entropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits: Tensor, step: int, dtype: torch.dtype) -> Tensor:
-        out = logits.new_empty(logits.shape[0] * logits.shape[1], dtype=dtype)  # (B*T,)
-        for rows, chunk in _flat_chunks(logits, step):
-            p = torch.softmax(chunk.to(dtype), -1)  # (n, V)
-            out[rows] = torch.special.entr(p).sum(-1)  # entr(p) = -p log p, 0 at p = 0
+        if _one_chunk(logits, step):  # entr(p) = -p log p, 0 at p = 0
+            out = torch.special.entr(torch.softmax(logits.to(dtype), -1)).sum(-1).flatten()  # (B*T,)
+        else:
+            out = logits.new_empty(logits.shape[0] * logits.shape[1], dtype=dtype)  # (B*T,)
+            for rows, chunk in _flat_chunks(logits, step):
+                out[rows] = torch.special.entr(torch.softmax(chunk.to(dtype), -1)).sum(-1)  # (n, V) -> (n,)
         ctx.save_for_backward(logits, out)
         ctx.step = step
         return out.view(logits.shape[:-1])

@@ -84,3 +84,54 @@ def test_settings_without_a_trl_equivalent_are_refused(override, named):
 def test_linear_decay_to_a_floor_is_refused():
     with pytest.raises(ValueError, match="schedule"):
         bench.trl_arguments(_cfg("optim.schedule=linear", "optim.min_lr_ratio=0.1"), 1)
+
+
+def _result(steps, evals, rss=400.0):
+    """A child's result: per step (step, wall, CPU, rollout wall, rollout CPU); evals (step, wall, CPU, acc)."""
+    return {"steps": [(s, *v) for s, *v in steps], "evals": evals, "peak_rss_mib": rss}
+
+
+def test_summary_counts_steps_after_the_first_and_the_first_evaluation_at_the_target():
+    # steps 1..3 at wall 1, 3, 5 s (CPU 1, 2.5, 4; rollout CPU 0.5, 1.0, 1.5): steps 2..3 = 2 s and 1.5 CPU-s each
+    steps = [(1, 1.0, 1.0, 0.5, 0.5), (2, 3.0, 2.5, 1.0, 1.0), (3, 5.0, 4.0, 1.5, 1.5)]
+    evals = [(0, 0.0, 0.0, 0.5), (2, 3.0, 2.5, 0.91), (3, 5.0, 4.0, 0.95)]
+    row = bench.summarize(_result(steps, evals), 3, target=0.9)
+    assert row["s_per_step"] == pytest.approx(2.0) and row["cpu_per_step"] == pytest.approx(1.5)
+    assert row["rollout_cpu_per_step"] == pytest.approx(0.5) and row["update_cpu_per_step"] == pytest.approx(1.0)
+    assert (row["to_target_s"], row["to_target_step"], row["acc_final"], row["last_step"]) == (3.0, 2, 0.95, 3)
+    assert bench.summarize(_result(steps, evals), 3, target=0.99)["to_target_s"] is None
+
+
+def test_a_run_stopped_at_the_target_is_summarized_only_when_stopping_was_asked_for():
+    steps = [(1, 1.0, 1.0, 0.5, 0.5), (2, 3.0, 2.5, 1.0, 1.0)]
+    evals = [(0, 0.0, 0.0, 0.5), (2, 3.0, 2.5, 0.91)]
+    with pytest.raises(SystemExit, match="expected steps 1..600"):
+        bench.summarize(_result(steps, evals), 600)
+    assert bench.summarize(_result(steps, evals), 600, stopped=True)["last_step"] == 2
+
+
+def test_ratios_are_trl_over_rlvr_and_none_without_a_figure():
+    rlvr = {"s_per_step": 0.2, "cpu_per_step": 0.25, "rollout_cpu_per_step": 0.05, "update_cpu_per_step": 0.2,
+            "to_target_s": 60.0, "peak_rss_mib": 440.0}
+    trl = {**{k: 3 * v for k, v in rlvr.items()}, "to_target_s": None}
+    got = bench.ratios({"rlvr": rlvr, "trl": trl})
+    assert got.pop("to_target_s") is None
+    assert got == pytest.approx({k: 3.0 for k in got})
+
+
+@given(st.lists(st.floats(0.1, 10), min_size=1, max_size=9))
+def test_median_splits_the_values_in_half(values):
+    m = bench.median([*values, None])  # a seed without a figure does not count
+    assert sum(v < m for v in values) <= len(values) // 2 and sum(v > m for v in values) <= len(values) // 2
+    assert bench.median([1.0, 4.0]) == 2.5 and bench.median([None]) is None
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--only", "rlvr", "--seeds", "2", "--schedule", "sequential"], "--only rlvr/trl"),
+    (["--only", "trl"], "--only rlvr/trl"),
+    (["--seeds", "0"], "--seeds must be >= 1"),
+])
+def test_bad_arguments_get_one_line_and_exit_2(argv, says, capsys):
+    with pytest.raises(SystemExit) as stop:
+        bench.parse_args(argv)
+    assert stop.value.code == 2 and says in capsys.readouterr().err

@@ -106,15 +106,33 @@ def _saved_vocab_wide(fn, logits):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_autograd_keeps_no_second_vocabulary_wide_tensor(dtype):
+@pytest.mark.parametrize("chunk_rows", [5, None])  # 5: 7 chunks; None: the 32 rows fit in one
+def test_autograd_keeps_no_second_vocabulary_wide_tensor(dtype, chunk_rows):
     full = torch.randn(4, 9, 50, dtype=dtype, requires_grad=True)
     logits = full[:, :-1]  # a causal LM's shifted, strided view must not be copied either
     labels = torch.randint(0, 50, (4, 8))
-    assert _saved_vocab_wide(lambda z: token_logprobs(z, labels, chunk_rows=5), logits) == []
-    assert _saved_vocab_wide(lambda z: entropy_from_logits(z, chunk_rows=5), logits) == []
+    assert _saved_vocab_wide(lambda z: token_logprobs(z, labels, chunk_rows), logits) == []
+    assert _saved_vocab_wide(lambda z: entropy_from_logits(z, chunk_rows), logits) == []
     torch.testing.assert_close(token_logprobs(logits, labels), _reference_logprobs(logits.float(), labels))
     baseline = _saved_vocab_wide(lambda z: _reference_logprobs(z.float(), labels), logits)
     assert sum(baseline) >= logits.numel()  # log_softmax keeps a full (B, T, V) copy
+
+
+def test_one_chunk_and_many_chunks_agree_on_a_shifted_view():
+    """The whole-tensor path (all rows within one chunk) and the chunk loop compute the same values and
+    gradients, on a causal LM's shifted (strided) logits at the demo's shape."""
+    full = torch.randn(128, 12, 101, dtype=torch.float64, requires_grad=True)
+    labels = torch.randint(0, 101, (128, 11))
+    results = []
+    for chunk_rows in (None, 100):  # 1,408 rows: one chunk, then 15
+        full.grad = None
+        logprobs = token_logprobs(full[:, :-1], labels, chunk_rows)
+        entropy = entropy_from_logits(full[:, :-1], chunk_rows)
+        (logprobs.sum() + entropy.sum()).backward()
+        results.append((logprobs.detach(), entropy.detach(), full.grad.clone()))
+    for one, many in zip(*results):
+        torch.testing.assert_close(one, many, rtol=0, atol=1e-12)
+    torch.testing.assert_close(results[0][0], _reference_logprobs(full[:, :-1].detach(), labels))
 
 
 def test_bad_labels_and_logits():
