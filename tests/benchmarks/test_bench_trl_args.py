@@ -135,3 +135,17 @@ def test_bad_arguments_get_one_line_and_exit_2(argv, says, capsys):
     with pytest.raises(SystemExit) as stop:
         bench.parse_args(argv)
     assert stop.value.code == 2 and says in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("installed", ["/usr/lib/libtcmalloc_minimal.so.4", None])
+def test_trl_runs_with_tcmalloc_where_installed_unless_told_otherwise(installed, monkeypatch):
+    import rlvr.allocator
+
+    monkeypatch.setattr(rlvr.allocator, "find_library", lambda name: installed if name == "tcmalloc" else None)
+    assert bench.trl_allocator("system") == ("system", None)
+    assert bench.trl_allocator("auto") == (("tcmalloc", installed) if installed else ("system", None))
+    if installed:
+        assert bench.trl_allocator("tcmalloc") == ("tcmalloc", installed)
+    else:
+        with pytest.raises(SystemExit, match="not installed"):
+            bench.trl_allocator("tcmalloc")
