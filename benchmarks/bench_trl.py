@@ -426,9 +426,13 @@ def main(argv: list[str] | None = None) -> None:
                          f"threads={threads}", f"train.steps={steps}", f"eval.every={args.eval_every}", *RLVR_OVERRIDES]
             cfg = demo_config(overrides, config)
             previous = (last.get("runs") or [{}])[0] if args.only else {}
+            kept = {side: result for side, result in previous.items() if side in ("rlvr", "trl")}
             runs.append({"seed": seed, **run_pair(args, cfg, config, overrides, warm, steps, threads, work, seed,
-                                                  {k: v for k, v in previous.items() if k in ("rlvr", "trl")})})
+                                                  kept)})
             results_file.write_text(json.dumps({"runs": runs, "stopped": stopped, "schedule": args.schedule}))
+    missing = sorted({"rlvr", "trl"} - set(runs[0]))
+    if missing:
+        raise SystemExit(f"no results for {missing} in {results_file} yet: run without --only")
     cfg = demo_config([*args.sets, f"model.path={warm}"], config)
     schedule = last.get("schedule", args.schedule) if args.only == "none" else args.schedule
     print(f"\nGRPO phase of {config.name} ({cfg.task.name}): {steps} steps x {cfg.train.batch_size} completions "
