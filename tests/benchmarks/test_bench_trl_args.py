@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("bench_trl", ROOT / "benchmarks" / "bench_trl.py")
 bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)
+import _trl_report as report  # noqa: E402  (bench_trl put benchmarks/ on sys.path)
 DEMO = ROOT / "configs" / "demo.yaml"
 
 
@@ -95,35 +96,50 @@ def test_summary_counts_steps_after_the_first_and_the_first_evaluation_at_the_ta
     # steps 1..3 at wall 1, 3, 5 s (CPU 1, 2.5, 4; rollout CPU 0.5, 1.0, 1.5): steps 2..3 = 2 s and 1.5 CPU-s each
     steps = [(1, 1.0, 1.0, 0.5, 0.5), (2, 3.0, 2.5, 1.0, 1.0), (3, 5.0, 4.0, 1.5, 1.5)]
     evals = [(0, 0.0, 0.0, 0.5), (2, 3.0, 2.5, 0.91), (3, 5.0, 4.0, 0.95)]
-    row = bench.summarize(_result(steps, evals), 3, target=0.9)
+    row = report.summarize(_result(steps, evals), 3, target=0.9)
     assert row["s_per_step"] == pytest.approx(2.0) and row["cpu_per_step"] == pytest.approx(1.5)
     assert row["rollout_cpu_per_step"] == pytest.approx(0.5) and row["update_cpu_per_step"] == pytest.approx(1.0)
     assert (row["to_target_s"], row["to_target_step"], row["acc_final"], row["last_step"]) == (3.0, 2, 0.95, 3)
-    assert bench.summarize(_result(steps, evals), 3, target=0.99)["to_target_s"] is None
+    assert report.summarize(_result(steps, evals), 3, target=0.99)["to_target_s"] is None
 
 
 def test_a_run_stopped_at_the_target_is_summarized_only_when_stopping_was_asked_for():
     steps = [(1, 1.0, 1.0, 0.5, 0.5), (2, 3.0, 2.5, 1.0, 1.0)]
     evals = [(0, 0.0, 0.0, 0.5), (2, 3.0, 2.5, 0.91)]
     with pytest.raises(SystemExit, match="expected steps 1..600"):
-        bench.summarize(_result(steps, evals), 600)
-    assert bench.summarize(_result(steps, evals), 600, stopped=True)["last_step"] == 2
+        report.summarize(_result(steps, evals), 600)
+    assert report.summarize(_result(steps, evals), 600, stopped=True)["last_step"] == 2
 
 
 def test_ratios_are_trl_over_rlvr_and_none_without_a_figure():
     rlvr = {"s_per_step": 0.2, "cpu_per_step": 0.25, "rollout_cpu_per_step": 0.05, "update_cpu_per_step": 0.2,
             "to_target_s": 60.0, "peak_rss_mib": 440.0}
     trl = {**{k: 3 * v for k, v in rlvr.items()}, "to_target_s": None}
-    got = bench.ratios({"rlvr": rlvr, "trl": trl})
+    got = report.ratios({"rlvr": rlvr, "trl": trl})
     assert got.pop("to_target_s") is None
     assert got == pytest.approx({k: 3.0 for k in got})
 
 
+def test_report_gives_a_table_per_seed_and_the_median_ratios():
+    def side(cpu, rss, reach_wall):  # steps 1..3 at `cpu` CPU-s each; target reached at step 3, `reach_wall` s in
+        steps = [(s, s * cpu, s * cpu, 0.0, 0.0) for s in (1, 2, 3)]
+        evals = [(0, 0.0, 0.0, 0.5), (3, reach_wall, reach_wall, 0.95)]
+        return {**_result(steps, evals, rss), "threads": 1, "versions": {}}
+
+    runs = [{"seed": s, "rlvr": side(0.1, 400.0, 10.0), "trl": side(0.1 * k, 500.0, 10.0 * k)}
+            for s, k in ((0, 2.0), (1, 3.0), (2, 5.0))]
+    text = report.report(runs, 3, target=0.9)
+    assert [line for line in text.splitlines() if line.startswith("RL seed")] == ["RL seed 0", "RL seed 1", "RL seed 2"]
+    assert "CPU-s/step                        2.00    3.00    5.00  median 3.00" in text
+    assert "training time to 0.9              2.00    3.00    5.00  median 3.00" in text
+    assert "rlvr is 3.00x faster than TRL per step" in text
+
+
 @given(st.lists(st.floats(0.1, 10), min_size=1, max_size=9))
 def test_median_splits_the_values_in_half(values):
-    m = bench.median([*values, None])  # a seed without a figure does not count
+    m = report.median([*values, None])  # a seed without a figure does not count
     assert sum(v < m for v in values) <= len(values) // 2 and sum(v > m for v in values) <= len(values) // 2
-    assert bench.median([1.0, 4.0]) == 2.5 and bench.median([None]) is None
+    assert report.median([1.0, 4.0]) == 2.5 and report.median([None]) is None
 
 
 @pytest.mark.parametrize("argv, says", [
