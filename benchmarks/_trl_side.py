@@ -114,7 +114,8 @@ def _callback(clock: TrainClock, spec: dict, tokenizer, task, held_out):
             step = state.global_step // per_rollout
             clock.step(step)
             if (every and step % every == 0) or step == steps:
-                if evaluate(model, step) >= (stop_at if stop_at is not None else float("inf")):
+                accuracy = evaluate(model, step)
+                if stop_at is not None and accuracy >= stop_at:
                     control.should_training_stop = True
 
     return Clock()

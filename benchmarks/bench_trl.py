@@ -313,8 +313,9 @@ def run_pair(args, cfg, config: Path, overrides: list[str], warm: Path, steps: i
             "max_new_tokens": cfg.rollout.max_new_tokens, "stop_at": stop_at,
             "task": {"name": t.name, "options": t.options, "train_size": t.train_size, "seed": cfg.seed,
                      "eval_size": t.eval_size, "eval_seed": t.eval_seed}}))
+        allocator, library = trl_allocator(args.trl_allocator)
         sides["trl"] = ([str(python), str(Path(__file__).parent / "_trl_side.py"), str(spec), str(work / "trl.json")],
-                        trl_allocator(args.trl_allocator)[1])
+                        library)
     together = args.schedule == "together"
     cores = sorted(os.sched_getaffinity(0))
     result = dict(last)
@@ -329,7 +330,7 @@ def run_pair(args, cfg, config: Path, overrides: list[str], warm: Path, steps: i
     for name, (proc, log) in running.items():
         result[name] = {**wait_child(proc, log), **json.loads((work / f"{name}.json").read_text())}
     if "trl" in sides:
-        result["trl"]["allocator"] = trl_allocator(args.trl_allocator)[0]
+        result["trl"]["allocator"] = allocator
     return result
 
 
@@ -360,25 +361,24 @@ def main(argv: list[str] | None = None) -> None:
         runs, stopped = last["runs"], last.get("stopped", False)
     else:
         runs, stopped = [], args.stop_at_target
+        previous = (last.get("runs") or [{}])[0]  # --only: the other side's last result (one seed)
+        kept = {side: result for side, result in previous.items() if side in ("rlvr", "trl")}
         for k in range(args.seeds):
             seed = (base.seed if args.first_seed is None else args.first_seed) + k
             overrides = [*args.sets, f"seed={seed}", f"out_dir={work / 'rlvr'}", f"model.path={warm}",
                          f"threads={threads}", f"train.steps={steps}", f"eval.every={args.eval_every}", *RLVR_OVERRIDES]
             cfg = demo_config(overrides, config)
-            previous = (last.get("runs") or [{}])[0] if args.only else {}
-            kept = {side: result for side, result in previous.items() if side in ("rlvr", "trl")}
             runs.append({"seed": seed, **run_pair(args, cfg, config, overrides, warm, steps, threads, work, seed,
                                                   kept)})
             results_file.write_text(json.dumps({"runs": runs, "stopped": stopped, "schedule": args.schedule}))
     missing = sorted({"rlvr", "trl"} - set(runs[0]))
     if missing:
         raise SystemExit(f"no results for {missing} in {results_file} yet: run without --only")
-    cfg = demo_config([*args.sets, f"model.path={warm}"], config)
     schedule = last.get("schedule", args.schedule) if args.only == "none" else args.schedule
-    print(f"\nGRPO phase of {config.name} ({cfg.task.name}): {steps} steps x {cfg.train.batch_size} completions "
-          f"({cfg.train.batch_size // cfg.train.group_size} prompts x {cfg.train.group_size}), "
-          f"{cfg.rollout.max_new_tokens} new tokens, mu={cfg.algorithm.mu}, lr={cfg.optim.lr}, "
-          f"beta={cfg.algorithm.beta}; same warm-started model ({warm}); sides run "
+    print(f"\nGRPO phase of {config.name} ({base.task.name}): {steps} steps x {base.train.batch_size} completions "
+          f"({base.train.batch_size // base.train.group_size} prompts x {base.train.group_size}), "
+          f"{base.rollout.max_new_tokens} new tokens, mu={base.algorithm.mu}, lr={base.optim.lr}, "
+          f"beta={base.algorithm.beta}; same warm-started model ({warm}); sides run "
           f"{'together, one core each' if schedule == 'together' else 'one after the other'}")
     print(report(runs, steps, args.target, stopped))
 

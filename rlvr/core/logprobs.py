@@ -75,6 +75,22 @@ def _flat_chunks(logits: Tensor, step: int):
             yield rows, logits[index // time, index % time]
 
 
+def _chosen_logprobs(logits: Tensor, labels: Tensor, dtype: torch.dtype) -> Tensor:
+    """(..., V), (..., 1) -> log softmax(logits)[label] (...): a chunk or a whole tensor alike."""
+    return torch.log_softmax(logits.to(dtype), -1).gather(-1, labels).squeeze(-1)
+
+
+def _chosen_logprobs_grad(logits: Tensor, labels: Tensor, grad_out: Tensor, dtype: torch.dtype) -> Tensor:
+    """d/dz of grad_out * log softmax(z)[label] = grad_out * (onehot(label) - softmax(z)); grad_out (..., 1)."""
+    g = grad_out.to(dtype)
+    return torch.softmax(logits.to(dtype), -1).mul_(-g).scatter_add_(-1, labels, g)
+
+
+def _entropy(logits: Tensor, dtype: torch.dtype) -> Tensor:
+    """(..., V) -> entropy of softmax (...); entr(p) = -p log p, 0 at p = 0."""
+    return torch.special.entr(torch.softmax(logits.to(dtype), -1)).sum(-1)
+
+
 class _TokenLogprobs(torch.autograd.Function):
     """logits (B, T, V), labels (B, T, 1) -> log softmax(logits)[labels] (B, T), chunked both ways."""
 
@@ -83,11 +99,11 @@ class _TokenLogprobs(torch.autograd.Function):
         ctx.save_for_backward(logits, labels)
         ctx.step, ctx.dtype = step, dtype
         if _one_chunk(logits, step):  # the whole tensor at once, strided views included: no copy
-            return torch.log_softmax(logits.to(dtype), -1).gather(-1, labels).squeeze(-1)
+            return _chosen_logprobs(logits, labels, dtype)
         out = logits.new_empty(logits.shape[0] * logits.shape[1], dtype=dtype)  # (B*T,)
         flat_labels = labels.reshape(-1, 1)  # (B*T, 1)
         for rows, chunk in _flat_chunks(logits, step):
-            out[rows] = torch.log_softmax(chunk.to(dtype), -1).gather(-1, flat_labels[rows]).squeeze(-1)
+            out[rows] = _chosen_logprobs(chunk, flat_labels[rows], dtype)
         return out.view(logits.shape[:-1])
 
     @staticmethod
@@ -95,16 +111,13 @@ class _TokenLogprobs(torch.autograd.Function):
     def backward(ctx, grad_out: Tensor):
         logits, labels = ctx.saved_tensors
         if _one_chunk(logits, ctx.step):
-            g = grad_out.to(ctx.dtype).unsqueeze(-1)  # (B, T, 1)
-            grad = torch.softmax(logits.to(ctx.dtype), -1).mul_(-g).scatter_add_(-1, labels, g)
+            grad = _chosen_logprobs_grad(logits, labels, grad_out.unsqueeze(-1), ctx.dtype)
             return grad.to(logits.dtype), None, None, None
         flat_labels = labels.reshape(-1, 1)  # (B*T, 1)
         grad = logits.new_empty(logits.shape)  # contiguous, so it folds to (B*T, V)
         flat_grad, flat_out = grad.view(-1, logits.shape[-1]), grad_out.reshape(-1, 1)
         for rows, chunk in _flat_chunks(logits, ctx.step):
-            g = flat_out[rows].to(ctx.dtype)  # (n, 1)
-            chunk_grad = torch.softmax(chunk.to(ctx.dtype), -1).mul_(-g)
-            flat_grad[rows] = chunk_grad.scatter_add_(-1, flat_labels[rows], g)
+            flat_grad[rows] = _chosen_logprobs_grad(chunk, flat_labels[rows], flat_out[rows], ctx.dtype)
         return grad, None, None, None
 
 
@@ -113,12 +126,12 @@ class _Entropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits: Tensor, step: int, dtype: torch.dtype) -> Tensor:
-        if _one_chunk(logits, step):  # entr(p) = -p log p, 0 at p = 0
-            out = torch.special.entr(torch.softmax(logits.to(dtype), -1)).sum(-1).flatten()  # (B*T,)
+        if _one_chunk(logits, step):
+            out = _entropy(logits, dtype).flatten()  # (B*T,)
         else:
             out = logits.new_empty(logits.shape[0] * logits.shape[1], dtype=dtype)  # (B*T,)
             for rows, chunk in _flat_chunks(logits, step):
-                out[rows] = torch.special.entr(torch.softmax(chunk.to(dtype), -1)).sum(-1)  # (n, V) -> (n,)
+                out[rows] = _entropy(chunk, dtype)
         ctx.save_for_backward(logits, out)
         ctx.step = step
         return out.view(logits.shape[:-1])
