@@ -105,6 +105,8 @@ def trl_arguments(cfg, steps: int) -> dict:
         "max_completion_length": r.max_new_tokens, "temperature": r.temperature, "top_p": r.top_p, "top_k": r.top_k,
         "scale_rewards": ADVANTAGES[a.advantage], "loss_type": AGGREGATIONS[a.aggregation],
         "epsilon": a.clip_low, "epsilon_high": a.clip_high, "beta": a.beta,
+        # TRL >= 1.x weights the k3 term by pi/pi_old by default (DeepSeek-V3.2); rlvr only with kl_unbiased
+        "use_bias_correction_kl": a.kl_unbiased,
         "mask_truncated_completions": a.overlong_filter,
         "learning_rate": o.lr, "adam_beta1": o.betas[0], "adam_beta2": o.betas[1], "adam_epsilon": o.eps,
         "weight_decay": o.weight_decay, "max_grad_norm": o.max_grad_norm, "warmup_steps": o.warmup_steps,

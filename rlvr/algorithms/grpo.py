@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from rlvr.core import aggregate_loss, get_advantage_fn, get_kl_estimator, masked_mean
+from rlvr.core import aggregate_loss, get_advantage_fn, get_kl_estimator, masked_mean, ratio_weighted_kl
 from rlvr.algorithms.ppo import TOKEN_ADVANTAGES
 from rlvr.core.losses import get_policy_loss
 
@@ -42,6 +42,7 @@ class GroupPolicyGradient:
     kl_estimator: str = "k3"
     beta: float = 0.0
     advantage_eps: float = 1e-4  # added to the std by the estimators that divide by one (core.STD_SCALED)
+    kl_unbiased: bool = False  # KL penalty weighted by pi/pi_old (DeepSeek-V3.2; core.ratio_weighted_kl)
 
     def __post_init__(self) -> None:
         # per-token estimators (PPO's gae, reinforce_pp) live in rlvr.algorithms.ppo; the loss is this one
@@ -60,7 +61,7 @@ class GroupPolicyGradient:
         """From an `AlgorithmConfig`; the constant normaliser defaults to the generation budget."""
         constant = algo.loss_constant if algo.loss_constant is not None else float(max_new_tokens)
         return cls(algo.advantage, algo.policy_loss, algo.aggregation, constant, algo.clip_low,
-                   algo.clip_high, algo.tau, algo.kl_estimator, algo.beta, algo.advantage_eps)
+                   algo.clip_high, algo.tau, algo.kl_estimator, algo.beta, algo.advantage_eps, algo.kl_unbiased)
 
     @property
     def needs_reference(self) -> bool:
@@ -89,6 +90,8 @@ class GroupPolicyGradient:
             if ref_logprobs is None:
                 raise ValueError("beta > 0 needs reference log-probs")
             kl = self._kl_fn(logprobs, ref_logprobs)  # (B, W)
+            if self.kl_unbiased:
+                kl = ratio_weighted_kl(kl, logprobs, old_logprobs)
             per_token = per_token + self.beta * kl
             metrics["kl"] = masked_mean(kl.detach(), mask)
         loss = aggregate_loss(per_token, mask, self.aggregation, self.loss_constant, denominator=denominator)

@@ -143,6 +143,10 @@ class AlgorithmConfig:
                                 "(Schulman 2020, 'Approximating KL divergence'); GRPO uses k3.")
     beta: float = f(0.0, "KL penalty weight. 0 loads no reference model at all (saves a forward pass "
                          "and memory); DAPO and Dr. GRPO drop it.")
+    kl_unbiased: bool = f(False, "Weight the KL penalty per token by the ratio pi/pi_old, differentiated "
+                                 "(DeepSeek-V3.2's unbiased KL estimate): its gradient then estimates "
+                                 "grad KL(pi || ref) without bias (plain k3's estimates grad KL(ref || pi)). "
+                                 "Needs beta > 0. TRL's use_bias_correction_kl (on by default there).")
     tau: float | None = f(None, "Weight of the squared log-ratio regulariser of policy_loss=kimi "
                                 "(Kimi k1.5, sec. 2.3.2); other losses ignore it.")
     mu: int = f(1, "Inner PPO epochs over each rollout batch (GRPO's mu). With mu=1 and one minibatch "

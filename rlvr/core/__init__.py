@@ -18,7 +18,15 @@ from rlvr.core.advantages import (
     whitened_advantages,
 )
 from rlvr.core.importance import IS_MODES, behaviour_is_weights
-from rlvr.core.kl import KL_ESTIMATORS, get_kl_estimator, kl_k1, kl_k2, kl_k3, kl_shaped_rewards
+from rlvr.core.kl import (
+    KL_ESTIMATORS,
+    get_kl_estimator,
+    kl_k1,
+    kl_k2,
+    kl_k3,
+    kl_shaped_rewards,
+    ratio_weighted_kl,
+)
 from rlvr.core.logprobs import entropy_from_logits, token_logprobs
 from rlvr.core.lora import lora_merged_weight
 from rlvr.core.losses import (
@@ -79,6 +87,7 @@ __all__ = [
     "kl_k2",
     "kl_k3",
     "kl_shaped_rewards",
+    "ratio_weighted_kl",
     "lora_merged_weight",
     "ln_dpo_loss",
     "masked_count",

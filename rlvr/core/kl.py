@@ -10,6 +10,11 @@ All share the signature `fn(logprobs, ref_logprobs) -> (B, T)` and live in `KL_E
 Used as a loss, their gradients differ from their values: in expectation over x ~ p, grad k1 is 0,
 grad k2 is grad KL(p || q), and grad k3 is grad KL(q || p) (Tang & Munos 2025, "On a few pitfalls in
 KL divergence gradient estimation for RL").
+
+`ratio_weighted_kl` weights a per-token estimate by the importance ratio pi_theta / pi_old, gradient
+kept (DeepSeek-V3.2, 2025, "unbiased KL estimate"): tokens are sampled from pi_old, and for k1 and k3,
+whose expectation under p is KL(p || q), the weighted gradient is then an unbiased estimate of
+grad KL(pi_theta || q), the reverse KL the penalty is meant to be, on or off policy.
 """
 
 from __future__ import annotations
@@ -47,6 +52,17 @@ def kl_k3(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
     d = ref_logprobs - logprobs  # log r
     series = d * d * (0.5 + d * (1 / 6 + d * (1 / 24 + d / 120)))
     return torch.where(d.abs() < 0.05, series, torch.expm1(d) - d).clamp_min(0.0)
+
+
+def ratio_weighted_kl(kl: Tensor, logprobs: Tensor, old_logprobs: Tensor) -> Tensor:
+    """(pi_theta / pi_old) * kl per token, the ratio exp(log pi_theta - log pi_old) differentiated through
+    log pi_theta (old_logprobs is detached).
+
+    E_{x~pi_old}[grad (ratio * k)] = grad E_{x~pi_theta}[k], which for k1 and k3 is grad KL(pi_theta || q);
+    at pi_theta = pi_old the value is `kl` and the gradient grad kl + kl * grad log pi_theta.
+    """
+    check_same_shape(kl=kl, logprobs=logprobs, old_logprobs=old_logprobs)
+    return torch.exp(logprobs - old_logprobs.detach()) * kl
 
 
 KL_ESTIMATORS: dict[str, KLEstimator] = {"k1": kl_k1, "k2": kl_k2, "k3": kl_k3}

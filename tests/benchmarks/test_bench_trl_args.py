@@ -44,6 +44,8 @@ def test_demo_config_maps_hyperparameters_one_to_one():
     assert args["loss_type"] == "grpo"  # seq_mean_token_mean: each sequence divided by its own length
     assert args["scale_rewards"] == "group"  # GRPO's group z-score
     assert (args["epsilon"], args["epsilon_high"], args["beta"]) == (a.clip_low, a.clip_high, a.beta)
+    assert args["use_bias_correction_kl"] is a.kl_unbiased is False  # plain k3 on both sides (TRL's default: on)
+    assert bench.trl_arguments(_cfg("algorithm.kl_unbiased=true"), 1)["use_bias_correction_kl"] is True
     assert (args["learning_rate"], args["warmup_steps"], args["max_grad_norm"]) == (o.lr, o.warmup_steps,
                                                                                      o.max_grad_norm)
     assert (args["adam_beta1"], args["adam_beta2"]) == tuple(o.betas)

@@ -1,4 +1,4 @@
-"""KL estimators k1/k2/k3 and PPO KL-shaped rewards."""
+"""KL estimators k1/k2/k3, the ratio-weighted (unbiased) KL penalty and PPO KL-shaped rewards."""
 
 import math
 
@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlvr.core import KL_ESTIMATORS, get_kl_estimator, kl_k1, kl_k2, kl_k3, kl_shaped_rewards
+from rlvr.core import KL_ESTIMATORS, get_kl_estimator, kl_k1, kl_k2, kl_k3, kl_shaped_rewards, ratio_weighted_kl
 
 SETTINGS = settings(max_examples=50, deadline=None)
 
@@ -76,6 +76,48 @@ def test_gradient_expectations_match_the_documented_divergences():
         torch.testing.assert_close(g_est, g_true)
 
 
+def test_ratio_weighted_kl_by_hand():
+    """p = 1/2, pi_old = 1/4, q = 1/4: ratio 2, k3 = 1/2 - log(1/2) - 1; on policy (pi_old = p) the gradient
+    per log p of ratio * k3 is k3 + (1 - q/p) = -log(q/p): the score-function gradient of KL(p || q)."""
+    logp = torch.tensor([[math.log(0.5)]], requires_grad=True)
+    old, logq = torch.tensor([[math.log(0.25)]]), torch.tensor([[math.log(0.25)]])
+    k3 = 0.5 - math.log(0.5) - 1
+    torch.testing.assert_close(ratio_weighted_kl(kl_k3(logp, logq), logp, old), torch.tensor([[2 * k3]]))
+    weighted = ratio_weighted_kl(kl_k3(logp, logq), logp, logp.detach())
+    torch.testing.assert_close(weighted, torch.tensor([[k3]]))
+    grad, = torch.autograd.grad(weighted.sum(), logp)
+    torch.testing.assert_close(grad, torch.tensor([[math.log(2)]]))  # = k1, not k3's own 1 - q/p = 1/2
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**31), b=st.integers(1, 4), t=st.integers(1, 6))
+def test_ratio_weighted_kl_on_policy_keeps_the_value_and_adds_kl_times_grad_log_p(seed, b, t):
+    g = torch.Generator().manual_seed(seed)
+    logp = (-torch.rand(b, t, generator=g, dtype=torch.float64) * 5).requires_grad_()
+    logq = -torch.rand(b, t, generator=g, dtype=torch.float64) * 5
+    for fn in (kl_k1, kl_k2, kl_k3):
+        kl = fn(logp, logq)
+        weighted = ratio_weighted_kl(kl, logp, logp.detach())
+        torch.testing.assert_close(weighted, kl)
+        g_weighted, = torch.autograd.grad(weighted.sum(), logp)
+        g_plain, = torch.autograd.grad(fn(logp, logq).sum(), logp)
+        torch.testing.assert_close(g_weighted, g_plain + kl.detach())
+
+
+def test_ratio_weighted_kl_gradient_is_unbiased_for_the_reverse_kl_off_policy():
+    """E_{x~pi_old}[grad ratio * k] = grad KL(p || q) for k1 and k3, exactly by enumeration, with pi_old != p
+    (plain k3 estimates grad KL(q || p) instead, see the test above)."""
+    _, old, q = _categoricals(2)
+    theta = torch.randn(6, dtype=torch.float64, requires_grad=True)
+    logp_all, logq_all, logold_all = torch.log_softmax(theta, -1), q.log(), old.log()
+    reverse_kl = (logp_all.exp() * (logp_all - logq_all)).sum()
+    g_true, = torch.autograd.grad(reverse_kl, theta, retain_graph=True)
+    for fn in (kl_k1, kl_k3):
+        weighted = ratio_weighted_kl(fn(logp_all[None], logq_all[None]), logp_all[None], logold_all[None])[0]
+        g_est, = torch.autograd.grad((old * weighted).sum(), theta, retain_graph=True)
+        torch.testing.assert_close(g_est, g_true)
+
+
 def test_kl_shaped_rewards_by_hand():
     logp = torch.tensor([[-1.0, -2.0, -3.0], [-1.0, -1.0, -1.0]])
     ref = torch.tensor([[-1.5, -2.0, -2.0], [-2.0, -2.0, -2.0]])
@@ -112,6 +154,8 @@ def test_registry_and_bad_input():
         get_kl_estimator("k4")
     with pytest.raises(ValueError, match=r"logprobs\(2, 3\), ref_logprobs\(3, 2\)"):
         kl_k3(a, a.T)
+    with pytest.raises(ValueError, match=r"old_logprobs\(3, 2\)"):
+        ratio_weighted_kl(a, a, a.T)
     with pytest.raises(ValueError, match=r"rows \[1\]"):
         kl_shaped_rewards(torch.zeros(2), a, a, torch.tensor([[1, 0, 0], [0, 0, 0]]), 0.1)
     with pytest.raises(ValueError, match="one entry per row"):

@@ -61,6 +61,7 @@ def test_saved_config_round_trips(tmp_path):
     ({"algorithm": {"advantage": "grpoo"}}, [], "algorithm.advantage: unknown advantage 'grpoo'"),
     ({"algorithm": {"policy_loss": "ppo"}}, [], "algorithm.policy_loss: unknown policy loss 'ppo'"),
     ({"algorithm": {"kl_estimator": "k4"}}, [], "algorithm.kl_estimator: unknown KL estimator 'k4'"),
+    ({"algorithm": {"kl_unbiased": True, "beta": 0.0}}, [], "algorithm.kl_unbiased weights the loss's KL penalty"),
     ({"algorithm": {"aggregation": "mean"}}, [], "algorithm.aggregation: unknown name 'mean'"),
     ({"algorithm": {"policy_loss": "kimi"}}, [], "needs tau"),
     ({"algorithm": {"clip_low": -0.1}}, [], "algorithm.clip_low must be >= 0, got -0.1"),

@@ -16,6 +16,7 @@ from rlvr.train import checkpoint as ckpt
 from rlvr.rollout.batch import build_batch, pack
 from rlvr.data.stream import PromptStream
 from rlvr.algorithms.optim import lr_factor
+from rlvr.core import kl_k3
 
 
 def completion(prompt_ids, token_ids):
@@ -64,6 +65,26 @@ def test_kl_term_needs_reference_and_is_added():
     assert metrics["kl"].item() == pytest.approx(0.25)
     with pytest.raises(ValueError, match="reference"):
         algo.loss(logp, logp.detach(), torch.zeros(1), torch.ones(1, 2, dtype=torch.bool), None, 1)
+
+
+def test_unbiased_kl_weights_the_penalty_by_the_ratio():
+    """kl_unbiased: beta * (pi / pi_old) * k3 per token; on policy the same value, and the gradient per log pi
+    becomes beta * (log pi - log ref) (plain k3: beta * (1 - ref / pi))."""
+    logp = torch.tensor([[math.log(0.5), math.log(0.25)]], requires_grad=True)
+    ref = torch.tensor([[math.log(0.25), math.log(0.5)]])
+    old = torch.tensor([[math.log(0.25), math.log(0.25)]])  # ratios 2 and 1
+    mask, zero = torch.ones(1, 2, dtype=torch.bool), torch.zeros(1)
+    unbiased = GroupPolicyGradient(aggregation="seq_mean_token_sum", beta=0.5, kl_unbiased=True)
+    plain = GroupPolicyGradient(aggregation="seq_mean_token_sum", beta=0.5)
+    k3 = kl_k3(logp, ref).detach()[0]
+    loss, metrics = unbiased.loss(logp, old, zero, mask, ref, 1)
+    assert loss.item() == pytest.approx(0.5 * (2 * k3[0] + k3[1]).item())
+    assert metrics["kl"].item() == pytest.approx((2 * k3[0] + k3[1]).item() / 2)
+    on_policy, _ = unbiased.loss(logp, logp.detach(), zero, mask, ref, 1)
+    grad, = torch.autograd.grad(on_policy, logp)
+    torch.testing.assert_close(grad, 0.5 * (logp - ref).detach())
+    grad_plain, = torch.autograd.grad(plain.loss(logp, logp.detach(), zero, mask, ref, 1)[0], logp)
+    torch.testing.assert_close(grad_plain, 0.5 * (1 - (ref - logp).exp()).detach())
 
 
 @settings(max_examples=30, deadline=None)
