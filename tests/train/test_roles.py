@@ -3,6 +3,7 @@ interfaces a remote worker needs (picklable batches, named weights, state round 
 
 import pickle
 
+import pytest
 import torch
 
 from rlvr.config import load_config
@@ -82,3 +83,89 @@ def test_entropy_is_measured_in_the_first_epoch_only(config_factory, monkeypatch
     assert steps_per_epoch >= 1 and len(calls) == 3 * steps_per_epoch
     assert calls == [True] * steps_per_epoch + [False] * 2 * steps_per_epoch
     assert 0.0 < metrics["entropy"] <= torch.log(torch.tensor(float(learner.policy.config.vocab_size))).item()
+
+
+def _written_out_update(policy, reference, batch, cfg, pad_id):
+    """One RL step of GRPO as the formulas read (TRL's _compute_loss; DeepSeek-V3.2 for kl_unbiased),
+    on a deep copy of `policy`: a plain forward per minibatch, token log-probs by log_softmax + gather,
+    clipped ratio against the sampler's log-probs, beta x k3 (x ratio), per-sequence token mean, mean
+    over rows, clip to max_grad_norm, torch's for-loop AdamW at the scheduled lr; minibatches drawn by
+    the learner's seeded shuffle."""
+    import copy
+
+    from rlvr.algorithms.optim import lr_factor
+    from rlvr.seeds import SHUFFLE, derive_seed
+
+    a, o = cfg.algorithm, cfg.optim
+    model = copy.deepcopy(policy).train()
+    P, C = batch.prompt_ids, batch.completion_ids
+    width, K = max(len(p) + len(c) for p, c in zip(P, C)), max(map(len, C))
+
+    def completion_logprobs(net, rows):
+        ids = torch.full((len(rows), width), pad_id)
+        attention = torch.zeros(len(rows), width, dtype=torch.long)
+        for i, r in enumerate(rows):
+            ids[i, : len(P[r]) + len(C[r])] = torch.tensor(P[r] + C[r])
+            attention[i, : len(P[r]) + len(C[r])] = 1
+        logp = net(input_ids=ids, attention_mask=attention).logits[:, :-1].log_softmax(-1)
+        logp = logp.gather(-1, ids[:, 1:, None]).squeeze(-1)  # (b, width - 1): log pi of token t + 1
+        out, mask = torch.zeros(len(rows), K), torch.zeros(len(rows), K)
+        for i, r in enumerate(rows):
+            out[i, : len(C[r])] = logp[i, len(P[r]) - 1 : len(P[r]) - 1 + len(C[r])]
+            mask[i, : len(C[r])] = 1
+        return out, mask
+
+    everyone = list(range(len(C)))
+    with torch.no_grad():
+        ref, _ = completion_logprobs(reference, everyone)
+    old = torch.zeros(len(C), K)
+    for i, sampled in enumerate(batch.sampler_logprobs):
+        old[i, : len(sampled)] = torch.tensor(sampled)
+    r = batch.rewards.view(-1, batch.group_size)
+    adv = ((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + a.advantage_eps)).view(-1)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=tuple(o.betas), eps=o.eps, weight_decay=0.0,
+                                  foreach=False)
+    total = cfg.train.steps * a.mu * (len(C) // cfg.mini_batch_size)
+    factor, step = lr_factor(o.schedule, o.warmup_steps, total, o.min_lr_ratio), 0
+    shuffle = torch.Generator().manual_seed(derive_seed(cfg.seed, batch.step, SHUFFLE))
+    for _ in range(a.mu):
+        order = torch.randperm(len(C), generator=shuffle).tolist()
+        for lo in range(0, len(C), cfg.mini_batch_size):
+            rows = order[lo : lo + cfg.mini_batch_size]
+            logp, mask = completion_logprobs(model, rows)
+            A = adv[rows][:, None]
+            ratio = (logp - old[rows]).exp()
+            per_token = -torch.min(ratio * A, ratio.clamp(1 - a.clip_low, 1 + a.clip_high) * A)
+            d = ref[rows] - logp
+            kl = d.exp() - d - 1
+            per_token = per_token + a.beta * (ratio * kl if a.kl_unbiased else kl)
+            loss = ((per_token * mask).sum(1) / mask.sum(1)).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), o.max_grad_norm)
+            for group in optimizer.param_groups:
+                group["lr"] = o.lr * factor(step)
+            optimizer.step()
+            step += 1
+    return model
+
+
+@pytest.mark.parametrize("kl_unbiased", [False, True])
+def test_update_equals_the_grpo_formulas_written_out(config_factory, kl_unbiased):
+    """Learner.update (shared-prompt forward, the sampler's log-probs as pi_old, micro-batches, fused AdamW)
+    moves the weights as the written-out GRPO step does, two epochs over two minibatches (ratios away from 1
+    after the first optimizer step), to float rounding."""
+    algorithm = {"mu": 2, "beta": 0.05, "kl_unbiased": kl_unbiased, "advantage": "grpo", "policy_loss": "clipped",
+                 "aggregation": "seq_mean_token_mean"}
+    rollout, learner = _roles(config_factory, algorithm=algorithm,
+                              train={"mini_batch_size": 8, "micro_batch_size": 4},
+                              optim={"lr": 3e-3, "warmup_steps": 0, "max_grad_norm": 1.0})
+    batch = rollout.collect(1)
+    before = {k: v.detach().clone() for k, v in learner.policy.named_parameters()}
+    expected = dict(_written_out_update(learner.policy, learner.reference, batch, learner.cfg,
+                                        learner.pad_id).named_parameters())
+    learner.update(batch)
+    moved = dict(learner.policy.named_parameters())
+    diff = sum(((moved[k] - expected[k]) ** 2).sum() for k in before).sqrt()
+    size = sum(((moved[k] - before[k]) ** 2).sum() for k in before).sqrt()
+    assert size > 1e-3 and diff < 1e-4 * size, (float(diff), float(size))
