@@ -63,6 +63,9 @@ def _check_ranges(cfg: Config) -> None:
     if cfg.reward.workers and not cfg.reward.timeout:
         raise ConfigError(f"reward.workers={cfg.reward.workers} needs reward.timeout > 0 (the workers exist to stop "
                           "a hung reward)")
+    if cfg.algorithm.kl_unbiased and not cfg.algorithm.beta:
+        raise ConfigError("algorithm.kl_unbiased weights the loss's KL penalty, which algorithm.beta = 0 turns off; "
+                          "set algorithm.beta > 0 or kl_unbiased: false")
     if cfg.rollout.temperature == 0 and not cfg.rollout.allow_zero_temperature:
         raise ConfigError("rollout.temperature=0 makes every completion of a group identical (zero advantages, "
                           "nothing to learn); use a temperature > 0 or set rollout.allow_zero_temperature=true")

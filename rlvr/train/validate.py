@@ -54,9 +54,6 @@ def check_registries(cfg: Config) -> Config:
         _check_name("algorithm.advantage", a.advantage, core.get_advantage_fn)
     _check_name("algorithm.policy_loss", a.policy_loss, core.get_policy_loss)
     _check_name("algorithm.kl_estimator", a.kl_estimator, core.get_kl_estimator)
-    if a.kl_unbiased and a.beta <= 0:
-        raise ConfigError("algorithm.kl_unbiased weights the loss's KL penalty, which algorithm.beta = 0 turns off; "
-                          "set algorithm.beta > 0 or kl_unbiased: false")
     _check_member("algorithm.aggregation", a.aggregation, core.AGGREGATION_MODES)
     _check_name("optim.schedule", cfg.optim.schedule, check_schedule)
     if not cfg.model.path:
