@@ -23,6 +23,17 @@ def summarize(result: dict, steps: int, target: float = TARGET, stopped: bool = 
             "peak_rss_mib": result["peak_rss_mib"]}
 
 
+def shared_accuracy(rlvr_evals: list, trl_evals: list) -> tuple[float, float, int] | None:
+    """Mean held-out accuracy of each side over the evaluations after step 0 that both ran: the curves
+    compared where both exist (a run stopped at the target has none later), which the first step at the
+    target, one noisy evaluation, cannot show. None when they share no evaluation."""
+    r, t = ({s: acc for s, _, _, acc in evals if s > 0} for evals in (rlvr_evals, trl_evals))
+    shared = sorted(r.keys() & t.keys())
+    if not shared:
+        return None
+    return sum(r[s] for s in shared) / len(shared), sum(t[s] for s in shared) / len(shared), len(shared)
+
+
 def ratios(rows: dict[str, dict]) -> dict[str, float | None]:
     """TRL / rlvr per figure (> 1: rlvr faster or leaner); None where a side has no figure."""
     r, t = rows["rlvr"], rows["trl"]
@@ -43,7 +54,8 @@ def _fmt(value, spec: str) -> str:
     return format("-", spec.replace(".2f", "")) if value is None else format(value, spec)
 
 
-def table(rows: dict[str, dict], steps: int, target: float = TARGET) -> str:
+def table(rows: dict[str, dict], steps: int, target: float = TARGET,
+          shared: tuple[float, float, int] | None = None) -> str:
     r, t = rows["rlvr"], rows["trl"]
     ratio = ratios(rows).get
 
@@ -63,20 +75,24 @@ def table(rows: dict[str, dict], steps: int, target: float = TARGET) -> str:
              f"{'held-out acc: warm start -> last':34}{r['acc_start']:>13.3f} -> {r['acc_final']:.3f}"
              f"{t['acc_start']:>13.3f} -> {t['acc_final']:.3f}",
              f"{'last step':34}{r['last_step']:>22}{t['last_step']:>22}"]
+    if shared is not None:
+        lines.append(f"{f'held-out acc, mean of {shared[2]} shared evals':34}{shared[0]:>22.3f}{shared[1]:>22.3f}")
     return "\n".join(lines)
 
 
 def report(runs: list[dict], steps: int, target: float = TARGET, stopped: bool = False) -> str:
     """The tables of `runs` ([{"seed", "rlvr", "trl"}] results) and the verdict on the median step."""
-    lines, per_seed = [], []
+    lines, per_seed, curves = [], [], []
     for one in runs:
         rows = {k: summarize(one[k], steps, target, stopped) for k in ("rlvr", "trl")}
         per_seed.append((one["seed"], ratios(rows)))
+        shared = shared_accuracy(one["rlvr"]["evals"], one["trl"]["evals"])
+        curves += [shared] if shared else []
         lines.append(f"\nRL seed {one['seed']}")
         for side in ("rlvr", "trl"):
             lines.append(f"{side} side: {one[side]['threads']} torch thread(s), malloc: "
                          f"{one[side].get('allocator', 'system')}, {one[side]['versions']}")
-        lines.append(table(rows, steps, target))
+        lines.append(table(rows, steps, target, shared))
     if len(per_seed) > 1:
         lines.append(f"\nTRL / rlvr per seed ({', '.join(str(s) for s, _ in per_seed)}) and median:")
         for key, label in (("cpu_per_step", "CPU-s/step"), ("to_target_s", f"training time to {target}"),
@@ -84,6 +100,9 @@ def report(runs: list[dict], steps: int, target: float = TARGET, stopped: bool =
             values = [r[key] for _, r in per_seed]
             cells = "".join(_fmt(v, ">8.2f") for v in values)
             lines.append(f"  {label:30}{cells}  median {_fmt(median(values), '.2f')}")
+        if curves:
+            lines.append(f"held-out acc over the shared evaluations, mean of {len(curves)} seeds: rlvr "
+                         f"{sum(c[0] for c in curves) / len(curves):.3f}, TRL {sum(c[1] for c in curves) / len(curves):.3f}")
     faster = median([r["cpu_per_step"] for _, r in per_seed])
     lines.append(f"\nrlvr is {faster:.2f}x {'faster' if faster >= 1 else 'SLOWER'} than TRL per step in CPU time "
                  f"({'not slower: OK' if faster >= 1 else 'slower: NOT OK'})")

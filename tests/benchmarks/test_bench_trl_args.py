@@ -122,6 +122,21 @@ def test_ratios_are_trl_over_rlvr_and_none_without_a_figure():
     assert got == pytest.approx({k: 3.0 for k in got})
 
 
+def test_shared_accuracy_averages_the_evaluations_both_sides_ran_after_step_0():
+    rlvr = [(0, 0.0, 0.0, 0.5), (10, 1.0, 1.0, 0.6), (20, 2.0, 2.0, 0.8), (30, 3.0, 3.0, 0.9)]
+    trl = [(0, 0.0, 0.0, 0.5), (10, 1.0, 1.0, 0.7), (20, 2.0, 2.0, 0.9)]  # stopped at the target at step 20
+    assert report.shared_accuracy(rlvr, trl) == pytest.approx((0.7, 0.8, 2))
+    assert report.shared_accuracy(rlvr, trl[:1]) is None  # only step 0 in common
+
+
+@given(st.lists(st.tuples(st.integers(1, 50), st.floats(0, 1)), min_size=1, max_size=20))
+def test_shared_accuracy_of_a_curve_with_itself_is_its_own_mean(points):
+    evals = [(s, 0.0, 0.0, acc) for s, acc in dict(points).items()]
+    mine, theirs, n = report.shared_accuracy(evals, evals)
+    assert mine == theirs and n == len(evals)
+    assert mine == pytest.approx(sum(e[3] for e in evals) / n)
+
+
 def test_report_gives_a_table_per_seed_and_the_median_ratios():
     def side(cpu, rss, reach_wall):  # steps 1..3 at `cpu` CPU-s each; target reached at step 3, `reach_wall` s in
         steps = [(s, s * cpu, s * cpu, 0.0, 0.0) for s in (1, 2, 3)]
@@ -135,6 +150,8 @@ def test_report_gives_a_table_per_seed_and_the_median_ratios():
     assert "CPU-s/step                        2.00    3.00    5.00  median 3.00" in text
     assert "training time to 0.9              2.00    3.00    5.00  median 3.00" in text
     assert "rlvr is 3.00x faster than TRL per step" in text
+    assert "held-out acc, mean of 1 shared evals" in text  # step 3 on both sides
+    assert "held-out acc over the shared evaluations, mean of 3 seeds: rlvr 0.950, TRL 0.950" in text
 
 
 @given(st.lists(st.floats(0.1, 10), min_size=1, max_size=9))
