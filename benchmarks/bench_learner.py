@@ -2,21 +2,28 @@
 
     .venv/bin/python benchmarks/bench_learner.py                  # both sizes, every variant
     .venv/bin/python benchmarks/bench_learner.py --sizes demo --repeats 5
+    .venv/bin/python benchmarks/bench_learner.py --sizes gsm8k --variants sampler tokens packed
 
-The batch is synthetic (random tokens, completion lengths drawn uniformly from [len/4, len]) so both
-sizes run without a rollout: the update does not care where the tokens came from. Each variant builds
+The batch is synthetic (random tokens, completion lengths drawn uniformly from [len/4, len]) so the
+sizes run without a rollout: the update does not care where the tokens came from. `gsm8k` takes its
+lengths from real data instead: 8 GSM8K questions (char tokenizer) as prompts, each with 8 worked answers
+of other training problems as completions, the spread of lengths a reasoning batch has. Each variant builds
 its own Learner from the same folder and times `update` with `time.process_time` (CPU seconds of this
 process, one thread): on a shared, loaded machine wall time measures the neighbours. The padding
 fraction printed is the most a padding-free packing of the batch could save in the forward/backward.
 
 Variants: `recompute` (the no-grad pi_old pass), `sampler` (the sampler's log-probs as pi_old);
 the others start from `sampler`: `foreach` and `fused` AdamW (torch's CPU implementations), `tokens` (micro-batches by a token budget of
-half a minibatch's padded size), `compile` (`torch.compile` of the policy's forward, compile time out).
+half a minibatch's padded size), `packed` (`train.packing: always`: each micro-batch as one row of
+packed sequences, no padding, no shared prompt), `auto` (`train.packing: auto`, the default: packed
+where the FLOP estimate says it pays), `compile` (`torch.compile` of the policy's forward, compile time
+out). Every variant but `auto` runs `train.packing: never`, the layout before packing existed.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -30,7 +37,9 @@ sys.path.insert(0, str(ROOT))
 
 from rlvr.algorithms.optim import build_scheduler  # noqa: E402
 from rlvr.config import load_config  # noqa: E402
-from rlvr.models import make_tiny_model_dir  # noqa: E402
+from rlvr.jsonl import read_jsonl  # noqa: E402
+from rlvr.models import build_char_tokenizer, make_tiny_model_dir  # noqa: E402
+from rlvr.rollout.batch import encode_prompt_completion  # noqa: E402
 from rlvr.rollout.scored import ScoredBatch  # noqa: E402
 from rlvr.train.learner import Learner, optimizer_steps  # noqa: E402
 
@@ -38,8 +47,10 @@ from rlvr.train.learner import Learner, optimizer_steps  # noqa: E402
 SIZES = {
     "demo": ("test", 256, 8, 128, 2, 14, 10, 0.01),  # configs/demo.yaml's GRPO phase
     "20m": ("bench20m", 16, 8, 8, 1, 64, 128, 0.0),
+    "gsm8k": ("demo", 64, 8, 32, 1, 0, 1024, 0.04),  # lengths from GSM8K (gsm8k_batch), mu 1, two minibatches
 }
-VARIANTS = ("recompute", "sampler", "foreach", "fused", "tokens", "compile")
+VARIANTS = ("recompute", "sampler", "foreach", "fused", "tokens", "packed", "auto", "compile")
+DATA = Path(os.environ.get("RLVR_DATA_DIR", ROOT.parent / "shared" / "data"))
 
 
 def synthetic_batch(vocab: int, n: int, group: int, prompt_len: int, max_new: int, seed: int) -> ScoredBatch:
@@ -54,12 +65,27 @@ def synthetic_batch(vocab: int, n: int, group: int, prompt_len: int, max_new: in
                        correct=[False] * n, finish_reasons=["stop"] * n, group_size=group)
 
 
-def make_learner(folder: Path, size: str, variant: str) -> Learner:
+def gsm8k_batch(n: int, group: int, max_new: int, seed: int) -> ScoredBatch:
+    """n // group GSM8K questions as prompts, each with `group` answers of other problems (char ids)."""
+    tok = build_char_tokenizer()
+    rows = read_jsonl(DATA / "gsm8k_train.jsonl", ["question", "answer"], "GSM8K")[: n // group + n]
+    prompt_ids = [encode_prompt_completion(tok, r["question"] + "\n", "")[0] for r in rows[: n // group]]
+    answers = [encode_prompt_completion(tok, "", r["answer"])[1][:max_new] for r in rows[n // group :]]
+    g = torch.Generator().manual_seed(seed)
+    return ScoredBatch(prompts=[""] * n, prompt_ids=[p for p in prompt_ids for _ in range(group)],
+                       completion_ids=answers, sampler_logprobs=[[-1.0] * len(a) for a in answers],
+                       rewards=torch.randint(0, 2, (n,), generator=g).float(), correct=[False] * n,
+                       finish_reasons=["stop"] * n, group_size=group)
+
+
+def make_learner(folder: Path, size: str, variant: str, longest: int) -> Learner:
+    """`longest`: the batch's longest prompt + completion, for the `tokens` variant's budget."""
     _, batch, group, mini, mu, _, max_new, beta = SIZES[size]
     train = {"steps": 10, "batch_size": batch, "group_size": group, "mini_batch_size": mini,
              "old_logprobs": "auto" if variant != "recompute" else "recompute"}
     if variant == "tokens":
-        train["micro_batch_tokens"] = mini * (SIZES[size][5] + max_new) // 2
+        train["micro_batch_tokens"] = mini * longest // 2
+    train["packing"] = {"packed": "always", "auto": "auto"}.get(variant, "never")
     cfg = load_config(base={"model": {"path": str(folder)}, "rollout": {"max_new_tokens": max_new},
                             "algorithm": {"mu": mu, "beta": beta}, "train": train, "optim": {"lr": 1e-4}})
     learner = Learner(cfg, folder, folder)
@@ -97,16 +123,19 @@ def main() -> None:
     for size in args.sizes:
         preset, n, group, _, _, prompt_len, max_new, _ = SIZES[size]
         with tempfile.TemporaryDirectory() as tmp:
-            folder = make_tiny_model_dir(Path(tmp) / "model", preset=preset, max_position_embeddings=512)
+            folder = make_tiny_model_dir(Path(tmp) / "model", preset=preset, max_position_embeddings=2048)
             vocab = AutoConfig.from_pretrained(folder).vocab_size
-            batch = synthetic_batch(vocab, n, group, prompt_len, max_new, seed=0)
+            batch = gsm8k_batch(n, group, max_new, seed=0) if size == "gsm8k" else \
+                synthetic_batch(vocab, n, group, prompt_len, max_new, seed=0)
             real = sum(len(p) + len(c) for p, c in zip(batch.prompt_ids, batch.completion_ids))
-            padded = n * max(len(p) + len(c) for p, c in zip(batch.prompt_ids, batch.completion_ids))
+            longest = max(len(p) + len(c) for p, c in zip(batch.prompt_ids, batch.completion_ids))
+            padded = n * longest
             print(f"{size}: {n} rows, padding {1 - real / padded:.1%} of the padded batch", flush=True)
             seen: dict[str, float] = {}
             for variant in args.variants:
-                seen[variant] = seconds = time_update(make_learner(folder, size, variant), batch, args.repeats)
-                ratios = "  ".join(f"{seen[b] / seconds:5.2f}x vs {b}" for b in ("recompute", "sampler")
+                seen[variant] = seconds = time_update(make_learner(folder, size, variant, longest), batch, args.repeats)
+                ratios = "  ".join(f"{seen[b] / seconds:5.2f}x vs {b}"
+                                   for b in ("recompute", "sampler", "tokens", "packed")
                                    if b in seen and b != variant)
                 print(f"  {variant:10s} {seconds:7.3f} CPU-s/update  {ratios}", flush=True)
 

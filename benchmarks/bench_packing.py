@@ -8,7 +8,7 @@ The same documents, the same model, forward + backward of the completion-token N
   packed-mask     each batch's documents packed into rows of `--mask-len` tokens, 4D block mask:
                   little padding, but every masked attention score is still computed (R * L^2)
   packed-varlen   the batch's documents in rows of `--max-len` tokens, causal attention per document
-                  (`rlvr.algorithms.varlen`, the default route on CPU): sum_i len_i^2
+                  (`rlvr.models.varlen`, the default route on CPU): sum_i len_i^2
 The position-ids route is not timed: it exists for flash-attention's varlen kernels; with eager/sdpa
 transformers turns it into one mask over the whole flattened batch, quadratic in its tokens.
 Prints the best of `--repeats` epochs: CPU and wall seconds per epoch, completion tokens per CPU

@@ -5,7 +5,7 @@ batch's compute on pad tokens. Packing concatenates documents into rows of `max_
 things keep the result identical to running each document on its own:
 
 1. attention never crosses a document boundary: per-document causal attention over one flattened
-   row (`rlvr.algorithms.varlen`, the default for eager / sdpa), per-document position ids that
+   row (`rlvr.models.varlen`, the default for eager / sdpa), per-document position ids that
    flash-attention's varlen kernels turn into `cu_seqlens` (transformers'
    `DataCollatorWithFlattening` route), or a dense block-diagonal causal mask;
 2. positions restart at 0 in every document, so rotary embeddings see the same positions.
@@ -26,7 +26,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from rlvr.algorithms.common import config_field
 from rlvr.algorithms.offline import OfflineConfig, train_offline
 from rlvr.rollout.batch import encode_prompt_completion
-from rlvr.algorithms.varlen import SEGMENTS_KWARG, segment_bounds, varlen_attention
+from rlvr.models.varlen import REPLACES as VARLEN_REPLACES, SEGMENTS_KWARG, segment_bounds, varlen_attention
 from rlvr.core import masked_sum, token_logprobs
 from rlvr.models.tokenizer import pad_token_id
 
@@ -140,13 +140,13 @@ ROUTES = ("auto", "varlen", "mask", "position_ids")
 
 
 def resolve_route(model: PreTrainedModel, route: str) -> str:
-    """"auto" -> "varlen" for eager / sdpa models (no dense mask, see rlvr.algorithms.varlen),
+    """"auto" -> "varlen" for eager / sdpa models (no dense mask, see rlvr.models.varlen),
     "position_ids" for the rest (flash-attention: transformers' own varlen path)."""
     if route not in ROUTES:
         raise ValueError(f"unknown packing route {route!r}; choose from {list(ROUTES)}")
     if route != "auto":
         return route
-    return "varlen" if model.config._attn_implementation in ("eager", "sdpa") else "position_ids"
+    return "varlen" if model.config._attn_implementation in VARLEN_REPLACES else "position_ids"
 
 
 def _mask_logits(model: PreTrainedModel, input_ids: Tensor, position_ids: Tensor, doc_ids: Tensor) -> Tensor:
@@ -163,7 +163,7 @@ def packed_logits(model: PreTrainedModel, batch: PackedBatch, route: str = "auto
     """Forward a packed batch -> logits (R, L, V), each document seeing only itself.
 
     Routes: "varlen" flattens the rows into one and runs causal attention per document
-    (`rlvr.algorithms.varlen`): no mask tensor, attention cost sum_i len_i^2. "mask" passes a 4D
+    (`rlvr.models.varlen`): no mask tensor, attention cost sum_i len_i^2. "mask" passes a 4D
     block-diagonal mask (eager / sdpa): cost R * L^2, every masked score is still computed.
     "position_ids" flattens the rows and passes only per-document position ids, from which
     transformers derives the boundaries (flash-attention varlen; for eager / sdpa it builds one

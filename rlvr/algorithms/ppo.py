@@ -23,6 +23,7 @@ from a Hugging Face folder (InstructGPT, TRL's PPOTrainer), trained by the same 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -39,7 +40,7 @@ from rlvr.core import (
     token_logprobs,
 )
 from rlvr.models import load_model
-from rlvr.rollout.batch import policy_logprobs
+from rlvr.rollout.batch import completion_index, packed_call, packs, policy_logprobs, to_completions
 
 TOKEN_ADVANTAGES = ("gae", "reinforce_pp")  # per-token estimators of this module; the rest are group ones
 VALUE_MODELS = ("shared", "separate")
@@ -109,10 +110,14 @@ class ValueModel(nn.Module):
     def shared(self) -> bool:
         return self.trunk is None
 
-    def values(self, batch) -> Tensor:
-        """V (B, W) of a `RolloutBatch` from the separate trunk."""
+    def values(self, batch, packing: str = "never") -> Tensor:
+        """V (B, W) of a `RolloutBatch` from the separate trunk (packed as `packs` decides: without padding,
+        0 off the completions)."""
         if self.trunk is None:
             raise ValueError("a shared value head reads the policy's hidden states; use forward_with_values")
+        if packs(self.trunk.config, batch, packing):
+            hidden = packed_call(self.trunk, batch).last_hidden_state[0, completion_index(batch)]  # (M, H)
+            return to_completions(self.head(hidden), batch.mask)
         hidden = self.trunk(input_ids=batch.input_ids, attention_mask=batch.attention_mask.long(),
                             use_cache=False).last_hidden_state  # (B, L, H)
         return self.head(hidden[:, batch.start : -1])  # (B, W)
@@ -141,35 +146,46 @@ def _check_plain_lm_head(policy: nn.Module) -> None:
 
 
 def forward_with_values(policy: nn.Module, value_model: ValueModel, batch, temperature: float,
-                        with_entropy: bool = False) -> tuple[Tensor, Tensor | None, Tensor]:
+                        with_entropy: bool = False, packing: str = "never") -> tuple[Tensor, Tensor | None, Tensor]:
     """(log pi (B, W), entropy (B, W) or None, V (B, W)) of a `RolloutBatch`.
 
     Shared: one pass through the policy trunk feeds both the LM head and the value head. Separate:
     the policy as `rlvr.rollout.batch.policy_logprobs` computes it, then the critic's own pass.
+    `packing` (`train.packing`): each without padding where `rlvr.rollout.batch.packs` says so, 0 off the
+    completions.
     """
     if not value_model.shared:
-        logprobs, entropy = policy_logprobs(policy, batch, temperature, with_entropy)
-        return logprobs, entropy, value_model.values(batch)
-    hidden = policy.base_model(input_ids=batch.input_ids, attention_mask=batch.attention_mask.long(),
-                               use_cache=False).last_hidden_state[:, batch.start : -1]  # (B, W, H)
-    logits = policy.get_output_embeddings()(hidden)  # (B, W, V)
+        logprobs, entropy = policy_logprobs(policy, batch, temperature, with_entropy, packing=packing)
+        return logprobs, entropy, value_model.values(batch, packing)
+    packed = packs(policy.config, batch, packing)
+    if packed:
+        hidden = packed_call(policy.base_model, batch).last_hidden_state[0, completion_index(batch)]  # (M, H)
+        labels = batch.input_ids[:, batch.start + 1 :][batch.mask]  # (M,)
+    else:
+        hidden = policy.base_model(input_ids=batch.input_ids, attention_mask=batch.attention_mask.long(),
+                                   use_cache=False).last_hidden_state[:, batch.start : -1]  # (B, W, H)
+        labels = batch.input_ids[:, batch.start + 1 :]  # (B, W)
+    logits = policy.get_output_embeddings()(hidden)  # (B, W, V), packed (M, V)
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
-    logprobs = token_logprobs(logits, batch.input_ids[:, batch.start + 1 :])  # (B, W)
+    logprobs = token_logprobs(logits, labels)  # (B, W), packed (M,)
     entropy = None
     if with_entropy:
         with torch.no_grad():
             entropy = entropy_from_logits(logits.detach())
-    return logprobs, entropy, value_model.head(hidden)
+    values = value_model.head(hidden)
+    columns = partial(to_completions, mask=batch.mask) if packed else lambda x: x  # packed (M,) -> (B, W)
+    return columns(logprobs), None if entropy is None else columns(entropy), columns(values)
 
 
 @torch.no_grad()
-def sampling_values(policy: nn.Module, value_model: ValueModel, batch, micro_batch_size: int) -> Tensor:
+def sampling_values(policy: nn.Module, value_model: ValueModel, batch, micro_batch_size: int,
+                    packing: str = "never") -> Tensor:
     """V_old (B, W) of the whole batch at sampling time, in micro-batches, without gradient."""
     out = torch.zeros(batch.mask.shape, dtype=torch.float32, device=batch.mask.device)
     for lo in range(0, len(batch), micro_batch_size):
         part = batch.select(slice(lo, lo + micro_batch_size))
-        _, _, values = forward_with_values(policy, value_model, part, 1.0)
+        _, _, values = forward_with_values(policy, value_model, part, 1.0, packing=packing)
         out[lo : lo + micro_batch_size, : values.shape[1]] = values
     return out
 
@@ -203,7 +219,8 @@ class TokenAdvantages:
     def needs_value_model(self) -> bool:
         return self.estimator == "gae"
 
-    def annotate(self, batch, policy: nn.Module, value_model: ValueModel | None, micro_batch_size: int) -> None:
+    def annotate(self, batch, policy: nn.Module, value_model: ValueModel | None, micro_batch_size: int,
+                 packing: str = "never") -> None:
         """Fill `batch.advantages` (B, W), `batch.returns` and `batch.old_values` in place.
 
         KL shaping reads `batch.old_logprobs` (pi_old) and `batch.ref_logprobs`, so the caller caches
@@ -211,7 +228,7 @@ class TokenAdvantages:
         """
         values = None
         if value_model is not None:
-            values = sampling_values(policy, value_model, batch, micro_batch_size)  # (B, W)
+            values = sampling_values(policy, value_model, batch, micro_batch_size, packing)  # (B, W)
         batch.advantages, batch.returns = token_level_advantages(
             batch.rewards, batch.mask, values, batch.old_logprobs, batch.ref_logprobs, self.kl_coef,
             self.kl_estimator, self.gamma, self.lam, self.whiten)

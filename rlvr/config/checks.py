@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from rlvr.config.sections import OLD_LOGPROBS, Config, ConfigError
+from rlvr.config.sections import OLD_LOGPROBS, PACKING, Config, ConfigError
 
 
 # key: (low, high, low included, high included); None = unbounded. Every float must also be finite.
@@ -84,6 +84,8 @@ def _check_batches(cfg: Config) -> None:
                           f"train.micro_batch_size ({cfg.micro_batch_size})")
     if t.old_logprobs not in OLD_LOGPROBS:
         raise ConfigError(f"train.old_logprobs: unknown {t.old_logprobs!r}; choose from {list(OLD_LOGPROBS)}")
+    if t.packing not in PACKING:
+        raise ConfigError(f"train.packing: unknown {t.packing!r}; choose from {list(PACKING)}")
     betas = cfg.optim.betas
     if len(betas) != 2 or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in betas):
         raise ConfigError(f"optim.betas must be two numbers in [0, 1), got {cfg.optim.betas}")

@@ -187,6 +187,7 @@ class ValueConfig:
 
 
 OLD_LOGPROBS = ("auto", "recompute")
+PACKING = ("auto", "always", "never")
 
 
 @dataclass
@@ -203,6 +204,11 @@ class TrainConfig:
     micro_batch_tokens: int = f(0, "Token budget per forward/backward (0 = by rows, micro_batch_size). Rows are "
                                    "sorted by length and packed so that rows x longest row stays within it; "
                                    "the minibatch loss is unchanged (its normaliser is the minibatch's).")
+    packing: str = f("auto", "Padding-free forward passes (training, pi_old, reference, value model): a "
+                             "micro-batch's rows run as one row of packed sequences, attention per sequence, "
+                             "logits only at completion tokens. 'auto' packs a micro-batch when that costs "
+                             "under 0.8x the FLOPs of the padded or shared-prompt forward (completion lengths "
+                             "that spread widely); 'always', 'never' (docs/performance_update.md).")
     old_logprobs: str = f("auto", "Where pi_old comes from when mu > 1 or several minibatches: 'auto' reuses the "
                                   "sampler's log-probs when they are the same quantity (the in-process engine, "
                                   "temperature 1, float32, weights of this update) and skips a forward pass; "

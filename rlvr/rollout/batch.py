@@ -9,6 +9,7 @@ no custom attention mask: a causal mask never lets a real token see the padding 
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, fields, replace
 from typing import Sequence
 
@@ -17,7 +18,8 @@ from torch import Tensor
 from transformers import PreTrainedTokenizerBase
 
 from rlvr.core import entropy_from_logits, token_logprobs
-from rlvr.rollout.prefix import plan_shared_prefix, shared_prefix_logits, shares_prefix
+from rlvr.models.varlen import varlen_attention, varlen_kwargs
+from rlvr.rollout.prefix import PrefixPlan, plan_shared_prefix, shared_prefix_logits, shares_prefix
 
 
 @dataclass
@@ -143,16 +145,20 @@ def micro_batches(attention_mask: Tensor, rows: int, tokens: int) -> list[Tensor
 
 
 def policy_logprobs(model, batch: RolloutBatch, temperature: float, with_entropy: bool = False,
-                    share_prefix: bool = True) -> tuple[Tensor, Tensor | None]:
+                    share_prefix: bool = True, packing: str = "never") -> tuple[Tensor, Tensor | None]:
     """log pi(label) per position (B, W) and, optionally, the entropy (B, W) without gradient.
 
     Logits are divided by the sampling temperature, as in TRL: the importance ratio then compares
     the trained policy with the distribution the completions were actually sampled from. Rows that
     share a prompt (a GRPO group) have it computed once (`rlvr.rollout.prefix`) where that saves work
-    and `share_prefix` allows it; then positions outside the completions (`batch.mask` False) hold 0.
+    and `share_prefix` allows it. `packing` (`train.packing`: auto, always, never) runs the rows without
+    padding instead (`packed_logprobs`), always or where that costs less (`packs`). With either,
+    positions outside the completions (`batch.mask` False) hold 0.
     """
     plan = plan_shared_prefix(batch.input_ids, batch.attention_mask, batch.mask, batch.start) \
-        if share_prefix and shares_prefix(model) else None
+        if share_prefix and packing != "always" and shares_prefix(model) else None
+    if packs(model.config, batch, packing, plan):
+        return packed_logprobs(model, batch, temperature, with_entropy)
     if plan is None:
         keep = batch.input_ids.shape[1] - batch.start  # positions start .. L-1
         out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask.long(),
@@ -175,17 +181,101 @@ def policy_logprobs(model, batch: RolloutBatch, temperature: float, with_entropy
     return logprobs, entropy
 
 
+def packed_logprobs(model, batch: RolloutBatch, temperature: float, with_entropy: bool = False
+                    ) -> tuple[Tensor, Tensor | None]:
+    """`policy_logprobs` without padding (`packed_call`): logits only at the positions that predict a
+    completion token, so the forward costs the batch's real tokens, not B x its longest row."""
+    keep = completion_index(batch)  # (M,)
+    logits = packed_call(model, batch, logits_to_keep=keep).logits[0]  # (M, V)
+    if temperature > 0 and temperature != 1.0:
+        logits = logits / temperature
+    logprobs = to_completions(token_logprobs(logits, batch.input_ids[:, batch.start + 1 :][batch.mask]), batch.mask)
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            entropy = to_completions(entropy_from_logits(logits.detach()), batch.mask)
+    return logprobs, entropy
+
+
+PACKING_MARGIN = 0.8  # "auto" packs when that costs under this share of the layout it replaces
+
+
+def packs(config, batch: RolloutBatch, packing: str, plan: PrefixPlan | None = None) -> bool:
+    """Whether to run `batch` packed under `train.packing`: never without a completion token; "auto"
+    when the packed forward's estimated FLOPs are under PACKING_MARGIN x those of the layout it replaces
+    (the shared-prompt one of `plan`, else the padded one). The margin covers what FLOPs miss, e.g. one
+    attention call per sequence. Attention scores are counted as the kernels compute them: every one of a
+    masked (padded or shared-prompt) layout, the causal half of a packed sequence."""
+    if packing == "never" or not bool(batch.mask.any()):
+        return False
+    if packing == "always":
+        return True
+    lengths = batch.attention_mask.sum(-1).double()  # (B,)
+    packed = forward_flops(config, float(lengths.sum()), float((lengths * (lengths + 1) / 2).sum()))
+    B, L = batch.input_ids.shape
+    if plan is None:
+        other = forward_flops(config, B * L, B * L * L)
+    else:
+        (U, P), S = plan.prefix_ids.shape, plan.suffix_ids.shape[1]
+        other = forward_flops(config, U * P + B * S, U * P * P + B * S * (P + S))
+    return packed < PACKING_MARGIN * other
+
+
+def forward_flops(config, tokens: float, scores: float) -> float:
+    """Rough forward FLOPs of a decoder: per layer, 2 x its projection weights per token (q and o: d x the
+    heads' width; k and v: d x the kv heads' width; the MLP's three d x f) and 4 x the heads' width per
+    attention score (q.k and p.v). `config`: a transformers config."""
+    d, layers, heads = config.hidden_size, config.num_hidden_layers, config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or d // heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    ffn = getattr(config, "intermediate_size", None) or 4 * d
+    per_token = 2 * (2 * d * heads * head_dim + 2 * d * kv_heads * head_dim + 3 * d * ffn)
+    return layers * (tokens * per_token + scores * 4 * heads * head_dim)
+
+
+def packed_call(model, batch: RolloutBatch, **kwargs):
+    """`model` (a causal LM or its base model) on the batch's real tokens as one row of B packed sequences.
+
+    Right padding puts every real token at its row's column, so the column is its position id. The
+    attention stays inside each sequence: varlen sdpa (`rlvr.models.varlen`, one causal call per
+    sequence) for eager / sdpa models, flash-attention's own varlen path (from the position ids) otherwise.
+    """
+    B, L = batch.input_ids.shape
+    real = batch.attention_mask  # (B, L) bool
+    positions = torch.arange(L, device=real.device).expand(B, L)[real]  # (N,)
+    varlen, extra = varlen_kwargs(model, positions)
+    with varlen_attention(model) if varlen else nullcontext():
+        return model(input_ids=batch.input_ids[real][None], position_ids=positions[None], use_cache=False,
+                     **extra, **kwargs)
+
+
+def completion_index(batch: RolloutBatch) -> Tensor:
+    """(M,) the packed-row index (`packed_call`) of the position predicting each completion token, in
+    `batch.mask`'s row-major order: row b starts at the sum of the earlier rows' lengths, and its
+    position start + w predicts label column w."""
+    lengths = batch.attention_mask.sum(-1)  # (B,)
+    offsets = torch.cumsum(lengths, 0) - lengths  # (B,)
+    columns = torch.arange(batch.mask.shape[1], device=lengths.device)  # (W,)
+    return (offsets[:, None] + batch.start + columns)[batch.mask]
+
+
+def to_completions(values: Tensor, mask: Tensor) -> Tensor:
+    """values (M,) of the completion tokens in row-major order -> (B, W) on `mask`, 0 elsewhere."""
+    return values.new_zeros(mask.shape).masked_scatter(mask, values)
+
+
 def _to_columns(values: Tensor, columns: Tensor, mask: Tensor) -> Tensor:
     """values (B, S - 1) at suffix label positions -> (B, W) at the batch's label columns, 0 off `mask`."""
     return torch.where(mask, values.gather(1, columns), torch.zeros((), dtype=values.dtype, device=values.device))
 
 
 @torch.no_grad()
-def cached_logprobs(model, batch: RolloutBatch, temperature: float, micro_batch_size: int) -> Tensor:
+def cached_logprobs(model, batch: RolloutBatch, temperature: float, micro_batch_size: int,
+                    packing: str = "never") -> Tensor:
     """log-probs (B, W) of the whole batch under `model`, in micro-batches, without gradient."""
     out = torch.zeros(batch.mask.shape, dtype=torch.float32, device=batch.mask.device)
     for lo in range(0, len(batch), micro_batch_size):
         part = batch.select(slice(lo, lo + micro_batch_size))
-        logprobs, _ = policy_logprobs(model, part, temperature)
+        logprobs, _ = policy_logprobs(model, part, temperature, packing=packing)
         out[lo : lo + micro_batch_size, : logprobs.shape[1]] = logprobs
     return out

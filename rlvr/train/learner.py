@@ -92,7 +92,8 @@ class Learner:
     def logprobs(self, batch: ScoredBatch | RolloutBatch) -> Tensor:
         """log pi (N, W) of every completion token under the current policy, without gradient."""
         rows = self.tensors(batch) if isinstance(batch, ScoredBatch) else batch
-        return cached_logprobs(self.policy, rows, self.cfg.rollout.temperature, self.cfg.micro_batch_size)
+        return cached_logprobs(self.policy, rows, self.cfg.rollout.temperature, self.cfg.micro_batch_size,
+                               self.cfg.train.packing)
 
     def _prepare(self, batch: ScoredBatch) -> RolloutBatch:
         """Rows with pi_old, pi_ref and advantages: (N,) group-relative or (N, W) per token."""
@@ -110,11 +111,11 @@ class Learner:
             rows.is_weights, self._is_metrics = behaviour_is_weights(rows.old_logprobs, sampled, rows.mask,
                                                                      a.is_cap, a.is_mode)
         if self.reference is not None:
-            rows.ref_logprobs = cached_logprobs(self.reference, rows, cfg.rollout.temperature, micro)
+            rows.ref_logprobs = cached_logprobs(self.reference, rows, cfg.rollout.temperature, micro, cfg.train.packing)
         if self.token_adv is None:
             rows.advantages = self.objective.advantages(rows.rewards, batch.group_size)
         else:
-            self.token_adv.annotate(rows, self.policy, self.value_model, micro)
+            self.token_adv.annotate(rows, self.policy, self.value_model, micro, cfg.train.packing)
         if cfg.algorithm.overlong_filter:  # DAPO: a truncated completion is unfinished, not wrong
             truncated = batch.truncated.to(self.device)
             rows.advantages = overlong_filter(rows.advantages, truncated)
@@ -124,10 +125,10 @@ class Learner:
 
     def _forward(self, mb: RolloutBatch, with_entropy: bool) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """log pi (b, W), entropy (b, W) or None and, with a value model, V (b, W)."""
-        T = self.cfg.rollout.temperature
+        T, packing = self.cfg.rollout.temperature, self.cfg.train.packing
         if self.value_model is None:
-            return (*policy_logprobs(self.policy, mb, T, with_entropy=with_entropy), None)
-        return forward_with_values(self.policy, self.value_model, mb, T, with_entropy=with_entropy)
+            return (*policy_logprobs(self.policy, mb, T, with_entropy=with_entropy, packing=packing), None)
+        return forward_with_values(self.policy, self.value_model, mb, T, with_entropy=with_entropy, packing=packing)
 
     def _micro_step(self, mb: RolloutBatch, denominator: Tensor | int, scale: float,
                     with_entropy: bool) -> dict[str, Tensor]:

@@ -16,7 +16,7 @@ from rlvr.algorithms.packing import (
     PAD_DOC, Document, PackedSFTConfig, block_causal_mask, encode_documents, first_fit_decreasing,
     pack_documents, packed_logits, packed_nll, resolve_route, train_sft_packed,
 )
-from rlvr.algorithms.varlen import segment_bounds, varlen_sdpa_attention
+from rlvr.models.varlen import segment_bounds, varlen_sdpa_attention
 from rlvr.models import tiny_config
 
 PAIRS = [("sort 3 1 2=", "1 2 3"), ("sort 9 0=", "0 9"), ("sort 5 5 1 7 2 2 0=", "0 1 2 2 5 5 7"), ("s=", "1")]

@@ -115,6 +115,37 @@ def test_shared_forward_gives_the_policy_logprobs_and_trains_both_heads(model_an
     policy.zero_grad()
 
 
+@pytest.mark.parametrize("kind", ["shared", "separate"])
+def test_packed_forward_with_values_equals_the_padded_one(model_and_tok, tmp_path, kind):
+    """train.packing: log-probs, entropies and values from one packed row (no padding), as padded; 0 off
+    the completions; the same gradients for both heads and trunks."""
+    policy, tok = model_and_tok
+    policy.save_pretrained(tmp_path / "critic")
+    tok.save_pretrained(tmp_path / "critic")
+    vm = build_value_model(kind, policy, tmp_path / "critic")
+    with torch.no_grad():
+        vm.head.proj.weight.normal_(generator=torch.Generator().manual_seed(0))  # a value gradient reaches the trunk
+    prompts = [tok(p)["input_ids"] for p in ("sort 3 1=", "sort 21=", "sort 975=")]
+    completions = [tok(c, add_special_tokens=False)["input_ids"] for c in ("1 3", "12 and more", "5")]
+    batch = build_batch(prompts, completions, torch.zeros(3), torch.tensor([1.0, 0.0, 1.0]), tok.pad_token_id)
+    results, grads = [], []
+    for packing in ("always", "never"):
+        policy.zero_grad(), vm.zero_grad()
+        logprobs, entropy, values = forward_with_values(policy, vm, batch, 0.7, with_entropy=True, packing=packing)
+        (logprobs[batch.mask].sum() + values[batch.mask].sum()).backward()
+        results.append((logprobs.detach(), entropy, values.detach()))
+        grads.append([p.grad.clone() for p in [*policy.parameters(), *vm.parameters()] if p.grad is not None])
+    policy.zero_grad(), vm.zero_grad()
+    for packed, padded in zip(*results):
+        torch.testing.assert_close(packed[batch.mask], padded[batch.mask], atol=1e-5, rtol=1e-5)
+        assert not packed[~batch.mask].any()
+    assert len(grads[0]) == len(grads[1]) > 0
+    for packed, padded in zip(*grads):
+        torch.testing.assert_close(packed, padded, atol=1e-5 * float(padded.abs().max()), rtol=1e-4)
+    torch.testing.assert_close(sampling_values(policy, vm, batch, 2, packing="always")[batch.mask],
+                               sampling_values(policy, vm, batch, 2)[batch.mask], atol=1e-5, rtol=1e-5)
+
+
 def test_separate_critic_loads_its_own_trunk(model_and_tok, tmp_path):
     policy, tok = model_and_tok
     policy.save_pretrained(tmp_path / "critic")

@@ -150,15 +150,15 @@ def _written_out_update(policy, reference, batch, cfg, pad_id):
     return model
 
 
-@pytest.mark.parametrize("kl_unbiased", [False, True])
-def test_update_equals_the_grpo_formulas_written_out(config_factory, kl_unbiased):
-    """Learner.update (shared-prompt forward, the sampler's log-probs as pi_old, micro-batches, fused AdamW)
-    moves the weights as the written-out GRPO step does, two epochs over two minibatches (ratios away from 1
-    after the first optimizer step), to float rounding."""
+@pytest.mark.parametrize("kl_unbiased, packing", [(False, "auto"), (True, "auto"), (False, "always")])
+def test_update_equals_the_grpo_formulas_written_out(config_factory, kl_unbiased, packing):
+    """Learner.update (shared-prompt forward, or the packed one with `train.packing: always`; the sampler's log-probs
+    as pi_old, micro-batches, fused AdamW) moves the weights as the written-out GRPO step does, two epochs
+    over two minibatches (ratios away from 1 after the first optimizer step), to float rounding."""
     algorithm = {"mu": 2, "beta": 0.05, "kl_unbiased": kl_unbiased, "advantage": "grpo", "policy_loss": "clipped",
                  "aggregation": "seq_mean_token_mean"}
     rollout, learner = _roles(config_factory, algorithm=algorithm,
-                              train={"mini_batch_size": 8, "micro_batch_size": 4},
+                              train={"mini_batch_size": 8, "micro_batch_size": 4, "packing": packing},
                               optim={"lr": 3e-3, "warmup_steps": 0, "max_grad_norm": 1.0})
     batch = rollout.collect(1)
     before = {k: v.detach().clone() for k, v in learner.policy.named_parameters()}

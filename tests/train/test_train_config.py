@@ -56,6 +56,8 @@ def test_saved_config_round_trips(tmp_path):
     ({"train": {"steps": 0}}, [], "train.steps must be > 0"),
     ({"train": {"micro_batch_tokens": -1}}, [], "train.micro_batch_tokens must be >= 0"),
     ({"train": {"old_logprobs": "sampler"}}, [], "train.old_logprobs: unknown 'sampler'"),
+    ({"train": {"packing": "sometimes"}}, [], "train.packing: unknown 'sometimes'"),
+    ({"train": {"packing": True}}, [], "train.packing"),  # YAML's true is not a mode: auto, always or never
     ({"model": {"path": "/does/not/exist"}}, [], "model.path: no Hugging Face model folder"),
     ({"sft": {"data": "/nope.jsonl"}}, [], "sft.data: file '/nope.jsonl' does not exist"),
     ({"algorithm": {"advantage": "grpoo"}}, [], "algorithm.advantage: unknown advantage 'grpoo'"),

@@ -7,8 +7,9 @@ score, so packing long rows costs L^2 per row instead of sum_i len_i^2, and pack
 off. This module registers the same varlen semantics with transformers' `AttentionInterface`: one
 causal `scaled_dot_product_attention` call per document, no mask tensor at all.
 
-Used by `rlvr.algorithms.packing.packed_logits(route="varlen")`; the model's configured attention
-is swapped in only for that forward pass and restored afterwards.
+Used by packed SFT (`rlvr.algorithms.packing.packed_logits(route="varlen")`) and the packed RL forward
+(`rlvr.rollout.batch.packed_call`); the model's configured attention is swapped in only for that
+forward pass and restored afterwards.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from transformers import AttentionInterface, PreTrainedModel
 
 VARLEN_ATTENTION = "rlvr_varlen_sdpa"
 SEGMENTS_KWARG = "packed_segments"  # forwarded by transformers from model(...) down to attention
+REPLACES = ("eager", "sdpa")  # the implementations varlen sdpa stands in for; flash-attention has its own varlen
 
 
 def varlen_sdpa_attention(module: torch.nn.Module, query: Tensor, key: Tensor, value: Tensor,
@@ -35,7 +37,8 @@ def varlen_sdpa_attention(module: torch.nn.Module, query: Tensor, key: Tensor, v
     bounds: Sequence[int] | None = kwargs.get(SEGMENTS_KWARG)
     if bounds is None:
         raise ValueError(f"{VARLEN_ATTENTION} needs `{SEGMENTS_KWARG}` (segment boundaries); "
-                         "call the model through rlvr.algorithms.packing.packed_logits")
+                         "call the model through rlvr.algorithms.packing.packed_logits or "
+                         "rlvr.rollout.batch.packed_call")
     if query.shape[0] != 1:
         raise ValueError(f"{VARLEN_ATTENTION} takes one flattened row, got batch size {query.shape[0]}")
     longest = max(e - s for s, e in zip(bounds[:-1], bounds[1:]))
@@ -72,3 +75,15 @@ def varlen_attention(model: PreTrainedModel) -> Iterator[None]:
         yield
     finally:
         model.config._attn_implementation = previous
+
+
+def varlen_kwargs(model: PreTrainedModel, position_ids: Tensor) -> tuple[bool, dict]:
+    """How to run `model` on one flattened row of packed sequences, position ids (N,) restarting at 0 in
+    each: (whether to swap in varlen attention with `varlen_attention`, the extra forward kwargs).
+
+    eager / sdpa models: varlen sdpa with the segment bounds. Other implementations (flash-attention)
+    get the position ids only, from which transformers derives the boundaries itself (its varlen path).
+    """
+    if model.config._attn_implementation in (*REPLACES, VARLEN_ATTENTION):
+        return True, {SEGMENTS_KWARG: segment_bounds(position_ids)}
+    return False, {}

@@ -1,0 +1,183 @@
+"""The padding-free training forward (`train.packing`, `rlvr.rollout.batch.packed_logprobs`): the plain
+forward's log-probs, entropies and gradients from one packed row of the batch's real tokens."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlvr.models.varlen import SEGMENTS_KWARG, varlen_kwargs
+from rlvr.models import PRESETS, build_char_tokenizer, tiny_config
+from rlvr.rollout.batch import (build_batch, cached_logprobs, completion_index, forward_flops, packs, policy_logprobs,
+                                to_completions)
+from rlvr.rollout.prefix import plan_shared_prefix
+
+
+def _plain(model, batch, temperature, with_entropy=False):
+    return policy_logprobs(model, batch, temperature, with_entropy, share_prefix=False)
+
+
+def _packed(model, batch, temperature, with_entropy=False):
+    return policy_logprobs(model, batch, temperature, with_entropy, packing="always")
+
+
+def test_completion_index_by_hand():
+    # row 0: prompt 1 2 3, completion 4 (length 4, one pad); row 1: prompt 6 7, completion 8 9 10 (length 5)
+    batch = build_batch([[1, 2, 3], [6, 7]], [[4], [8, 9, 10]], None, torch.zeros(2), pad_id=0)
+    assert batch.start == 1 and batch.mask.tolist() == [[False, True, False], [True, True, True]]
+    # packed row: 1 2 3 4 | 6 7 8 9 10; index 2 (token 3) predicts 4, 5 (7) predicts 8, 6 -> 9, 7 -> 10
+    assert completion_index(batch).tolist() == [2, 5, 6, 7]
+    assert to_completions(torch.tensor([0.5, 1.0, 2.0, 3.0]), batch.mask).tolist() == [[0, 0.5, 0], [1, 2, 3]]
+
+
+def test_varlen_kwargs_by_implementation(flat):
+    model, _ = flat
+    positions = torch.tensor([0, 1, 2, 0, 1])
+    assert varlen_kwargs(model, positions) == (True, {SEGMENTS_KWARG: [0, 3, 5]})  # sdpa: swapped for varlen sdpa
+    previous = model.config._attn_implementation
+    model.config._attn_implementation = "flash_attention_2"  # not run here: only the decision
+    try:
+        assert varlen_kwargs(model, positions) == (False, {})  # transformers' own varlen, from the position ids
+    finally:
+        model.config._attn_implementation = previous
+
+
+def _ragged(seed: int, prompt_lengths: list[int], n: int, max_completion: int):
+    g = torch.Generator().manual_seed(seed)
+    prompts, completions = [], []
+    for length in prompt_lengths:
+        prompt = torch.randint(5, 90, (length,), generator=g).tolist()
+        for _ in range(n):
+            prompts.append(prompt)
+            k = int(torch.randint(1, max_completion + 1, (1,), generator=g))
+            completions.append(torch.randint(5, 90, (k,), generator=g).tolist())
+    return build_batch(prompts, completions, None, torch.zeros(len(prompts)), pad_id=0)
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_packed_forward_equals_the_plain_one(sharp, attn):
+    model, _ = sharp
+    batch = _ragged(0, [6, 14, 9], n=4, max_completion=11)
+    previous = model.config._attn_implementation
+    model.config._attn_implementation = attn
+    try:
+        calls = []
+        hook = model.register_forward_pre_hook(
+            lambda m, a, kwargs: calls.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
+        logp, ent = _packed(model, batch, 0.7, with_entropy=True)
+        hook.remove()
+        assert calls == [(1, int(batch.attention_mask.sum()))]  # one row of the real tokens, no padding
+        ref, ref_ent = _plain(model, batch, 0.7, with_entropy=True)
+        torch.testing.assert_close(logp[batch.mask], ref[batch.mask], atol=2e-5, rtol=0)
+        torch.testing.assert_close(ent[batch.mask], ref_ent[batch.mask], atol=2e-5, rtol=0)
+        assert not logp[~batch.mask].any() and not ent[~batch.mask].any()  # outside the completions: 0
+        assert model.config._attn_implementation == attn  # restored after the packed call
+        weights = torch.randn(batch.mask.shape, generator=torch.Generator().manual_seed(1))
+        grads = []
+        for fn in (_packed, _plain):
+            model.zero_grad()
+            out, _ = fn(model, batch, 0.7)
+            (out * weights * batch.mask).sum().backward()
+            grads.append([p.grad.clone() for p in model.parameters()])
+        model.zero_grad()
+        for packed, plain in zip(*grads):
+            torch.testing.assert_close(packed, plain, atol=1e-5 * float(plain.abs().max()), rtol=1e-4)
+    finally:
+        model.config._attn_implementation = previous
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.integers(5, 90), min_size=1, max_size=9),
+                          st.lists(st.lists(st.integers(5, 90), min_size=1, max_size=9), min_size=1, max_size=3)),
+                min_size=1, max_size=4),
+       st.sampled_from([1.0, 0.6]))
+def test_packed_equals_plain_on_any_ragged_batch(flat, groups, temperature):
+    """Any prompt and completion lengths (a one-token prompt included): the same log-probs on the
+    completions, 0 elsewhere."""
+    model, _ = flat
+    prompts = [p for p, completions in groups for _ in completions]
+    completions = [c for _, cs in groups for c in cs]
+    batch = build_batch(prompts, completions, None, torch.zeros(len(prompts)), pad_id=0)
+    with torch.no_grad():
+        packed, _ = _packed(model, batch, temperature)
+        plain, _ = _plain(model, batch, temperature)
+    torch.testing.assert_close(packed[batch.mask], plain[batch.mask], atol=2e-5, rtol=0)
+    assert not packed[~batch.mask].any()
+    assert int(batch.mask.sum()) == sum(len(c) for c in completions)
+
+
+def test_cached_logprobs_packed_in_micro_batches(flat):
+    model, _ = flat
+    batch = _ragged(3, [10, 7, 12], n=4, max_completion=9)
+    torch.testing.assert_close(cached_logprobs(model, batch, 1.0, 5, packing="always")[batch.mask],
+                               _plain(model, batch, 1.0)[0][batch.mask].detach(), atol=2e-5, rtol=0)
+
+
+def test_a_batch_without_completion_tokens_falls_back(flat):
+    """A micro-batch whose loss mask is empty (every row cleared by DAPO's overlong mask) has no position
+    to keep; it runs the plain forward rather than an empty packed one."""
+    model, _ = flat
+    batch = _ragged(4, [6], n=2, max_completion=4)
+    batch.mask = torch.zeros_like(batch.mask)
+    with torch.no_grad():
+        assert torch.equal(_packed(model, batch, 1.0)[0], _plain(model, batch, 1.0)[0])
+
+
+def test_lora_policy_and_its_disabled_adapters_pack_too(sharp_factory):
+    """PEFT passes the position ids, the kept positions and the segments through; the LoRA reference
+    (the policy with its adapters disabled) runs the packed forward as well."""
+    from rlvr.config import LoRAConfig
+    from rlvr.models.lora import AdaptersDisabled, add_lora
+
+    model, _ = sharp_factory("qwen2", seed=6)  # its own copy: PEFT wraps the modules in place
+    lora = add_lora(model, LoRAConfig(r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"]))
+    with torch.no_grad():
+        for name, p in lora.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.1, generator=torch.Generator().manual_seed(2))
+    batch = _ragged(5, [9, 4], n=3, max_completion=7)
+    for m in (lora, AdaptersDisabled(lora)):
+        torch.testing.assert_close(_packed(m, batch, 1.0)[0][batch.mask], _plain(m, batch, 1.0)[0][batch.mask],
+                                   atol=2e-5, rtol=0)
+    assert not torch.allclose(_packed(lora, batch, 1.0)[0], _packed(AdaptersDisabled(lora), batch, 1.0)[0])
+
+
+def _config(**sizes):
+    base = dict(hidden_size=8, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, intermediate_size=16)
+    return SimpleNamespace(**{**base, **sizes})
+
+
+def test_forward_flops_by_hand():
+    # head width 4; per token 2 x (q, o: 2 x 8 x 8 + k, v: 2 x 8 x 4 + MLP: 3 x 8 x 16) = 1152; per score 4 x 8 = 32
+    assert forward_flops(_config(), 10, 100) == 2 * (10 * 1152 + 100 * 32)
+    assert forward_flops(_config(head_dim=2), 1, 1) == 2 * (2 * (2 * 8 * 4 + 2 * 8 * 2 + 3 * 8 * 16) + 4 * 4)
+
+
+def test_packs_by_hand():
+    spread = build_batch([[5, 6], [7]], [[8] * 8, [9]], None, torch.zeros(2), pad_id=0)  # rows of 10 and 2 tokens
+    even = build_batch([[5, 6], [7]], [[8] * 8, [9] * 8], None, torch.zeros(2), pad_id=0)  # 10 and 9
+    # padded: 20 tokens, 200 scores = 58,880; packed: 12 tokens, 55 + 3 causal scores = 31,360 (0.53x) -> pack
+    assert packs(_config(), spread, "auto")
+    # packed: 19 tokens, 55 + 45 scores = 50,176 (0.85x the padded 58,880): not under 0.8x -> padded
+    assert not packs(_config(), even, "auto")
+    assert packs(_config(), even, "always") and not packs(_config(), spread, "never")
+    spread.mask = torch.zeros_like(spread.mask)
+    assert not packs(_config(), spread, "always")  # no completion token: nothing to pack
+
+
+def test_auto_keeps_the_shared_prompt_for_short_even_completions_and_packs_spread_ones(flat):
+    """The two shapes measured in benchmarks/bench_learner.py: the demo's (13-token prompts shared by 8,
+    answers of 7-9 tokens; packing measured 0.70x) and a GSM8K-like one (long prompts, completions of 100-600
+    tokens; packing measured 2.0x)."""
+    model, _ = flat
+    g = torch.Generator().manual_seed(0)
+    demo = _ragged(0, [13] * 4, n=8, max_completion=9)
+    plan = plan_shared_prefix(demo.input_ids, demo.attention_mask, demo.mask, demo.start)
+    assert plan is not None and not packs(model.config, demo, "auto", plan)
+    prompts = [[5] * 250 for _ in range(8) for _ in range(4)]
+    completions = [[6] * int(k) for k in torch.randint(100, 601, (32,), generator=g)]
+    gsm8k = build_batch(prompts, completions, None, torch.zeros(32), pad_id=0)
+    plan = plan_shared_prefix(gsm8k.input_ids, gsm8k.attention_mask, gsm8k.mask, gsm8k.start)
+    assert plan is not None and packs(tiny_config(build_char_tokenizer(), **PRESETS["demo"]), gsm8k, "auto", plan)
