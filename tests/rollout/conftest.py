@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from rlvr.models import PRESETS, build_char_tokenizer, build_tiny_model
+from rlvr.rollout.batch import build_batch
 
 
 def sharpened_model(arch: str, seed: int = 0, **sizes: int):
@@ -34,3 +35,23 @@ def flat():
     some samples early and others run to the length limit."""
     tokenizer = build_char_tokenizer()
     return build_tiny_model(tokenizer, arch="qwen2", seed=0, **PRESETS["test"]), tokenizer
+
+
+def groups_of_completions(seed: int, prompt_lengths: list[int], n: int, max_completion: int):
+    """A RolloutBatch of GRPO groups: per prompt length, a random prompt with `n` random completions
+    of 1..max_completion tokens (ids 5..89, pad 0)."""
+    g = torch.Generator().manual_seed(seed)
+    prompts, completions = [], []
+    for length in prompt_lengths:
+        prompt = torch.randint(5, 90, (length,), generator=g).tolist()
+        for _ in range(n):
+            prompts.append(prompt)
+            k = int(torch.randint(1, max_completion + 1, (1,), generator=g))
+            completions.append(torch.randint(5, 90, (k,), generator=g).tolist())
+    return build_batch(prompts, completions, None, torch.zeros(len(prompts)), pad_id=0)
+
+
+@pytest.fixture(scope="session")
+def grouped_batch():
+    """`groups_of_completions` itself."""
+    return groups_of_completions

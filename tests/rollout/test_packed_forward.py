@@ -44,22 +44,10 @@ def test_varlen_kwargs_by_implementation(flat):
         model.config._attn_implementation = previous
 
 
-def _ragged(seed: int, prompt_lengths: list[int], n: int, max_completion: int):
-    g = torch.Generator().manual_seed(seed)
-    prompts, completions = [], []
-    for length in prompt_lengths:
-        prompt = torch.randint(5, 90, (length,), generator=g).tolist()
-        for _ in range(n):
-            prompts.append(prompt)
-            k = int(torch.randint(1, max_completion + 1, (1,), generator=g))
-            completions.append(torch.randint(5, 90, (k,), generator=g).tolist())
-    return build_batch(prompts, completions, None, torch.zeros(len(prompts)), pad_id=0)
-
-
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
-def test_packed_forward_equals_the_plain_one(sharp, attn):
+def test_packed_forward_equals_the_plain_one(sharp, attn, grouped_batch):
     model, _ = sharp
-    batch = _ragged(0, [6, 14, 9], n=4, max_completion=11)
+    batch = grouped_batch(0, [6, 14, 9], n=4, max_completion=11)
     previous = model.config._attn_implementation
     model.config._attn_implementation = attn
     try:
@@ -108,24 +96,24 @@ def test_packed_equals_plain_on_any_ragged_batch(flat, groups, temperature):
     assert int(batch.mask.sum()) == sum(len(c) for c in completions)
 
 
-def test_cached_logprobs_packed_in_micro_batches(flat):
+def test_cached_logprobs_packed_in_micro_batches(flat, grouped_batch):
     model, _ = flat
-    batch = _ragged(3, [10, 7, 12], n=4, max_completion=9)
+    batch = grouped_batch(3, [10, 7, 12], n=4, max_completion=9)
     torch.testing.assert_close(cached_logprobs(model, batch, 1.0, 5, packing="always")[batch.mask],
                                _plain(model, batch, 1.0)[0][batch.mask].detach(), atol=2e-5, rtol=0)
 
 
-def test_a_batch_without_completion_tokens_falls_back(flat):
+def test_a_batch_without_completion_tokens_falls_back(flat, grouped_batch):
     """A micro-batch whose loss mask is empty (every row cleared by DAPO's overlong mask) has no position
     to keep; it runs the plain forward rather than an empty packed one."""
     model, _ = flat
-    batch = _ragged(4, [6], n=2, max_completion=4)
+    batch = grouped_batch(4, [6], n=2, max_completion=4)
     batch.mask = torch.zeros_like(batch.mask)
     with torch.no_grad():
         assert torch.equal(_packed(model, batch, 1.0)[0], _plain(model, batch, 1.0)[0])
 
 
-def test_lora_policy_and_its_disabled_adapters_pack_too(sharp_factory):
+def test_lora_policy_and_its_disabled_adapters_pack_too(sharp_factory, grouped_batch):
     """PEFT passes the position ids, the kept positions and the segments through; the LoRA reference
     (the policy with its adapters disabled) runs the packed forward as well."""
     from rlvr.config import LoRAConfig
@@ -137,7 +125,7 @@ def test_lora_policy_and_its_disabled_adapters_pack_too(sharp_factory):
         for name, p in lora.named_parameters():
             if "lora_B" in name:
                 p.normal_(0, 0.1, generator=torch.Generator().manual_seed(2))
-    batch = _ragged(5, [9, 4], n=3, max_completion=7)
+    batch = grouped_batch(5, [9, 4], n=3, max_completion=7)
     for m in (lora, AdaptersDisabled(lora)):
         torch.testing.assert_close(_packed(m, batch, 1.0)[0][batch.mask], _plain(m, batch, 1.0)[0][batch.mask],
                                    atol=2e-5, rtol=0)
@@ -167,13 +155,13 @@ def test_packs_by_hand():
     assert not packs(_config(), spread, "always")  # no completion token: nothing to pack
 
 
-def test_auto_keeps_the_shared_prompt_for_short_even_completions_and_packs_spread_ones(flat):
+def test_auto_keeps_the_shared_prompt_for_short_even_completions_and_packs_spread_ones(flat, grouped_batch):
     """The two shapes measured in benchmarks/bench_learner.py: the demo's (13-token prompts shared by 8,
     answers of 7-9 tokens; packing measured 0.70x) and a GSM8K-like one (long prompts, completions of 100-600
     tokens; packing measured 2.0x)."""
     model, _ = flat
     g = torch.Generator().manual_seed(0)
-    demo = _ragged(0, [13] * 4, n=8, max_completion=9)
+    demo = grouped_batch(0, [13] * 4, n=8, max_completion=9)
     plan = plan_shared_prefix(demo.input_ids, demo.attention_mask, demo.mask, demo.start)
     assert plan is not None and not packs(model.config, demo, "auto", plan)
     prompts = [[5] * 250 for _ in range(8) for _ in range(4)]

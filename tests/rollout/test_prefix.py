@@ -59,26 +59,14 @@ def test_plan_puts_every_label_where_the_plain_layout_has_it(groups, data):
         assert row.tolist() == p[:-1]
 
 
-def _groups(seed: int, prompt_lengths: list[int], n: int, max_completion: int):
-    g = torch.Generator().manual_seed(seed)
-    prompts, completions = [], []
-    for length in prompt_lengths:
-        prompt = torch.randint(5, 90, (length,), generator=g).tolist()
-        for _ in range(n):
-            prompts.append(prompt)
-            k = int(torch.randint(1, max_completion + 1, (1,), generator=g))
-            completions.append(torch.randint(5, 90, (k,), generator=g).tolist())
-    return build_batch(prompts, completions, None, torch.zeros(len(prompts)), pad_id=0)
-
-
 def _plain(model, batch, temperature, with_entropy=False):
     return policy_logprobs(model, batch, temperature, with_entropy, share_prefix=False)
 
 
 @pytest.mark.parametrize("lengths", [[12, 12, 12], [6, 14, 9]])  # equal prompt lengths, and mixed
-def test_shared_forward_equals_the_plain_one(sharp, lengths):
+def test_shared_forward_equals_the_plain_one(sharp, lengths, grouped_batch):
     model, _ = sharp
-    batch = _groups(0, lengths, n=6, max_completion=8)
+    batch = grouped_batch(0, lengths, n=6, max_completion=8)
     assert plan_shared_prefix(batch.input_ids, batch.attention_mask, batch.mask, batch.start) is not None
     calls = []
     hook = model.register_forward_pre_hook(lambda m, a, kwargs: calls.append(tuple(kwargs["input_ids"].shape)),
@@ -104,14 +92,14 @@ def test_shared_forward_equals_the_plain_one(sharp, lengths):
         torch.testing.assert_close(shared, plain, atol=1e-5 * float(plain.abs().max()), rtol=1e-4)
 
 
-def test_cached_logprobs_in_micro_batches_match(flat):
+def test_cached_logprobs_in_micro_batches_match(flat, grouped_batch):
     model, _ = flat
-    batch = _groups(3, [10, 7, 10, 12], n=4, max_completion=6)
+    batch = grouped_batch(3, [10, 7, 10, 12], n=4, max_completion=6)
     torch.testing.assert_close(cached_logprobs(model, batch, 1.0, 5)[batch.mask],
                                _plain(model, batch, 1.0)[0][batch.mask].detach(), atol=2e-5, rtol=0)
 
 
-def test_lora_policy_shares_too(sharp_factory):
+def test_lora_policy_shares_too(sharp_factory, grouped_batch):
     from rlvr.config import LoRAConfig
     from rlvr.models.lora import add_lora
 
@@ -121,7 +109,7 @@ def test_lora_policy_shares_too(sharp_factory):
         for name, p in lora.named_parameters():
             if "lora_B" in name:
                 p.normal_(0, 0.1, generator=torch.Generator().manual_seed(2))
-    batch = _groups(4, [9, 9], n=5, max_completion=5)
+    batch = grouped_batch(4, [9, 9], n=5, max_completion=5)
     torch.testing.assert_close(policy_logprobs(lora, batch, 1.0)[0][batch.mask],
                                _plain(lora, batch, 1.0)[0][batch.mask], atol=2e-5, rtol=0)
 
