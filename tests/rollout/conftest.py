@@ -55,3 +55,25 @@ def groups_of_completions(seed: int, prompt_lengths: list[int], n: int, max_comp
 def grouped_batch():
     """`groups_of_completions` itself."""
     return groups_of_completions
+
+
+def assert_same_gradients(model, batch, forward, reference, temperature: float = 0.7) -> None:
+    """`forward` and `reference` (model, batch, temperature -> (log-probs (B, W), _)) give the same parameter
+    gradients for a fixed random weighting of the completion log-probs: float32 sums in another order,
+    so close relative to each gradient tensor's scale."""
+    weights = torch.randn(batch.mask.shape, generator=torch.Generator().manual_seed(1))
+    grads = []
+    for fn in (forward, reference):
+        model.zero_grad()
+        out, _ = fn(model, batch, temperature)
+        (out * weights * batch.mask).sum().backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    model.zero_grad()
+    for got, expected in zip(*grads):
+        torch.testing.assert_close(got, expected, atol=1e-5 * float(expected.abs().max()), rtol=1e-4)
+
+
+@pytest.fixture(scope="session")
+def same_gradients():
+    """`assert_same_gradients` itself."""
+    return assert_same_gradients

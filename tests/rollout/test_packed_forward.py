@@ -45,7 +45,7 @@ def test_varlen_kwargs_by_implementation(flat):
 
 
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
-def test_packed_forward_equals_the_plain_one(sharp, attn, grouped_batch):
+def test_packed_forward_equals_the_plain_one(sharp, attn, grouped_batch, same_gradients):
     model, _ = sharp
     batch = grouped_batch(0, [6, 14, 9], n=4, max_completion=11)
     previous = model.config._attn_implementation
@@ -62,16 +62,7 @@ def test_packed_forward_equals_the_plain_one(sharp, attn, grouped_batch):
         torch.testing.assert_close(ent[batch.mask], ref_ent[batch.mask], atol=2e-5, rtol=0)
         assert not logp[~batch.mask].any() and not ent[~batch.mask].any()  # outside the completions: 0
         assert model.config._attn_implementation == attn  # restored after the packed call
-        weights = torch.randn(batch.mask.shape, generator=torch.Generator().manual_seed(1))
-        grads = []
-        for fn in (_packed, _plain):
-            model.zero_grad()
-            out, _ = fn(model, batch, 0.7)
-            (out * weights * batch.mask).sum().backward()
-            grads.append([p.grad.clone() for p in model.parameters()])
-        model.zero_grad()
-        for packed, plain in zip(*grads):
-            torch.testing.assert_close(packed, plain, atol=1e-5 * float(plain.abs().max()), rtol=1e-4)
+        same_gradients(model, batch, _packed, _plain)
     finally:
         model.config._attn_implementation = previous
 

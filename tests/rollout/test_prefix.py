@@ -64,7 +64,7 @@ def _plain(model, batch, temperature, with_entropy=False):
 
 
 @pytest.mark.parametrize("lengths", [[12, 12, 12], [6, 14, 9]])  # equal prompt lengths, and mixed
-def test_shared_forward_equals_the_plain_one(sharp, lengths, grouped_batch):
+def test_shared_forward_equals_the_plain_one(sharp, lengths, grouped_batch, same_gradients):
     model, _ = sharp
     batch = grouped_batch(0, lengths, n=6, max_completion=8)
     assert plan_shared_prefix(batch.input_ids, batch.attention_mask, batch.mask, batch.start) is not None
@@ -79,17 +79,7 @@ def test_shared_forward_equals_the_plain_one(sharp, lengths, grouped_batch):
     torch.testing.assert_close(logp[batch.mask], ref[batch.mask], atol=2e-5, rtol=0)
     torch.testing.assert_close(ent[batch.mask], ref_ent[batch.mask], atol=2e-5, rtol=0)
     assert not logp[~batch.mask].any()  # outside the completions: 0
-    # the gradient of a weighted sum: the shared prompt receives every row's contribution
-    weights = torch.randn(batch.mask.shape, generator=torch.Generator().manual_seed(1))
-    grads = []
-    for fn in (policy_logprobs, _plain):
-        model.zero_grad()
-        out, _ = fn(model, batch, 0.7)
-        (out * weights * batch.mask).sum().backward()
-        grads.append([p.grad.clone() for p in model.parameters()])
-    model.zero_grad()
-    for shared, plain in zip(*grads):  # float32 sums in another order: close relative to the tensor's scale
-        torch.testing.assert_close(shared, plain, atol=1e-5 * float(plain.abs().max()), rtol=1e-4)
+    same_gradients(model, batch, policy_logprobs, _plain)  # the shared prompt receives every row's contribution
 
 
 def test_cached_logprobs_in_micro_batches_match(flat, grouped_batch):
