@@ -77,3 +77,24 @@ def assert_same_gradients(model, batch, forward, reference, temperature: float =
 def same_gradients():
     """`assert_same_gradients` itself."""
     return assert_same_gradients
+
+
+def lora_sharpened(arch: str, seed: int):
+    """A PEFT LoRA policy (r 4 on q_proj, v_proj) on its own `sharpened_model`, with non-zero B matrices so
+    the adapters change the outputs."""
+    from rlvr.config import LoRAConfig
+    from rlvr.models.lora import add_lora
+
+    model, _ = sharpened_model(arch, seed=seed)  # its own copy: PEFT wraps the modules in place
+    lora = add_lora(model, LoRAConfig(r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"]))
+    with torch.no_grad():
+        for name, p in lora.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.1, generator=torch.Generator().manual_seed(2))
+    return lora
+
+
+@pytest.fixture(scope="session")
+def lora_factory():
+    """`lora_sharpened` itself."""
+    return lora_sharpened

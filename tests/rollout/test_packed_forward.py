@@ -104,18 +104,12 @@ def test_a_batch_without_completion_tokens_falls_back(flat, grouped_batch):
         assert torch.equal(_packed(model, batch, 1.0)[0], _plain(model, batch, 1.0)[0])
 
 
-def test_lora_policy_and_its_disabled_adapters_pack_too(sharp_factory, grouped_batch):
+def test_lora_policy_and_its_disabled_adapters_pack_too(lora_factory, grouped_batch):
     """PEFT passes the position ids, the kept positions and the segments through; the LoRA reference
     (the policy with its adapters disabled) runs the packed forward as well."""
-    from rlvr.config import LoRAConfig
-    from rlvr.models.lora import AdaptersDisabled, add_lora
+    from rlvr.models.lora import AdaptersDisabled
 
-    model, _ = sharp_factory("qwen2", seed=6)  # its own copy: PEFT wraps the modules in place
-    lora = add_lora(model, LoRAConfig(r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"]))
-    with torch.no_grad():
-        for name, p in lora.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0, 0.1, generator=torch.Generator().manual_seed(2))
+    lora = lora_factory("qwen2", seed=6)
     batch = grouped_batch(5, [9, 4], n=3, max_completion=7)
     for m in (lora, AdaptersDisabled(lora)):
         torch.testing.assert_close(_packed(m, batch, 1.0)[0][batch.mask], _plain(m, batch, 1.0)[0][batch.mask],

@@ -89,16 +89,8 @@ def test_cached_logprobs_in_micro_batches_match(flat, grouped_batch):
                                _plain(model, batch, 1.0)[0][batch.mask].detach(), atol=2e-5, rtol=0)
 
 
-def test_lora_policy_shares_too(sharp_factory, grouped_batch):
-    from rlvr.config import LoRAConfig
-    from rlvr.models.lora import add_lora
-
-    model, _ = sharp_factory("llama", seed=5)  # its own copy: PEFT wraps the modules in place
-    lora = add_lora(model, LoRAConfig(r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"]))
-    with torch.no_grad():
-        for name, p in lora.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0, 0.1, generator=torch.Generator().manual_seed(2))
+def test_lora_policy_shares_too(lora_factory, grouped_batch):
+    lora = lora_factory("llama", seed=5)
     batch = grouped_batch(4, [9, 9], n=5, max_completion=5)
     torch.testing.assert_close(policy_logprobs(lora, batch, 1.0)[0][batch.mask],
                                _plain(lora, batch, 1.0)[0][batch.mask], atol=2e-5, rtol=0)
