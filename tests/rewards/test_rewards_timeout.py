@@ -68,7 +68,10 @@ def test_a_swallowed_alarm_comes_again_and_a_late_result_is_a_timeout():
     with pytest.raises(RewardTimeout):
         call_with_deadline(swallows_once, 0.2)
     again = min(REPEAT, 0.2)  # the alarm repeats every min(REPEAT, seconds)
-    assert len(caught) == 1 and again <= time.monotonic() - caught[0] < again + SLACK
+    # caught[0] is read once the first alarm's exception has unwound into the reward, a few ms after the
+    # alarm; the second alarm comes `again` after the first, so the interval may read that much short
+    # (CI once measured 0.198 s)
+    assert len(caught) == 1 and again - 0.05 <= time.monotonic() - caught[0] < again + SLACK
     with pytest.raises(RewardTimeout):
         call_with_deadline(swallows_then_returns, 0.2)
     assert time.monotonic() - start < 0.6 + SLACK and _timer_is_clear()
