@@ -3,6 +3,8 @@ so that a typo fails with one line before any model is loaded."""
 
 from __future__ import annotations
 
+import inspect
+
 from typing import Any
 
 import torch
@@ -11,7 +13,7 @@ from rlvr import core
 from rlvr.algorithms.grpo import GroupPolicyGradient
 from rlvr.algorithms.ppo import TOKEN_ADVANTAGES
 from rlvr.config import Config, ConfigError
-from rlvr.models import PRESETS, resolve_placement
+from rlvr.models import PRESETS, build_char_tokenizer, resolve_placement, tiny_config
 from rlvr.rewards.safe import worker_problem
 from rlvr.rewards.scoring import build_reward
 from rlvr.models.tiny import ARCHS
@@ -59,6 +61,14 @@ def check_registries(cfg: Config) -> Config:
     if not cfg.model.path:
         _check_member("model.tiny_arch", cfg.model.tiny_arch, ARCHS)
         _check_member("model.tiny_preset", cfg.model.tiny_preset, PRESETS)
+        known = [k for k in inspect.signature(tiny_config).parameters if k not in ("tokenizer", "arch")]
+        if unknown := sorted(set(cfg.model.tiny_sizes) - set(known)):
+            raise ConfigError(f"model.tiny_sizes: unknown {unknown}; choose from {known}")
+        try:  # the sizes as the tiny model will be built
+            tiny_config(build_char_tokenizer(), cfg.model.tiny_arch,
+                        **{**PRESETS[cfg.model.tiny_preset], **cfg.model.tiny_sizes})
+        except ValueError as err:
+            raise ConfigError(f"model.tiny_sizes: {err}") from None
     _check_member("task.name", cfg.task.name, TASKS)
     try:
         GroupPolicyGradient.from_config(cfg.algorithm, cfg.rollout.max_new_tokens)

@@ -57,6 +57,8 @@ def test_saved_config_round_trips(tmp_path):
     ({"train": {"micro_batch_tokens": -1}}, [], "train.micro_batch_tokens must be >= 0"),
     ({"train": {"old_logprobs": "sampler"}}, [], "train.old_logprobs: unknown 'sampler'"),
     ({"train": {"packing": "sometimes"}}, [], "train.packing: unknown 'sometimes'"),
+    ({"model": {"tiny_sizes": {"layers": 2}}}, [], "model.tiny_sizes: unknown ['layers']; choose from"),
+    ({"model": {"tiny_sizes": {"hidden_size": 30}}}, [], "model.tiny_sizes: hidden_size (30) / num_heads"),
     ({"train": {"packing": True}}, [], "train.packing"),  # YAML's true is not a mode: auto, always or never
     ({"model": {"path": "/does/not/exist"}}, [], "model.path: no Hugging Face model folder"),
     ({"sft": {"data": "/nope.jsonl"}}, [], "sft.data: file '/nope.jsonl' does not exist"),
