@@ -4,7 +4,6 @@ so that a typo fails with one line before any model is loaded."""
 from __future__ import annotations
 
 import inspect
-
 from typing import Any
 
 import torch
