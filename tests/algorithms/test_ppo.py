@@ -205,3 +205,25 @@ def test_ppo_resume_restores_the_value_model_exactly(tmp_path):
                 for line in (tmp_path / name / "metrics.jsonl").open()]
 
     assert rows("cut") == rows("straight") and "value_loss" in rows("cut")[-1]
+
+
+def test_ppo_update_with_packing_matches_the_padded_one(tmp_path):
+    """One PPO step (GAE from the shared value model, mu 2) with `train.packing: always` and `never`: the same
+    batch (same seed, same weights when sampled) gives the same losses, values and gradient norm up to float
+    rounding; only the layout of the forward passes differs."""
+    from rlvr.config import load_config
+    from rlvr.train.loop import train
+    from variant_helpers import TINY
+
+    rows = {}
+    for packing in ("always", "never"):
+        out = tmp_path / packing
+        train(load_config(None, ["algorithm.preset=ppo", *TINY, "algorithm.mu=2", "train.steps=1",
+                                 f"train.packing={packing}", f"out_dir={out}"]))
+        rows[packing] = [json.loads(line) for line in (out / "metrics.jsonl").open() if '"loss"' in line][0]
+    packed, padded = rows["always"], rows["never"]
+    keys = [k for k in padded if k.split("/")[0] in ("loss", "value_loss", "value_mean", "grad_norm", "approx_kl",
+                                                       "reward", "completion_length")]
+    assert {"loss", "value_loss", "value_mean", "grad_norm"} <= set(keys)
+    for key in keys:
+        assert packed[key] == pytest.approx(padded[key], rel=1e-4, abs=1e-6), key
