@@ -19,7 +19,8 @@ from transformers import PreTrainedTokenizerBase
 
 from rlvr.core import entropy_from_logits, token_logprobs
 from rlvr.models.varlen import varlen_attention, varlen_kwargs
-from rlvr.rollout.prefix import PrefixPlan, plan_shared_prefix, shared_prefix_logits, shares_prefix
+from rlvr.rollout.prefix import (PrefixPlan, full_attention_only, plan_shared_prefix, shared_prefix_logits,
+                                 shares_prefix)
 
 
 @dataclass
@@ -201,16 +202,23 @@ PACKING_MARGIN = 0.8  # "auto" packs when that costs under this share of the lay
 
 
 def packs(config, batch: RolloutBatch, packing: str, plan: PrefixPlan | None = None) -> bool:
-    """Whether to run `batch` packed under `train.packing`: never without a completion token; "auto"
+    """Whether to run `batch` packed under `train.packing`: never without a completion token, nor for a model
+    with recurrent or sliding-window layers (`full_attention_only`; "always" raises there); "auto"
     when the packed forward's estimated FLOPs are under PACKING_MARGIN x those of the layout it replaces
     (the shared-prompt one of `plan`, else the padded one). The margin covers what FLOPs miss, e.g. one
     attention call per sequence. Attention scores are counted as the kernels compute them: every one of a
     masked (padded or shared-prompt) layout, the causal half of a packed sequence."""
     if packing == "never" or not bool(batch.mask.any()):
         return False
+    lengths = batch.attention_mask.sum(-1).double()  # (B,)
+    window = getattr(config, "sliding_window", None)
+    if not full_attention_only(config) or (window is not None and int(lengths.max()) > window):
+        if packing == "always":
+            raise ValueError(f"train.packing=always: this {getattr(config, 'model_type', '')} model has recurrent or "
+                             "sliding-window layers, which packed rows would let see across sequences; use auto or never")
+        return False  # auto: the padded or shared-prompt forward
     if packing == "always":
         return True
-    lengths = batch.attention_mask.sum(-1).double()  # (B,)
     packed = forward_flops(config, float(lengths.sum()), float((lengths * (lengths + 1) / 2).sum()))
     B, L = batch.input_ids.shape
     if plan is None:

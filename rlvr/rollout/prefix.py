@@ -81,7 +81,13 @@ def shares_prefix(model) -> bool:
     wait on each other for ever."""
     config = model.config
     return (config._attn_implementation in KERNELS and not _checkpointing(model) and not isinstance(model, FSDPModule)
-            and all(kind == "full_attention" for kind in getattr(config, "layer_types", None) or ["full_attention"])
+            and full_attention_only(config))
+
+
+def full_attention_only(config) -> bool:
+    """Every layer attends to every earlier token: no sliding-window layers (hybrids say so in layer_types) and
+    no recurrent state (state-space models). The shared-prompt cache and packed rows both rely on it."""
+    return (all(kind == "full_attention" for kind in getattr(config, "layer_types", None) or ["full_attention"])
             and getattr(config, "model_type", "") not in _RECURRENT)
 
 

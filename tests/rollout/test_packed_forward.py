@@ -154,3 +154,15 @@ def test_auto_keeps_the_shared_prompt_for_short_even_completions_and_packs_sprea
     gsm8k = build_batch(prompts, completions, None, torch.zeros(32), pad_id=0)
     plan = plan_shared_prefix(gsm8k.input_ids, gsm8k.attention_mask, gsm8k.mask, gsm8k.start)
     assert plan is not None and packs(tiny_config(build_char_tokenizer(), **PRESETS["demo"]), gsm8k, "auto", plan)
+
+
+@pytest.mark.parametrize("kind", ["recurrent", "sliding"])
+def test_no_packing_where_sequences_would_see_each_other(kind):
+    """A state-space model carries its state across a packed row's sequences, and a sliding window shorter than
+    a sequence is not what varlen attention implements: auto keeps the padded forward, always says why."""
+    spread = build_batch([[5, 6], [7]], [[8] * 8, [9]], None, torch.zeros(2), pad_id=0)  # packs at 0.53x otherwise
+    config = _config(model_type="mamba") if kind == "recurrent" else _config(sliding_window=4)
+    assert packs(_config(sliding_window=16), spread, "auto")  # a window longer than every sequence is no limit
+    assert not packs(config, spread, "auto")
+    with pytest.raises(ValueError, match="train.packing=always"):
+        packs(config, spread, "always")
