@@ -1,6 +1,7 @@
-"""CPU seconds of one `Learner.update` for each update-path option, on the demo model and a 20M model.
+"""CPU seconds of one `Learner.update` for each update-path option: the demo's shape, a 20M model, and a
+GSM8K-shaped batch.
 
-    .venv/bin/python benchmarks/bench_learner.py                  # both sizes, every variant
+    .venv/bin/python benchmarks/bench_learner.py                  # every size, every variant
     .venv/bin/python benchmarks/bench_learner.py --sizes demo --repeats 5
     .venv/bin/python benchmarks/bench_learner.py --sizes gsm8k --variants sampler tokens packed
 
@@ -17,7 +18,7 @@ the others start from `sampler`: `foreach` and `fused` AdamW (torch's CPU implem
 half a minibatch's padded size), `packed` (`train.packing: always`: each micro-batch as one row of
 packed sequences, no padding, no shared prompt), `auto` (`train.packing: auto`, the default: packed
 where the FLOP estimate says it pays), `compile` (`torch.compile` of the policy's forward, compile time
-out). Every variant but `auto` runs `train.packing: never`, the layout before packing existed.
+out). Every variant but `packed` and `auto` runs `train.packing: never`, the layout before packing existed.
 """
 
 from __future__ import annotations
