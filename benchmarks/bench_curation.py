@@ -10,13 +10,11 @@ so the removed sets agree up to LSH misses (probability <= 1% per pair at the th
 
 from __future__ import annotations
 
-import os
 import time
-from pathlib import Path
 
 from rlvr.data import decontaminate, deduplicate, read_jsonl
+from rlvr.tasks.data import shared_file
 
-DATA = Path(os.environ.get("RLVR_DATA_DIR", Path(__file__).resolve().parents[1] / ".." / "shared" / "data"))
 
 
 def timed(fn):
@@ -26,7 +24,7 @@ def timed(fn):
 
 
 def main() -> None:
-    train, test = read_jsonl(DATA / "gsm8k_train.jsonl"), read_jsonl(DATA / "gsm8k_test.jsonl")
+    train, test = read_jsonl(shared_file("gsm8k_train.jsonl")), read_jsonl(shared_file("gsm8k_test.jsonl"))
     res, t = timed(lambda: decontaminate(train, {"gsm8k_test": test}, text="question", n=13))
     print(f"decontaminate {len(train)} train vs {len(test)} test (n=13): {t:.2f} s, removed {len(res.removed)}")
     texts = [r["question"] for r in train + test]

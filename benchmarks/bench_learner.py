@@ -24,7 +24,6 @@ out). Every variant but `packed` and `auto` runs `train.packing: never`, the lay
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 import time
@@ -42,6 +41,7 @@ from rlvr.jsonl import read_jsonl  # noqa: E402
 from rlvr.models import build_char_tokenizer, make_tiny_model_dir  # noqa: E402
 from rlvr.rollout.batch import encode_prompt_completion  # noqa: E402
 from rlvr.rollout.scored import ScoredBatch  # noqa: E402
+from rlvr.tasks.data import shared_file  # noqa: E402
 from rlvr.train.learner import Learner, optimizer_steps  # noqa: E402
 
 # name: (preset, batch, group, minibatch, mu, prompt tokens, completion tokens, beta)
@@ -51,7 +51,6 @@ SIZES = {
     "gsm8k": ("demo", 64, 8, 32, 1, 0, 1024, 0.04),  # lengths from GSM8K (gsm8k_batch), mu 1, two minibatches
 }
 VARIANTS = ("recompute", "sampler", "foreach", "fused", "tokens", "packed", "auto", "compile")
-DATA = Path(os.environ.get("RLVR_DATA_DIR", ROOT.parent / "shared" / "data"))
 
 
 def synthetic_batch(vocab: int, n: int, group: int, prompt_len: int, max_new: int, seed: int) -> ScoredBatch:
@@ -69,7 +68,7 @@ def synthetic_batch(vocab: int, n: int, group: int, prompt_len: int, max_new: in
 def gsm8k_batch(n: int, group: int, max_new: int, seed: int) -> ScoredBatch:
     """n // group GSM8K questions as prompts, each with `group` answers of other problems (char ids)."""
     tok = build_char_tokenizer()
-    rows = read_jsonl(DATA / "gsm8k_train.jsonl", ["question", "answer"], "GSM8K")[: n // group + n]
+    rows = read_jsonl(shared_file("gsm8k_train.jsonl"), ["question", "answer"], "GSM8K")[: n // group + n]
     prompt_ids = [encode_prompt_completion(tok, r["question"] + "\n", "")[0] for r in rows[: n // group]]
     answers = [encode_prompt_completion(tok, "", r["answer"])[1][:max_new] for r in rows[n // group :]]
     g = torch.Generator().manual_seed(seed)

@@ -21,9 +21,7 @@ second, the share of computed slots that are padding, and each layout's speed-up
 from __future__ import annotations
 
 import argparse
-import os
 import time
-from pathlib import Path
 
 import torch
 
@@ -32,8 +30,8 @@ from rlvr.jsonl import read_jsonl
 from rlvr.rollout.batch import encode_prompt_completion
 from rlvr.algorithms.packing import encode_documents, pack_documents, packed_nll
 from rlvr.models import PRESETS, build_char_tokenizer, build_tiny_model
+from rlvr.tasks.data import shared_file
 
-DATA = Path(os.environ.get("RLVR_DATA_DIR", Path(__file__).resolve().parents[1] / ".." / "shared" / "data"))
 
 
 def padded_epoch(model, encoded, batch, pad_id):
@@ -75,7 +73,7 @@ def main() -> None:
     parser.add_argument("--preset", default="demo", choices=sorted(PRESETS))
     parser.add_argument("--repeats", type=int, default=3, help="timed epochs per layout; the best is shown")
     args = parser.parse_args()
-    rows = read_jsonl(DATA / "gsm8k_train.jsonl", ["question", "answer"], "GSM8K")[: args.docs]
+    rows = read_jsonl(shared_file("gsm8k_train.jsonl"), ["question", "answer"], "GSM8K")[: args.docs]
     tok = build_char_tokenizer()
     pairs = [(r["question"] + "\n", r["answer"]) for r in rows]
     pairs = [p for p in pairs if sum(map(len, encode_prompt_completion(tok, *p))) <= args.mask_len]

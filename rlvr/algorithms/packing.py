@@ -26,7 +26,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from rlvr.algorithms.common import config_field
 from rlvr.algorithms.offline import OfflineConfig, train_offline
 from rlvr.rollout.batch import encode_prompt_completion
-from rlvr.models.varlen import REPLACES as VARLEN_REPLACES, SEGMENTS_KWARG, segment_bounds, varlen_attention
+from rlvr.models.varlen import forward_packed, uses_varlen
 from rlvr.core import masked_sum, token_logprobs
 from rlvr.models.tokenizer import pad_token_id
 
@@ -146,7 +146,7 @@ def resolve_route(model: PreTrainedModel, route: str) -> str:
         raise ValueError(f"unknown packing route {route!r}; choose from {list(ROUTES)}")
     if route != "auto":
         return route
-    return "varlen" if model.config._attn_implementation in VARLEN_REPLACES else "position_ids"
+    return "varlen" if uses_varlen(model) else "position_ids"
 
 
 def _mask_logits(model: PreTrainedModel, input_ids: Tensor, position_ids: Tensor, doc_ids: Tensor) -> Tensor:
@@ -175,13 +175,8 @@ def packed_logits(model: PreTrainedModel, batch: PackedBatch, route: str = "auto
     if route == "mask":
         return _mask_logits(model, input_ids, position_ids, batch.doc_ids.to(model.device))
     R, L = input_ids.shape
-    flat_ids, flat_pos = input_ids.reshape(1, R * L), position_ids.reshape(1, R * L)
-    if route == "varlen":
-        with varlen_attention(model):
-            logits = model(input_ids=flat_ids, position_ids=flat_pos, use_cache=False,
-                           **{SEGMENTS_KWARG: segment_bounds(batch.position_ids.reshape(-1))}).logits
-    else:  # one row only: the varlen path of transformers requires batch size 1
-        logits = model(input_ids=flat_ids, position_ids=flat_pos, use_cache=False).logits
+    logits = forward_packed(model, input_ids.reshape(1, R * L), position_ids.reshape(1, R * L),
+                            varlen=route == "varlen").logits
     return logits.reshape(R, L, -1)
 
 

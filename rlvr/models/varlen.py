@@ -77,13 +77,19 @@ def varlen_attention(model: PreTrainedModel) -> Iterator[None]:
         model.config._attn_implementation = previous
 
 
-def varlen_kwargs(model: PreTrainedModel, position_ids: Tensor) -> tuple[bool, dict]:
-    """How to run `model` on one flattened row of packed sequences, position ids (N,) restarting at 0 in
-    each: (whether to swap in varlen attention with `varlen_attention`, the extra forward kwargs).
+def uses_varlen(model: PreTrainedModel) -> bool:
+    """Whether packed rows of `model` need varlen sdpa swapped in (eager / sdpa models). Other
+    implementations (flash-attention) take the position ids alone: transformers derives the boundaries
+    from them (its own varlen path)."""
+    return model.config._attn_implementation in (*REPLACES, VARLEN_ATTENTION)
 
-    eager / sdpa models: varlen sdpa with the segment bounds. Other implementations (flash-attention)
-    get the position ids only, from which transformers derives the boundaries itself (its varlen path).
-    """
-    if model.config._attn_implementation in (*REPLACES, VARLEN_ATTENTION):
-        return True, {SEGMENTS_KWARG: segment_bounds(position_ids)}
-    return False, {}
+
+def forward_packed(model: PreTrainedModel, input_ids: Tensor, position_ids: Tensor, varlen: bool, **kwargs):
+    """`model` on one flattened row of packed sequences, input_ids and position_ids (1, N) with positions
+    restarting at 0 in each sequence. `varlen`: varlen sdpa with the segment bounds for this call; else the
+    position ids alone (flash-attention's varlen path needs batch size 1, as here)."""
+    if not varlen:
+        return model(input_ids=input_ids, position_ids=position_ids, use_cache=False, **kwargs)
+    with varlen_attention(model):
+        return model(input_ids=input_ids, position_ids=position_ids, use_cache=False,
+                     **{SEGMENTS_KWARG: segment_bounds(position_ids.reshape(-1))}, **kwargs)

@@ -9,7 +9,6 @@ no custom attention mask: a causal mask never lets a real token see the padding 
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from dataclasses import dataclass, fields, replace
 from typing import Sequence
 
@@ -18,7 +17,7 @@ from torch import Tensor
 from transformers import PreTrainedTokenizerBase
 
 from rlvr.core import entropy_from_logits, token_logprobs
-from rlvr.models.varlen import varlen_attention, varlen_kwargs
+from rlvr.models.varlen import forward_packed, uses_varlen
 from rlvr.rollout.prefix import (PrefixPlan, full_attention_only, plan_shared_prefix, shared_prefix_logits,
                                  shares_prefix)
 
@@ -251,10 +250,7 @@ def packed_call(model, batch: RolloutBatch, **kwargs):
     B, L = batch.input_ids.shape
     real = batch.attention_mask  # (B, L) bool
     positions = torch.arange(L, device=real.device).expand(B, L)[real]  # (N,)
-    varlen, extra = varlen_kwargs(model, positions)
-    with varlen_attention(model) if varlen else nullcontext():
-        return model(input_ids=batch.input_ids[real][None], position_ids=positions[None], use_cache=False,
-                     **extra, **kwargs)
+    return forward_packed(model, batch.input_ids[real][None], positions[None], uses_varlen(model), **kwargs)
 
 
 def completion_index(batch: RolloutBatch) -> Tensor:

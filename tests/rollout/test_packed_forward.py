@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlvr.models.varlen import SEGMENTS_KWARG, varlen_kwargs
+from rlvr.models.varlen import segment_bounds, uses_varlen
 from rlvr.models import PRESETS, build_char_tokenizer, tiny_config
 from rlvr.rollout.batch import (build_batch, cached_logprobs, completion_index, forward_flops, packs, policy_logprobs,
                                 to_completions)
@@ -32,14 +32,14 @@ def test_completion_index_by_hand():
     assert to_completions(torch.tensor([0.5, 1.0, 2.0, 3.0]), batch.mask).tolist() == [[0, 0.5, 0], [1, 2, 3]]
 
 
-def test_varlen_kwargs_by_implementation(flat):
+def test_varlen_by_implementation(flat):
     model, _ = flat
     positions = torch.tensor([0, 1, 2, 0, 1])
-    assert varlen_kwargs(model, positions) == (True, {SEGMENTS_KWARG: [0, 3, 5]})  # sdpa: swapped for varlen sdpa
+    assert uses_varlen(model) and segment_bounds(positions) == [0, 3, 5]  # sdpa: swapped for varlen sdpa
     previous = model.config._attn_implementation
     model.config._attn_implementation = "flash_attention_2"  # not run here: only the decision
     try:
-        assert varlen_kwargs(model, positions) == (False, {})  # transformers' own varlen, from the position ids
+        assert not uses_varlen(model)  # transformers' own varlen, from the position ids
     finally:
         model.config._attn_implementation = previous
 
