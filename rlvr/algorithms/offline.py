@@ -13,7 +13,6 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-import torch
 from torch import Tensor, nn
 
 from rlvr.algorithms.common import config_field

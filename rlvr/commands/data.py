@@ -37,20 +37,21 @@ def _finish(result: CurationResult, out: str) -> int:
 
 
 def _decontaminate(args: argparse.Namespace) -> int:
-    evals = {name: read_jsonl(path, what="eval") for name, path in args.eval}
-    result = decontaminate(read_jsonl(args.input, what="input"), evals, text=args.text_key, eval_text=args.eval_text_key or None,
+    # every row's text field checked here, so a bad row is named by file and line
+    evals = {name: read_jsonl(path, (args.eval_text_key or args.text_key,), "eval") for name, path in args.eval}
+    result = decontaminate(read_jsonl(args.input, (args.text_key,), "input"), evals, text=args.text_key, eval_text=args.eval_text_key or None,
                            n=args.n, min_words=args.min_words)
     return _finish(result, args.out)
 
 
 def _dedup(args: argparse.Namespace) -> int:
-    result = deduplicate(read_jsonl(args.input, what="input"), text=args.text_key, near=not args.exact_only, method=args.method,
+    result = deduplicate(read_jsonl(args.input, (args.text_key,), "input"), text=args.text_key, near=not args.exact_only, method=args.method,
                          threshold=args.threshold, shingle=args.shingle, num_perm=args.num_perm)
     return _finish(result, args.out)
 
 
 def _fusion(args: argparse.Namespace) -> int:
-    rows = build_fusion_data(read_jsonl(args.input, what="input"), prompt_key=args.prompt_key, thinking_key=args.thinking_key,
+    rows = build_fusion_data(read_jsonl(args.input, (args.prompt_key,), "input"), prompt_key=args.prompt_key, thinking_key=args.thinking_key,
                              answer_key=args.answer_key, completion_key=args.completion_key,
                              unflagged_think=args.unflagged_think, seed=args.seed)
     path = write_fusion_jsonl(rows, args.out)

@@ -8,24 +8,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
-import yaml
-
+from rlvr.commands.task_options import task_from_cli
 from rlvr.eval.evaluate import evaluate
 from rlvr.thinking.sweep import add_thinking_budget_args, run_budget_eval
 
 _ORDER = ("accuracy", "reward", "mean_length", "format_error_rate", "truncation_rate")
-
-
-def _options(pairs: list[str]) -> dict[str, Any]:
-    out = {}
-    for pair in pairs:
-        if "=" not in pair:
-            raise ValueError(f"--task-option expects key=value, got {pair!r}")
-        key, value = pair.split("=", 1)
-        out[key] = yaml.safe_load(value)  # numbers, booleans and lists the way a config reads them
-    return out
 
 
 def _k_list(text: str) -> list[int]:
@@ -87,19 +75,12 @@ def run_eval(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     from rlvr.models import load_model_and_tokenizer
     from rlvr.rollout.base import SamplingParams
     from rlvr.rollout.hf_engine import HFEngine
-    from rlvr.tasks import get_task
     from rlvr.train.preflight import check_model_folder
 
     if args.n < 0 or args.num_examples < 0:
         raise ValueError("--n and --num-examples must be >= 0")
-    options = _options(args.task_option)
-    if options.get("template") == "chat":
-        options.setdefault("tokenizer", args.model)
     check_model_folder(args.model, "--model")
-    try:
-        task = get_task(args.task, **options)
-    except TypeError as err:  # an option the task's factory does not take
-        raise ValueError(f"--task-option: {err}") from None
+    task = task_from_cli(args.task, args.task_option, args.model)
     examples = task.eval_examples(args.num_examples, args.seed)
     model, tokenizer = load_model_and_tokenizer(args.model)
     engine = HFEngine(model, tokenizer, max_batch_size=args.batch_size)

@@ -22,6 +22,7 @@ from typing import Any, Callable
 from rlvr.algorithms.preference import PreferenceConfig, load_preference_pairs
 from rlvr.algorithms.reward_model import RewardModelConfig
 from rlvr.algorithms.rft import RFTConfig
+from rlvr.commands.task_options import task_from_cli
 
 _SCALARS = (int, float, str, bool)
 
@@ -97,32 +98,15 @@ def _reward_model(args: argparse.Namespace) -> int:
     return _run_pairs(args, "reward-model", RewardModelConfig, train_reward_model, load_reward_model)
 
 
-def _task_options(items: list[str]) -> dict[str, Any]:
-    options = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ValueError(f"--task-option expects key=value, got {item!r}")
-        try:  # numbers, booleans and lists as JSON; anything else is a plain string
-            options[key] = json.loads(value)
-        except json.JSONDecodeError:
-            options[key] = value
-    return options
-
-
 def _rft(args: argparse.Namespace) -> int:
     from rlvr.algorithms.rft import train_rft
     from rlvr.models import load_model_and_tokenizer
     from rlvr.rollout.hf_engine import HFEngine
-    from rlvr.tasks import get_task
 
     config = config_from_args(RFTConfig, args)
     if args.train_size < 1 or args.eval_size < 0:
         raise ValueError(f"--train-size must be >= 1 and --eval-size >= 0, got {args.train_size}, {args.eval_size}")
-    try:
-        task = get_task(args.task, **_task_options(args.task_option))
-    except TypeError as err:  # an option the task does not take
-        raise ValueError(f"--task-option: {err}") from None
+    task = task_from_cli(args.task, args.task_option, args.model)
     examples = task.train_examples(args.train_size, config.seed)
     eval_examples = task.eval_examples(args.eval_size, config.seed) if args.eval_size else None
     model, tokenizer = load_model_and_tokenizer(args.model)

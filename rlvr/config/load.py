@@ -35,17 +35,32 @@ def config_file(name: str | Path, folder: str = "", what: str = "config file") -
     raise ConfigError(f"{what} {str(name)!r} does not exist (nor is it a shipped config under {SHIPPED_CONFIGS})")
 
 
+def parse_yaml(text: str, where: str) -> Any:
+    """YAML text -> value; a syntax error is one ConfigError line naming `where` and the error's line."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(f"{where}: invalid YAML{at} ({problem})") from None
+
+
+def read_yaml(path: Path) -> Any:
+    """A YAML file's value; invalid YAML or bytes that are not UTF-8: one ConfigError line naming the file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    return parse_yaml(text, str(path))
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] = (), base: dict | None = None) -> Config:
     """YAML file or shipped config name (or `base` dict) + `key=value` overrides -> validated Config."""
     raw: dict = dict(base or {})
     if path is not None:
         path = config_file(path)
-        try:
-            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except yaml.YAMLError as err:
-            raise ConfigError(f"{path}: invalid YAML ({str(err).splitlines()[0]})") from None
-        except UnicodeDecodeError as err:
-            raise ConfigError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+        loaded = read_yaml(path)
         if not loaded and not overrides:  # an empty file alone would silently train the whole default config
             raise ConfigError(f"{path}: the config is empty; give at least one section (see configs/)")
         loaded = loaded or {}
@@ -124,7 +139,7 @@ def _scalar(value: Any, tp: type, key: str, cli: bool) -> Any:
         if isinstance(value, str):
             return value
     elif tp in (dict, list):
-        parsed = yaml.safe_load(value) if cli else value
+        parsed = parse_yaml(value, f"--set {key}") if cli else value
         if isinstance(parsed, tp):
             return parsed
     shown = value if cli else f"{value!r} ({type(value).__name__})"
@@ -171,7 +186,7 @@ def apply_overrides(cfg: Any, overrides: list[str]) -> None:
             if isinstance(obj, dict):  # free-form options, e.g. task.options.length=5
                 for sub in parts[i:-1]:
                     obj = obj.setdefault(sub, {})
-                obj[parts[-1]] = yaml.safe_load(value)
+                obj[parts[-1]] = parse_yaml(value, f"--set {key}")
                 break
             hints = typing.get_type_hints(type(obj))
             if part not in hints:

@@ -17,10 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import yaml
-
 from rlvr.presets import PRESETS, preset_overrides
-from rlvr.config import ConfigError, load_config
+from rlvr.config import ConfigError, load_config, read_yaml
 from rlvr.jsonl import read_jsonl
 from rlvr.train.loop import train as train_loop
 from rlvr.train.validate import check_registries
@@ -61,7 +59,7 @@ def parse_variant(spec: str) -> Variant:
     if spec.endswith((".yaml", ".yml")):
         if not path.is_file():
             raise ConfigError(f"variant file {spec!r} does not exist")
-        tree = yaml.safe_load(path.read_text()) or {}
+        tree = read_yaml(path) or {}
         if not isinstance(tree, dict):
             raise ConfigError(f"variant file {spec!r}: expected a mapping of config sections")
         return Variant(path.stem, _flatten(tree))

@@ -25,10 +25,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
 
-import yaml
-
 from rlvr.pipelines.compare import _flatten
-from rlvr.config import Config, ConfigError, config_file, load_config
+from rlvr.config import Config, ConfigError, config_file, load_config, parse_yaml, read_yaml
 from rlvr.train.validate import check_registries
 from rlvr.pipelines.recipe_stages import STAGE_FUNCTIONS, initial_model
 
@@ -80,7 +78,7 @@ def _stage(raw: Any, index: int) -> Stage:
 def load_recipe(path: str | Path, overrides: list[str] = ()) -> Recipe:
     """Parse a recipe file and route `--set` overrides to the base or to a stage."""
     path = config_file(path, "recipes", "recipe file")
-    raw = yaml.safe_load(path.read_text()) or {}
+    raw = read_yaml(path) or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping")
     if "stages" not in raw:  # a plain training config: one RL stage
@@ -112,7 +110,7 @@ def _override_stage(stage: Stage, item: str) -> None:
     elif key not in stage.options:
         raise ConfigError(f"stage {stage.name!r} ({stage.kind}) has no option {key!r}; valid: {sorted(stage.options)}")
     else:
-        stage.options[key] = yaml.safe_load(value)
+        stage.options[key] = parse_yaml(value, f"--set {stage.name}.{key}")
 
 
 def base_config(recipe: Recipe, extra: list[str] = ()) -> Config:

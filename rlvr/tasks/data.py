@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
+from rlvr.jsonl import read_jsonl
+
 DATA_ENV = "RLVR_DATA_DIR"
 
 
@@ -32,17 +34,14 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
         raise FileNotFoundError(f"data file {path} not found")
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
-        with path.open(encoding="utf-8") as f:
-            rows = []
-            for n, line in enumerate(f, 1):
-                if line.strip():
-                    try:
-                        rows.append(json.loads(line))
-                    except json.JSONDecodeError as e:
-                        raise ValueError(f"{path}:{n}: not valid JSON ({e.msg})") from None
-            return rows
+        return read_jsonl(path, what="data")
     if suffix == ".json":
-        rows = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            rows = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
         if not isinstance(rows, list):
             raise ValueError(f"{path}: expected a JSON list of objects")
         return rows

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from rlvr.jsonl import read_jsonl
 from rlvr.tasks.base import Example, get_task, register_task
 
 
@@ -27,20 +28,9 @@ def write_examples(examples: Sequence[Example], path: str | Path) -> Path:
 
 
 def read_examples(path: str | Path) -> list[Example]:
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"subset: example file {str(path)!r} does not exist")
-    out = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        row = json.loads(line)
-        if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) or "answer" not in row:
-            raise ValueError(f"{path}:{n}: expected {{prompt, answer, fields}}, got {line[:80]!r}")
-        out.append(Example(row["prompt"], str(row["answer"]), dict(row.get("fields") or {})))
-    if not out:
-        raise ValueError(f"subset: {path} holds no examples")
-    return out
+    """The rows `write_examples` wrote: {prompt, answer, fields}; a bad row is one line naming file and line."""
+    rows = read_jsonl(path, ("prompt", "answer"), "subset: example", empty_ok=False)
+    return [Example(row["prompt"], row["answer"], dict(row.get("fields") or {})) for row in rows]
 
 
 @register_task("subset")

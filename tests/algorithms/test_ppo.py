@@ -19,7 +19,6 @@ from rlvr.algorithms.ppo import (
     token_level_advantages,
 )
 from rlvr.core import kl_k1
-from rlvr.rollout.base import Completion
 from rlvr.rollout.batch import build_batch, policy_logprobs
 from offline_data import tiny_model, tokenizer
 

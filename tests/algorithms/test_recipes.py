@@ -118,5 +118,5 @@ def test_subset_task_round_trips_examples_and_keeps_the_base_verifier(tmp_path):
     assert sub.eval_examples(3, 0) == base.eval_examples(3, 0)
     assert sub.is_correct(kept[0].answer, kept[0])
     (tmp_path / "bad.jsonl").write_text('{"answer": "1"}\n')
-    with pytest.raises(ValueError, match="expected"):
+    with pytest.raises(ValueError, match=r"bad.jsonl:1: missing field\(s\) \['prompt'\]"):
         read_examples(tmp_path / "bad.jsonl")

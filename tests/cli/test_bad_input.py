@@ -41,6 +41,8 @@ def world(tmp_path_factory) -> Path:
     (root / "invalid.yaml").write_text("train: {steps: [\n")
     (root / "latin1.yaml").write_bytes("seed: 0 # caf\xe9\n".encode("latin-1"))
     (root / "a_file").write_text("x")
+    (root / "bad.json").write_text('[{"question": "1+1", "answer": "2"},\n oops]\n')
+    (root / "subset.jsonl").write_text('{"prompt": "sort 2 1=", "answer": "1 2"}\n{"prompt": "sort 3 1="}\n')
     write(root / "run.yaml", {**RUN, "model": {"path": str(model)}, "out_dir": str(root / "run")})
     assert main(["train", str(root / "run.yaml")]) == 0
     write(root / "fresh.yaml", {**RUN, "model": {"path": str(model)}, "out_dir": str(root / "fresh")})
@@ -85,6 +87,8 @@ SETS = [  # (--set, the text the error line must contain)
     ("reward.timeout=nan", "reward.timeout must be a finite"), ("reward.workers=-1", "reward.workers must be >= 0"),
     ("rollout.vllm_lora=adapter", "rollout.vllm_lora=adapter needs model.lora.r > 0"),
     ("rollout.vllm_lora=lora", "rollout.vllm_lora: unknown mode 'lora'"),
+    ("task.options.length=[3", "--set task.options.length: invalid YAML"),  # free-form options are read as YAML
+    ("optim.betas=[0.9", "--set optim.betas: invalid YAML"),  # so are list-typed fields
 ]
 SET_CASES = [pytest.param(["--set", s], key, id=s) for s, key in SETS] + [
     pytest.param(["--set", "reward.workers=2", "reward.timeout=0"], "reward.timeout > 0",
@@ -189,6 +193,17 @@ def test_resume_without_checkpoint_needs_resume_or_start(world, tmp_path, capsys
     (["train", "{w}/run.yaml", "--set", "optim.lr"], "key=value"),
     (["sft", "--model", "{w}/notok", "--steps", "2", "--out", "{t}/out"], "tokenizer"),
     (["sft", "--data", "{w}/latin1.jsonl", "--steps", "2", "--out", "{t}/out"], "latin1.jsonl"),
+    (["eval", "--model", "{w}/model", "--task", "sort", "--task-option", "length=[3"], "--task-option length"),
+    (["rft", "--model", "{w}/model", "--task-option", "length=[3", "--out", "{t}/out"], "--task-option length"),
+    (["rft", "--model", "{w}/model", "--task-option", "lenght=3", "--out", "{t}/out"], "lenght"),
+    (["eval", "--model", "{w}/model", "--task", "math_file", "--task-option", "path={w}/bad.json"], "bad.json:2"),
+    (["eval", "--model", "{w}/model", "--task", "subset", "--task-option", "path={w}/subset.jsonl"],
+     "subset.jsonl:2: missing field(s) ['answer']"),
+    (["recipe", "{w}/invalid.yaml", "--out", "{t}/out"], "invalid.yaml: invalid YAML at line 2"),
+    (["recipe", "{w}/latin1.yaml", "--out", "{t}/out"], "latin1.yaml: not UTF-8"),
+    (["recipe", "r1", "--out", "{t}/out", "--set", "cold_start.steps=[2"], "--set cold_start.steps: invalid YAML"),
+    (["compare", "{w}/run.yaml", "--variants", "grpo", "{w}/invalid.yaml", "--out", "{t}/out"],
+     "invalid.yaml: invalid YAML"),
 ])
 def test_bad_cli_flags(world, tmp_path, capsys, argv, needle):
     check(capsys, [a.format(w=world, t=tmp_path) for a in argv], needle, tmp_path / "out")

@@ -34,4 +34,14 @@ def test_bad_input_exits_2_with_one_line(tmp_path, capsys):
     assert capsys.readouterr().err.strip().startswith("rlvr data: error: input file")
     bad = write_jsonl(tmp_path / "x.jsonl", [{"question": "q"}])
     assert main(["dedup", str(bad), "--out", str(tmp_path)]) == 2  # default --text-key prompt is missing
-    assert "no field 'prompt'" in capsys.readouterr().err
+    assert f"{bad}:1: missing field(s) ['prompt']" in capsys.readouterr().err
+    mixed = write_jsonl(tmp_path / "mixed.jsonl", [{"question": "q r s"}, {"question": 5}])
+    good = write_jsonl(tmp_path / "good.jsonl", [{"question": "q r s"}])
+    for argv in (["dedup", str(mixed), "--text-key", "question"],
+                 ["decontaminate", str(mixed), "--eval", f"e={good}", "--text-key", "question"],
+                 ["decontaminate", str(good), "--eval", f"e={mixed}", "--text-key", "question"],
+                 ["fusion", str(mixed), "--prompt-key", "question"]):  # every bad row named by file and line
+        assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"{mixed}:2: field(s) ['question'] must be strings" in err, err
+    assert not (tmp_path / "out").exists()

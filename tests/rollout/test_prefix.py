@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlvr.rollout.batch import build_batch, cached_logprobs, pack, policy_logprobs
+from rlvr.rollout.batch import cached_logprobs, pack, policy_logprobs
 from rlvr.rollout.prefix import plan_shared_prefix, shares_prefix
 
 

@@ -15,7 +15,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file
 
-from rlvr.cli import main
 from rlvr.config import load_config
 from rlvr.train.checkpoint import latest_checkpoint
 from rlvr.algorithms.optim import clip_gradients

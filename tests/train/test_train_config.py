@@ -5,7 +5,8 @@ import importlib.util
 import pytest
 import yaml
 
-from rlvr.config import Config, ConfigError, apply_overrides, config_help, load_config, save_config
+from rlvr.config import (Config, ConfigError, apply_overrides, config_help, load_config, parse_yaml, read_yaml,
+                         save_config)
 from rlvr.train.validate import check_registries
 
 
@@ -106,6 +107,24 @@ def test_missing_and_malformed_files(tmp_path):
     bad.write_text("- 1\n- 2\n")
     with pytest.raises(ConfigError, match="mapping"):
         load_config(bad)
+
+
+def test_yaml_values_and_errors_by_hand(tmp_path):
+    """parse_yaml reads values as a config does; a syntax error is one line with where, line and column."""
+    assert parse_yaml("5", "w") == 5 and parse_yaml("1.5e-3", "w") == 1.5e-3 and parse_yaml("[1, 2]", "w") == [1, 2]
+    assert parse_yaml("true", "w") is True and parse_yaml("/tmp/a b", "w") == "/tmp/a b" and parse_yaml("", "w") is None
+    with pytest.raises(ConfigError) as err:
+        parse_yaml("[3", "--set task.options.length")
+    assert str(err.value) == ("--set task.options.length: invalid YAML at line 1, column 3 "
+                              "(expected ',' or ']', but got '<stream end>')")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train:\n  steps: 2\n  lr: [1\n")  # the flow list never closes: reported where the file ends
+    with pytest.raises(ConfigError, match=rf"^{bad}: invalid YAML at line 4, column 1 \(") as err:
+        read_yaml(bad)
+    assert "\n" not in str(err.value)
+    bad.write_bytes("seed: 0 # caf\xe9\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match="not UTF-8 text"):
+        read_yaml(bad)
 
 
 def test_every_field_has_help():

@@ -28,8 +28,8 @@ def delta_claims(out: Path, seeds: int, epochs: int, seed: int = 0) -> list[Clai
     setup = (f"The lecture's sorting toy (prompts [1 0 2], [3 2 4], [1 2 3], vocabulary 5, 10 responses per "
              f"prompt, {epochs} epochs x 10 Adam steps, lr 1e-3, inclusion reward, maximum 5). Number: the exact "
              f"expected reward of the final policy (all 5^3 responses enumerated), over {seeds} independently "
-             f"initialised replicas (seed {seed}). " + ("" if epochs == 100 else f"Smaller than the lecture's 100 "
-                                                         f"epochs. ") + "Figure: reward, exact match and loss.")
+             f"initialised replicas (seed {seed}). " + ("" if epochs == 100 else "Smaller than the lecture's 100 "
+                                                         "epochs. ") + "Figure: reward, exact match and loss.")
     c, r, n, m = final["centered"], final["raw"], final["normalized"], final["max_only"]
     se_cn = se_of_difference(c, n)
     return [

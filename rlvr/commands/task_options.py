@@ -1,0 +1,27 @@
+"""`--task-option KEY=VALUE` of `rlvr eval` and `rlvr rft`: one parser, one way to build the task."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rlvr.config import parse_yaml
+
+
+def task_from_cli(name: str, items: list[str], model: str | Path):
+    """The task `name` with its `--task-option` items, each value read as YAML (numbers, booleans, lists the
+    way a config reads them; anything else a string). `template=chat` takes the chat template of `model`'s
+    tokenizer unless a `tokenizer` option names another. Bad input: one ValueError line."""
+    from rlvr.tasks import get_task
+
+    options = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--task-option expects key=value, got {item!r}")
+        options[key] = parse_yaml(value, f"--task-option {key}")
+    if options.get("template") == "chat":
+        options.setdefault("tokenizer", str(model))
+    try:
+        return get_task(name, **options)
+    except TypeError as err:  # an option the task's factory does not take
+        raise ValueError(f"--task-option: {err}") from None
