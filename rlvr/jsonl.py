@@ -8,11 +8,13 @@ from typing import Any, Sequence
 
 
 def read_jsonl(path: str | Path, required: Sequence[str] = (), what: str = "jsonl", *, missing_ok: bool = False,
-               empty_ok: bool = True) -> list[dict[str, Any]]:
+               empty_ok: bool = True, growing: bool = False) -> list[dict[str, Any]]:
     """Rows of a jsonl file, blank lines skipped; each row a JSON object with string fields `required`.
 
     `missing_ok`: a missing file reads as no rows (a run's metrics before its first record);
-    `empty_ok=False`: a file without rows is an error (training data). A user with 50k rows needs to
+    `empty_ok=False`: a file without rows is an error (training data); `growing`: the file is a log another
+    process appends to (a running run's metrics), so a last line without its newline that does not parse
+    is a record still being written, or cut by a crash, and is left out. A user with 50k rows needs to
     know which one is broken, so errors say `path:line: ...`.
     """
     path = Path(path)
@@ -31,6 +33,8 @@ def read_jsonl(path: str | Path, required: Sequence[str] = (), what: str = "json
         try:
             row = json.loads(line)
         except json.JSONDecodeError as err:
+            if growing and lineno == len(lines):  # no newline after it: not yet (or never) finished
+                break
             raise ValueError(f"{path}:{lineno}: not valid JSON ({err.msg})") from None
         rows.append(check_fields(row, required, f"{path}:{lineno}"))
     if not rows and not empty_ok:

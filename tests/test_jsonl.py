@@ -41,6 +41,19 @@ def test_missing_file_is_an_error_unless_allowed(tmp_path):
     assert read_jsonl(_write(tmp_path / "e.jsonl", []), ["a"]) == []  # empty_ok by default
 
 
+def test_growing_log_leaves_out_a_last_record_still_being_written(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1}\n{"step": 2}\n{"step": 3, "lo')  # the writer is in the middle of line 3
+    assert read_jsonl(path, growing=True) == [{"step": 1}, {"step": 2}]
+    with pytest.raises(ValueError, match=r"metrics.jsonl:3: not valid JSON"):  # a data file: every line counts
+        read_jsonl(path)
+    path.write_text('{"step": 1}\n{"step": 2}')  # whole, only its newline still to come: kept
+    assert read_jsonl(path, growing=True) == [{"step": 1}, {"step": 2}]
+    path.write_text('{"step": 1}\n{"step": 2, \n{"step": 3}\n')  # a broken line with its newline is not torn
+    with pytest.raises(ValueError, match=r"metrics.jsonl:2: not valid JSON"):
+        read_jsonl(path, growing=True)
+
+
 rows_strategy = st.lists(st.dictionaries(st.text(min_size=1, max_size=5),
                                          st.one_of(st.text(max_size=8), st.integers(), st.booleans()), max_size=4),
                          max_size=6)

@@ -269,10 +269,10 @@ def load_run(run_dir: str | Path) -> RunLog:
         raise ConfigError(f"{run_dir} has no {METRICS}: not a run folder, or the run never logged a step")
     logs = []
     for name in (METRICS, TIMINGS):
-        try:
-            logs.append(read_jsonl(run_dir / name, missing_ok=True))
-        except (ValueError, UnicodeDecodeError) as e:
-            raise ConfigError(f"{run_dir / name}: not JSON lines ({e})") from None
+        try:  # the run may be writing its next record now
+            logs.append(read_jsonl(run_dir / name, missing_ok=True, growing=True))
+        except ValueError as e:  # names the file and line
+            raise ConfigError(str(e)) from None
     return RunLog(*logs)
 
 

@@ -113,9 +113,9 @@ def build_report(run_dir: str | Path) -> str:
     run_dir = Path(run_dir)
     log = load_run(run_dir)
     try:
-        samples = read_jsonl(run_dir / SAMPLES, missing_ok=True)
-    except ValueError as e:
-        raise ConfigError(f"{run_dir / SAMPLES}: not JSON lines ({e})") from None
+        samples = read_jsonl(run_dir / SAMPLES, missing_ok=True, growing=True)
+    except ValueError as e:  # names the file and line
+        raise ConfigError(str(e)) from None
     config = (run_dir / "config.yaml").read_text(encoding="utf-8") if (run_dir / "config.yaml").is_file() else ""
     panels = [svg_panel(title, [(label, _points(log, key)) for key, label in keys]) for title, keys in PANELS.items()]
     panels_html = "".join(f'<div class="panel">{p}</div>' for p in panels if p)

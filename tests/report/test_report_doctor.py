@@ -61,10 +61,18 @@ def test_cli_prints_findings_and_refuses_a_non_run(tmp_path, capsys):
     assert capsys.readouterr().err.strip() == f"rlvr doctor: error: {tmp_path / 'nope'} is not a run folder"
     (tmp_path / "empty").mkdir()
     assert main(["doctor", str(tmp_path / "empty")]) == 2
+    assert "has no metrics.jsonl" in capsys.readouterr().err
     broken = write_run(tmp_path / "broken", healthy_rows())
     (broken / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2, \n')
     assert main(["doctor", str(broken)]) == 2
-    assert "metrics.jsonl: not JSON lines" in capsys.readouterr().err
+    assert capsys.readouterr().err.strip() == (f"rlvr doctor: error: {broken / 'metrics.jsonl'}:2: not valid JSON "
+                                               "(Expecting property name enclosed in double quotes)")
+    writing = planted(tmp_path / "writing", "entropy")  # a running run, caught in the middle of a record
+    whole = (writing / "metrics.jsonl").read_text()
+    (writing / "metrics.jsonl").write_text(whole + '{"step": 21, "entropy": 0.0')
+    assert main(["doctor", str(writing)]) == 0
+    assert capsys.readouterr().out == out.replace(str(run), str(writing))  # the findings of the finished records
+    assert main(["report", str(writing)]) == 0 and (writing / "report.html").is_file()
 
 
 PLAUSIBLE_IN_A_TINY_RUN = {"converged", "no learning signal", "truncation", "zero-variance groups", "throughput drop",
