@@ -150,7 +150,8 @@ def _check_files(cfg: Config) -> None:
     if cfg.model.path and not (Path(cfg.model.path) / "config.json").is_file():
         raise ConfigError(f"model.path: no Hugging Face model folder at {cfg.model.path!r} (no config.json)")
     if cfg.sft.data and not Path(cfg.sft.data).is_file():
-        raise ConfigError(f"sft.data: file {cfg.sft.data!r} does not exist")
+        what = "is a folder, not a jsonl file" if Path(cfg.sft.data).is_dir() else "does not exist"
+        raise ConfigError(f"sft.data: file {cfg.sft.data!r} {what}")
 
 
 def validate(cfg: Config) -> Config:

@@ -31,7 +31,7 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
     """Rows of a .jsonl / .json (list of objects) / .parquet file (parquet needs pyarrow)."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"data file {path} not found")
+        raise FileNotFoundError(f"data file {path} {'is a folder' if path.is_dir() else 'not found'}")
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
         return read_jsonl(path, what="data")
@@ -58,10 +58,12 @@ def map_fields(rows: list[Mapping[str, Any]], fields: Mapping[str, str], path: A
     """Rename columns: fields = {"question": "problem", "answer": "solution"} reads `problem` as
     the question. Every mapped column must exist in every row; the others are kept as they are."""
     out = []
-    for n, row in enumerate(rows):
+    for n, row in enumerate(rows, 1):
+        if not isinstance(row, Mapping):
+            raise ValueError(f"{path} record {n}: expected an object with fields, got {type(row).__name__}")
         missing = [src for src in fields.values() if src not in row]
         if missing:
-            raise KeyError(f"{path} row {n}: missing field(s) {missing}; it has {sorted(row)}")
+            raise ValueError(f"{path} record {n}: missing field(s) {missing}; it has {sorted(row)}")
         mapped = dict(row)
         mapped.update({dst: row[src] for dst, src in fields.items()})
         out.append(mapped)

@@ -104,7 +104,7 @@ FILE_CASES = [  # (argv built from the world folder, text the error line must co
     ("model.path={w}/noweights", "model.path"), ("value.path={w}/noconfig", "value.path"),
     ("sft.data={w}/missing.jsonl", "missing.jsonl"), ("sft.data={w}/latin1.jsonl", "latin1.jsonl"),
     ("sft.data={w}/badline.jsonl", "badline.jsonl:2"), ("sft.data={w}/nofield.jsonl", "nofield.jsonl:1"),
-    ("sft.data={w}/empty.jsonl", "empty.jsonl"),
+    ("sft.data={w}/empty.jsonl", "empty.jsonl"), ("sft.data={w}/model", "is a folder, not a jsonl file"),
 ]
 
 
@@ -197,6 +197,8 @@ def test_resume_without_checkpoint_needs_resume_or_start(world, tmp_path, capsys
     (["rft", "--model", "{w}/model", "--task-option", "length=[3", "--out", "{t}/out"], "--task-option length"),
     (["rft", "--model", "{w}/model", "--task-option", "lenght=3", "--out", "{t}/out"], "lenght"),
     (["eval", "--model", "{w}/model", "--task", "math_file", "--task-option", "path={w}/bad.json"], "bad.json:2"),
+    (["eval", "--model", "{w}/model", "--task", "math_file", "--task-option", "path={w}/nofield.jsonl"],
+     "nofield.jsonl record 1: missing field(s) ['question', 'answer']"),
     (["eval", "--model", "{w}/model", "--task", "subset", "--task-option", "path={w}/subset.jsonl"],
      "subset.jsonl:2: missing field(s) ['answer']"),
     (["recipe", "{w}/invalid.yaml", "--out", "{t}/out"], "invalid.yaml: invalid YAML at line 2"),

@@ -70,8 +70,15 @@ def test_bad_files_and_options(tmp_path):
     (tmp_path / "x.csv").write_text("question,answer\n")
     with pytest.raises(ValueError, match="unsupported"):
         read_records(tmp_path / "x.csv")
-    with pytest.raises(KeyError, match="missing field"):
-        map_fields([{"q": 1}], {"question": "problem"})
+    with pytest.raises(ValueError, match=r"d.jsonl record 2: missing field\(s\) \['problem'\]; it has \['q'\]"):
+        map_fields([{"problem": 0}, {"q": 1}], {"question": "problem"}, "d.jsonl")
+    with pytest.raises(ValueError, match="d.json record 1: expected an object with fields, got list"):
+        map_fields([[1, 2]], {"question": "problem"}, "d.json")
+    with pytest.raises(FileNotFoundError, match="is a folder"):
+        read_records(tmp_path)
+    (tmp_path / "torn.json").write_text('[{"question": "q",\n "answer": ]')
+    with pytest.raises(ValueError, match=r"torn.json:2: not valid JSON"):
+        read_records(tmp_path / "torn.json")
     with pytest.raises(ValueError, match="answer_format"):
         get_task("math_file", path=str(bad), answer_format="latex")
     with pytest.raises(ValueError, match="####"):
