@@ -55,6 +55,9 @@ def config_from_args(cls: type, args: argparse.Namespace) -> Any:
     return config
 
 
+OUTPUTS = ["model", "metrics.json"]  # what an offline command writes into --out
+
+
 def _save(out: Path, model: Any, tokenizer: Any, metrics: dict[str, Any]) -> None:
     from rlvr.models import save_model
 
@@ -69,11 +72,18 @@ def _report(metrics: dict[str, Any], key: str = "accuracy") -> str:
     return f"held-out {key}: {before:.3f} -> {after:.3f} ({metrics['num_eval']} pairs)"
 
 
+def _check_out(args: argparse.Namespace) -> None:
+    from rlvr.train.preflight import check_output_folder
+
+    check_output_folder(args.out, OUTPUTS, args.overwrite)
+
+
 def _run_pairs(args: argparse.Namespace, command: str, cls: type,
                train: Callable[..., dict[str, Any]], load: Callable[[str], Any]) -> int:
     config = config_from_args(cls, args)
     pairs = load_preference_pairs(args.data)
     eval_pairs = load_preference_pairs(args.eval_data) if args.eval_data else None
+    _check_out(args)
     model = load(args.model)
     from rlvr.models import load_tokenizer
     tokenizer = load_tokenizer(args.model)
@@ -107,6 +117,7 @@ def _rft(args: argparse.Namespace) -> int:
     if args.train_size < 1 or args.eval_size < 0:
         raise ValueError(f"--train-size must be >= 1 and --eval-size >= 0, got {args.train_size}, {args.eval_size}")
     task = task_from_cli(args.task, args.task_option, args.model)
+    _check_out(args)
     examples = task.train_examples(args.train_size, config.seed)
     eval_examples = task.eval_examples(args.eval_size, config.seed) if args.eval_size else None
     model, tokenizer = load_model_and_tokenizer(args.model)
@@ -122,6 +133,8 @@ def _rft(args: argparse.Namespace) -> int:
 def _common(parser: argparse.ArgumentParser, out: str) -> None:
     parser.add_argument("--model", required=True, help="Hugging Face folder of the starting model")
     parser.add_argument("--out", default=out, help="run folder: model/ and metrics.json are written here")
+    parser.add_argument("--overwrite", action="store_true", help="replace model/ and metrics.json of an earlier run "
+                        "in --out (without it such a folder is refused before any work)")
     parser.add_argument("--verbose", action="store_true", help="print every optimizer step as JSON")
 
 

@@ -53,7 +53,7 @@ def _sft(args: argparse.Namespace) -> int:
     from rlvr.rollout.hf_engine import HFEngine
     from rlvr.tasks import get_task
     from rlvr.train.evaluate import evaluate_heldout
-    from rlvr.train.preflight import preflight
+    from rlvr.train.preflight import check_output_folder, preflight
     from rlvr.train.setup import start_model
 
     sets = [f"{key}={value}" for key, value in [("model.path", args.model), ("task.name", args.task),
@@ -63,6 +63,9 @@ def _sft(args: argparse.Namespace) -> int:
     if cfg.sft.steps < 1:
         raise ConfigError("sft.steps must be >= 1 for `rlvr sft` (use --steps)")
     preflight(cfg, resume=False)
+    # an RL run's folder (its metrics, its init_model) or an earlier SFT's model is not written over unasked
+    check_output_folder(cfg.out_dir, ["sft_model", "init_model", "metrics.jsonl"], args.overwrite,
+                        "--out" if args.out else "out_dir")
     run_dir = Path(cfg.out_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     task = get_task(cfg.task.name, **cfg.task.options)
@@ -103,6 +106,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--data", help="jsonl of {prompt, completion} pairs (default: task demonstrations)")
     s.add_argument("--steps", type=int, help="optimizer steps")
     s.add_argument("--out", help="output folder")
+    s.add_argument("--overwrite", action="store_true", help="replace sft_model/ (and init_model/) of an earlier run "
+                   "in the output folder (without it such a folder is refused before any work)")
     _overrides(s)
     s.set_defaults(func=_sft)
 

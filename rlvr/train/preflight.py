@@ -16,16 +16,26 @@ from rlvr.train.checkpoint import CHECKPOINTS, LATEST, latest_checkpoint, load_s
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
 
 
-def check_out_dir(out_dir: str) -> None:
-    """out_dir is a folder (or can become one) that this process may write in."""
+def check_out_dir(out_dir: str | Path, key: str = "out_dir") -> None:
+    """out_dir is a folder (or can become one) that this process may write in; errors name `key`."""
     path = Path(out_dir)
     if path.exists() and not path.is_dir():
-        raise ConfigError(f"out_dir: {out_dir!r} is an existing file, not a folder")
+        raise ConfigError(f"{key}: {str(out_dir)!r} is an existing file, not a folder")
     existing = next(p for p in (path, *path.parents) if p.exists())
     if not existing.is_dir():
-        raise ConfigError(f"out_dir: {str(existing)!r} (a parent of {out_dir!r}) is a file, not a folder")
+        raise ConfigError(f"{key}: {str(existing)!r} (a parent of {str(out_dir)!r}) is a file, not a folder")
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigError(f"out_dir: {str(existing)!r} is not writable")
+        raise ConfigError(f"{key}: {str(existing)!r} is not writable")
+
+
+def check_output_folder(folder: str | Path, outputs: list[str], overwrite: bool, key: str = "--out") -> None:
+    """Before any work: `folder` can be written, and holds none of `outputs` (what the command writes there)
+    from an earlier run unless `overwrite`, so a finished model is never replaced or lost at the end."""
+    check_out_dir(folder, key)
+    held = [name for name in outputs if (Path(folder) / name).exists()]
+    if held and not overwrite:
+        raise ConfigError(f"{key}: {str(folder)!r} already holds {', '.join(held)} from an earlier run; choose "
+                          f"another {key} or pass --overwrite")
 
 
 def check_safetensors(path: Path) -> None:

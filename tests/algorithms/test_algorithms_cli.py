@@ -53,6 +53,28 @@ def test_rft_command(workdir, capsys):
     assert "greedy accuracy" in capsys.readouterr().out
 
 
+def test_out_is_checked_before_any_work_and_never_written_over_unasked(workdir, tmp_path, capsys):
+    """A trained model is not lost at the end to an --out that cannot take it, nor replaced silently."""
+    (tmp_path / "a_file").write_text("x")
+    base = ["dpo", "--model", str(workdir / "model"), "--data", str(workdir / "pairs.jsonl"), "--steps", "1"]
+    for out, message in [(tmp_path / "a_file", "is an existing file, not a folder"),
+                         (tmp_path / "a_file" / "run", "is a file, not a folder")]:
+        assert main([*base, "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("rlvr dpo: error: --out: ") and message in err and "\n" not in err
+    out = tmp_path / "run"
+    assert main([*base, "--out", str(out)]) == 0
+    weights = (out / "model" / "model.safetensors").read_bytes()
+    assert main([*base, "--out", str(out), "--lr", "1e-2"]) == 2
+    assert capsys.readouterr().err.strip() == (f"rlvr dpo: error: --out: {str(out)!r} already holds model, "
+                                               "metrics.json from an earlier run; choose another --out or pass --overwrite")
+    assert (out / "model" / "model.safetensors").read_bytes() == weights  # untouched
+    assert main([*base, "--out", str(out), "--lr", "1e-2", "--overwrite"]) == 0
+    assert (out / "model" / "model.safetensors").read_bytes() != weights
+    rft = ["rft", "--model", str(workdir / "model"), "--task-option", "length=3", "--out", str(out)]
+    assert main(rft) == 2 and "already holds model" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv, message", [
     (["dpo", "--data", "{dir}/bad.jsonl"], r"missing field\(s\) \['rejected'\]"),
     (["dpo", "--data", "{dir}/nope.jsonl"], "does not exist"),

@@ -201,6 +201,7 @@ def test_resume_without_checkpoint_needs_resume_or_start(world, tmp_path, capsys
      "nofield.jsonl record 1: missing field(s) ['question', 'answer']"),
     (["eval", "--model", "{w}/model", "--task", "subset", "--task-option", "path={w}/subset.jsonl"],
      "subset.jsonl:2: missing field(s) ['answer']"),
+    (["sft", "--task", "sort", "--steps", "2", "--out", "{w}/run"], "already holds metrics.jsonl from an earlier run"),
     (["recipe", "{w}/invalid.yaml", "--out", "{t}/out"], "invalid.yaml: invalid YAML at line 2"),
     (["recipe", "{w}/latin1.yaml", "--out", "{t}/out"], "latin1.yaml: not UTF-8"),
     (["recipe", "r1", "--out", "{t}/out", "--set", "cold_start.steps=[2"], "--set cold_start.steps: invalid YAML"),
