@@ -20,6 +20,7 @@ import torch
 
 from rlvr.config import ConfigError, ModelConfig
 from rlvr.models.hf import disable_dropout, load_model, save_model
+from rlvr.models.varlen import same_attention_on_recompute
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 ATTENTION = ("sdpa", "eager", "flash_attention_2")
@@ -144,8 +145,9 @@ def load_policy(m: ModelConfig, path: str | Path, adapter: str | Path | None = N
     p = resolve_placement(m)
     model = disable_dropout(load_model(path, torch.float32, p.device, p.attn_implementation))
     if p.gradient_checkpointing:
-        # non-reentrant: correct with frozen inputs (LoRA) and keeps the autocast state on recompute
-        kwargs = {"use_reentrant": False}
+        # non-reentrant: correct with frozen inputs (LoRA) and keeps the autocast state on recompute; packed rows
+        # (varlen attention, swapped in per forward call) are recomputed with the attention they ran with
+        kwargs = {"use_reentrant": False, "context_fn": same_attention_on_recompute(model)}
         if hasattr(model, "activation_checkpointing_enable"):  # the name since transformers 5.2x
             model.activation_checkpointing_enable(kwargs)
         else:

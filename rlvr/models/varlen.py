@@ -14,8 +14,8 @@ forward pass and restored afterwards.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from typing import Callable, Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -66,11 +66,28 @@ def segment_bounds(position_ids: Tensor) -> list[int]:
     return starts + [position_ids.numel()]
 
 
+def varlen_attention(model: PreTrainedModel):
+    """Run `model` with varlen attention inside the block; its own implementation is restored after. A
+    gradient-checkpointed model recomputes with it too where checkpointing was enabled with
+    `same_attention_on_recompute` (`rlvr.models.placement.load_policy` does)."""
+    return _attention(model, VARLEN_ATTENTION)
+
+
+def same_attention_on_recompute(model: PreTrainedModel) -> Callable[[], tuple]:
+    """A `context_fn` for torch's non-reentrant checkpoint: the recomputation in the backward pass runs with
+    the attention implementation the original forward ran with. `varlen_attention` swaps varlen sdpa in for
+    one forward call only, so without this a checkpointed layer of a packed row would be recomputed with the
+    model's own sdpa / eager attention, across the packed sequences (torch then refuses: the saved tensors
+    differ)."""
+    def context_fn() -> tuple:
+        return nullcontext(), _attention(model, model.config._attn_implementation)
+    return context_fn
+
+
 @contextmanager
-def varlen_attention(model: PreTrainedModel) -> Iterator[None]:
-    """Run `model` with varlen attention inside the block; its own implementation is restored after."""
+def _attention(model: PreTrainedModel, implementation: str) -> Iterator[None]:
     previous = model.config._attn_implementation
-    model.config._attn_implementation = VARLEN_ATTENTION
+    model.config._attn_implementation = implementation
     try:
         yield
     finally:

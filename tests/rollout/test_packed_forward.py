@@ -67,6 +67,37 @@ def test_packed_forward_equals_the_plain_one(sharp, attn, grouped_batch, same_gr
         model.config._attn_implementation = previous
 
 
+def test_gradient_checkpointed_policy_recomputes_packed_rows_with_varlen(tmp_path, grouped_batch, same_gradients):
+    """`load_policy` with model.gradient_checkpointing: the backward recomputes each layer of a packed row with
+    the varlen attention its forward ran with (`same_attention_on_recompute`), so packed gradients equal the
+    plain forward's. With checkpointing alone the recomputation would use the model's own sdpa over the whole
+    packed row, and torch refuses (a different number of saved tensors): that is shown first."""
+    from torch.utils.checkpoint import CheckpointError
+
+    from rlvr.config import ModelConfig
+    from rlvr.models import make_tiny_model_dir
+    from rlvr.models.placement import load_policy
+
+    folder = make_tiny_model_dir(tmp_path / "model", preset="test", seed=0)
+    batch = grouped_batch(2, [6, 14, 9], n=4, max_completion=11)
+    bare = load_policy(ModelConfig(path=str(folder)), folder).train()
+    bare.activation_checkpointing_enable({"use_reentrant": False})
+    with pytest.raises(CheckpointError):
+        _packed(bare, batch, 0.7)[0].sum().backward()
+    policy = load_policy(ModelConfig(path=str(folder), gradient_checkpointing=True), folder).train()
+    assert policy.is_activation_checkpointing and policy.config._attn_implementation == "sdpa"
+    same_gradients(policy, batch, _packed, _plain)
+    # and the packed, checkpointed gradients are those of the same weights without checkpointing
+    plain = load_policy(ModelConfig(path=str(folder)), folder).train()
+    weights = torch.randn(batch.mask.shape, generator=torch.Generator().manual_seed(3))
+    for model, forward in ((policy, _packed), (plain, _plain)):
+        model.zero_grad()
+        (forward(model, batch, 0.7)[0] * weights * batch.mask).sum().backward()
+    for (name, got), expected in zip(policy.named_parameters(), plain.parameters()):
+        torch.testing.assert_close(got.grad, expected.grad, atol=1e-5 * float(expected.grad.abs().max()), rtol=1e-4,
+                                   msg=name)
+
+
 @settings(max_examples=25, deadline=None)
 @given(st.lists(st.tuples(st.lists(st.integers(5, 90), min_size=1, max_size=9),
                           st.lists(st.lists(st.integers(5, 90), min_size=1, max_size=9), min_size=1, max_size=3)),
