@@ -65,6 +65,27 @@ def start_ray(cfg: Config) -> bool:
     return True
 
 
+def check_resources(cfg: Config) -> None:
+    """The roles' reservations fit the cluster's CPUs and GPUs: otherwise Ray would hold the actors that do
+    not fit pending, and the run would wait for ever without a word (on a 2-core machine the defaults, one
+    CPU per actor, fit one learner and one rollout worker). A cluster this run started (`address: local`)
+    cannot grow: one ConfigError line; a cluster joined by address may have an autoscaler: a warning."""
+    d = cfg.distributed
+    need = {"CPU": (d.learners * d.learner_cpus, d.rollout_workers * d.rollout_cpus, "cpus"),
+            "GPU": (d.learners * d.learner_gpus, d.rollout_workers * d.rollout_gpus, "gpus")}
+    have = ray.cluster_resources()
+    for kind, (learners, workers, key) in need.items():
+        if learners + workers > have.get(kind, 0.0) + 1e-9:
+            message = (f"distributed: the roles reserve {learners + workers:g} {kind}s ({d.learners} learner(s) x "
+                       f"learner_{key} {getattr(d, 'learner_' + key):g} + {d.rollout_workers} rollout worker(s) x "
+                       f"rollout_{key} {getattr(d, 'rollout_' + key):g}) but the Ray cluster has "
+                       f"{have.get(kind, 0.0):g}; lower distributed.learner_{key} / rollout_{key} (fractions such "
+                       f"as 0.5 work) or run on a larger cluster")
+            if d.address == "local":
+                raise ConfigError(message)
+            log.warning("%s (waiting for the cluster to grow)", message)
+
+
 def _exit_on_sigterm() -> None:
     """ray.init makes a SIGTERM exit the driver with code 15; rlvr's runs exit with 128 + signal (143), as
     a driver killed by it and the loop's guard do. Before the loop (placing actors, loading models) and

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rlvr.config import Config
-from rlvr.distributed.ray_roles import ray_roles, require_ray, start_ray, stop_roles
+from rlvr.distributed.ray_roles import check_resources, ray_roles, require_ray, start_ray, stop_roles
 from rlvr.train.loop import RunResult, train
 from rlvr.train.setup import prepare_run
 
@@ -14,6 +14,7 @@ def train_distributed(cfg: Config, resume: bool = False, or_start: bool = False)
     started = start_ray(cfg)
     run = None
     try:
+        check_resources(cfg)  # before the run folder is written: a misfit waits for ever otherwise
         run = prepare_run(cfg, resume, or_start=or_start, build_roles=ray_roles)
         return train(cfg, resume, run=run)
     finally:

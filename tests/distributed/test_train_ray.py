@@ -1,10 +1,13 @@
 """`rlvr train` with distributed.backend=ray: the sort task learns with two rollout workers, and
 asynchronously (max_staleness 1) with truncated importance sampling; resume works as without Ray."""
 
+import re
+
 import pytest
+import yaml
 
 from ray_helpers import ray_sections, tiny_config
-from rlvr.config import load_config
+from rlvr.config import ConfigError, load_config
 from rlvr.distributed.run import train_distributed
 from rlvr.jsonl import read_jsonl
 from rlvr.train.checkpoint import latest_checkpoint
@@ -55,3 +58,28 @@ def test_ray_run_stopped_and_resumed_equals_local(ray_cluster, tmp_path, warm_mo
     assert resumed.final_eval == local.final_eval
     losses = [[r["loss"] for r in read_jsonl(r.run_dir / "metrics.jsonl")[1:]] for r in (local, resumed)]
     assert losses[1] == pytest.approx(losses[0], abs=1e-6)
+
+
+@pytest.mark.parametrize("sections, needle", [
+    ({"learners": 2, "learner_cpus": 1.0, "rollout_cpus": 1.0},
+     "the roles reserve 3 CPUs (2 learner(s) x learner_cpus 1 + 1 rollout worker(s) x rollout_cpus 1) but the "
+     "Ray cluster has 2"),
+    ({"rollout_workers": 2, "rollout_gpus": 0.5}, "the roles reserve 1 GPUs"),
+])
+def test_roles_that_do_not_fit_the_cluster_are_refused_before_anything_is_written(ray_cluster, tmp_path, warm_model,
+                                                                                  capsys, sections, needle):
+    """Ray would keep the actors that do not fit pending and the run would wait for ever: one line, exit 2,
+    no run folder. (The CLI joins the test's 2-CPU cluster, which `address: local` says this run owns.)"""
+    from rlvr.cli import main
+    from rlvr.distributed.ray_roles import check_resources
+
+    base = tiny_config(tmp_path / "run", warm_model, distributed=ray_sections(**sections))
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        check_resources(load_config(None, [], base=base))
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(base))
+    assert main(["train", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and needle in err and not (tmp_path / "run").exists()
+    check_resources(load_config(None, [], base=tiny_config(tmp_path / "run", warm_model,
+                                                           distributed=ray_sections(learners=2))))  # 0.5 each: fits
