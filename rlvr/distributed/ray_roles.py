@@ -60,7 +60,11 @@ def start_ray(cfg: Config) -> bool:
     if address == "local":  # a new instance, even if one runs on this node (a killed driver's, `ray start`)
         ray.init(address="local", include_dashboard=False, log_to_driver=False)
     else:
-        ray.init(address=address, log_to_driver=False)
+        try:
+            ray.init(address=address, log_to_driver=False)
+        except ConnectionError as err:  # nothing there: the key's value is what to fix
+            hint = "start one with `ray start --head`" if address == "auto" else "is its head running and reachable?"
+            raise ConfigError(f"distributed.address={address}: {str(err).splitlines()[0]} ({hint})") from None
     _exit_on_sigterm()
     return True
 

@@ -83,3 +83,22 @@ def test_roles_that_do_not_fit_the_cluster_are_refused_before_anything_is_writte
     assert err.count("\n") == 1 and needle in err and not (tmp_path / "run").exists()
     check_resources(load_config(None, [], base=tiny_config(tmp_path / "run", warm_model,
                                                            distributed=ray_sections(learners=2))))  # 0.5 each: fits
+
+
+def test_no_cluster_at_the_address_is_one_line_naming_the_key(tmp_path, warm_model, monkeypatch):
+    """`ray.init` raises ConnectionError when nothing answers at `distributed.address` (Ray's own message, as
+    `address=auto` with no `ray start` gives it); the run refuses with the key, exit 2, not an internal error."""
+    import rlvr.distributed.ray_roles as roles
+
+    def init(address, **_):
+        raise ConnectionError("Could not find any running Ray instance. Please specify the one to connect to.")
+
+    monkeypatch.setattr(roles.ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(roles.ray, "init", init)
+    for address, hint in (("auto", "ray start --head"), ("10.0.0.1:6379", "reachable")):
+        cfg = load_config(None, [], base=tiny_config(tmp_path / "run", warm_model,
+                                                     distributed=ray_sections(address=address)))
+        with pytest.raises(ConfigError, match=rf"^distributed.address={re.escape(address)}: Could not find any "
+                                              rf"running Ray instance\..*{hint}") as err:
+            roles.start_ray(cfg)
+        assert "\n" not in str(err.value)
