@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from rlvr.config import Config
-from rlvr.distributed.ray_roles import check_resources, ray_roles, require_ray, start_ray, stop_roles
+from rlvr.distributed.cluster import check_resources, require_ray, start_ray
+from rlvr.distributed.ray_roles import ray_roles, stop_roles
 from rlvr.train.loop import RunResult, train
 from rlvr.train.setup import prepare_run
 

@@ -5,7 +5,8 @@ import torch
 
 from ray_helpers import ray_sections, tiny_config
 from rlvr.config import load_config
-from rlvr.distributed.ray_roles import RayRollout, RemoteWeights, RolloutFailed, start_ray
+from rlvr.distributed.cluster import start_ray
+from rlvr.distributed.ray_roles import RayRollout, RemoteWeights, RolloutFailed
 from rlvr.distributed.workers import RolloutWorker
 from rlvr.tasks import get_task
 from rlvr.train.setup import local_roles

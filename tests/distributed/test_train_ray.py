@@ -71,7 +71,7 @@ def test_roles_that_do_not_fit_the_cluster_are_refused_before_anything_is_writte
     """Ray would keep the actors that do not fit pending and the run would wait for ever: one line, exit 2,
     no run folder. (The CLI joins the test's 2-CPU cluster, which `address: local` says this run owns.)"""
     from rlvr.cli import main
-    from rlvr.distributed.ray_roles import check_resources
+    from rlvr.distributed.cluster import check_resources
 
     base = tiny_config(tmp_path / "run", warm_model, distributed=ray_sections(**sections))
     with pytest.raises(ConfigError, match=re.escape(needle)):
@@ -88,7 +88,7 @@ def test_roles_that_do_not_fit_the_cluster_are_refused_before_anything_is_writte
 def test_no_cluster_at_the_address_is_one_line_naming_the_key(tmp_path, warm_model, monkeypatch):
     """`ray.init` raises ConnectionError when nothing answers at `distributed.address` (Ray's own message, as
     `address=auto` with no `ray start` gives it); the run refuses with the key, exit 2, not an internal error."""
-    import rlvr.distributed.ray_roles as roles
+    import rlvr.distributed.cluster as roles
 
     def init(address, **_):
         raise ConnectionError("Could not find any running Ray instance. Please specify the one to connect to.")

@@ -1,0 +1,73 @@
+"""The Ray cluster a run uses: started here (`address: local`) or joined by address, and checked to hold
+the roles' reservations before anything is placed or written (`rlvr.distributed.run.train_distributed`)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from typing import Any
+
+from rlvr.config import Config, ConfigError
+
+try:
+    import ray
+except ImportError:
+    ray = None
+
+log = logging.getLogger("rlvr.distributed")
+
+
+def require_ray() -> Any:
+    if ray is None:
+        raise ConfigError("distributed.backend=ray needs Ray: pip install 'rlvr[ray]'")
+    return ray
+
+
+def start_ray(cfg: Config) -> bool:
+    """Connect to (or start) the cluster of `distributed.address`; True when this call started it."""
+    require_ray()
+    if ray.is_initialized():
+        return False
+    address = cfg.distributed.address
+    if address == "local":  # a new instance, even if one runs on this node (a killed driver's, `ray start`)
+        ray.init(address="local", include_dashboard=False, log_to_driver=False)
+    else:
+        try:
+            ray.init(address=address, log_to_driver=False)
+        except ConnectionError as err:  # nothing there: the key's value is what to fix
+            hint = "start one with `ray start --head`" if address == "auto" else "is its head running and reachable?"
+            raise ConfigError(f"distributed.address={address}: {str(err).splitlines()[0]} ({hint})") from None
+    _exit_on_sigterm()
+    return True
+
+
+def check_resources(cfg: Config) -> None:
+    """The roles' reservations fit the cluster's CPUs and GPUs: otherwise Ray would hold the actors that do
+    not fit pending, and the run would wait for ever without a word (on a 2-core machine the defaults, one
+    CPU per actor, fit one learner and one rollout worker). A cluster this run started (`address: local`)
+    cannot grow: one ConfigError line; a cluster joined by address may have an autoscaler: a warning."""
+    d = cfg.distributed
+    need = {"CPU": (d.learners * d.learner_cpus, d.rollout_workers * d.rollout_cpus, "cpus"),
+            "GPU": (d.learners * d.learner_gpus, d.rollout_workers * d.rollout_gpus, "gpus")}
+    have = ray.cluster_resources()
+    for kind, (learners, workers, key) in need.items():
+        if learners + workers > have.get(kind, 0.0) + 1e-9:
+            message = (f"distributed: the roles reserve {learners + workers:g} {kind}s ({d.learners} learner(s) x "
+                       f"learner_{key} {getattr(d, 'learner_' + key):g} + {d.rollout_workers} rollout worker(s) x "
+                       f"rollout_{key} {getattr(d, 'rollout_' + key):g}) but the Ray cluster has "
+                       f"{have.get(kind, 0.0):g}; lower distributed.learner_{key} / rollout_{key} (fractions such "
+                       f"as 0.5 work) or run on a larger cluster")
+            if d.address == "local":
+                raise ConfigError(message)
+            log.warning("%s (waiting for the cluster to grow)", message)
+
+
+def _exit_on_sigterm() -> None:
+    """ray.init makes a SIGTERM exit the driver with code 15; rlvr's runs exit with 128 + signal (143), as
+    a driver killed by it and the loop's guard do. Before the loop (placing actors, loading models) and
+    after it, SIGTERM still exits at once, through the callers' cleanup (`train_distributed` stops Ray)."""
+    try:
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    except ValueError:  # not the main thread: leave signals to whoever owns them
+        pass
