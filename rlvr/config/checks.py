@@ -121,9 +121,8 @@ def _check_distributed(cfg: Config) -> None:
         raise ConfigError(f"distributed.backend must be none or ray, got {d.backend!r}")
     if d.weight_sync not in WEIGHT_SYNCS:
         raise ConfigError(f"distributed.weight_sync: unknown {d.weight_sync!r}; choose from {list(WEIGHT_SYNCS)}")
-    for key, value, alone in (("learners", d.learners, 1), ("rollout_workers", d.rollout_workers, 1),
-                              ("shard", d.shard, False)):
-        if value != alone and d.backend != "ray":  # one process would silently run a single role of each
+    for key, value in (("learners", d.learners), ("rollout_workers", d.rollout_workers)):  # shard: below
+        if value > 1 and d.backend != "ray":  # one process would silently run a single role of each
             raise ConfigError(f"distributed.{key}={value} needs distributed.backend=ray (one process runs one "
                               "learner and one rollout)")
     if d.weight_sync == "collective" and d.backend != "ray":

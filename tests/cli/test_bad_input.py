@@ -89,7 +89,6 @@ SETS = [  # (--set, the text the error line must contain)
     ("rollout.vllm_lora=lora", "rollout.vllm_lora: unknown mode 'lora'"),
     ("distributed.learners=2", "distributed.learners=2 needs distributed.backend=ray"),
     ("distributed.rollout_workers=2", "distributed.rollout_workers=2 needs distributed.backend=ray"),
-    ("distributed.shard=true", "distributed.shard=True needs distributed.backend=ray"),
     ("task.options.length=[3", "--set task.options.length: invalid YAML"),  # free-form options are read as YAML
     ("optim.betas=[0.9", "--set optim.betas: invalid YAML"),  # so are list-typed fields
 ]
