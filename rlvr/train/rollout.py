@@ -45,14 +45,15 @@ def serves_adapters(cfg: Config) -> bool:
 def build_engine(cfg: Config, policy: Any, tokenizer: Any, model_path: str | Path) -> RolloutEngine:
     """The one place an engine is chosen from the config.
 
-    `hf`: rlvr's sampler on the policy module itself, on the policy's device (no copy of the weights).
+    `hf`: rlvr's sampler on the policy module itself, on the policy's device (no copy of the weights),
+    computing in `model.dtype`.
     `vllm`: a vLLM engine in this process, built from the Hugging Face folder `model_path` (the run's
     start model) in the policy's dtype; the loop's `load_weights` after every step keeps it current
     (with a LoRA policy, by default as adapters that vLLM applies itself: `serves_adapters`).
     """
     placement = resolve_placement(cfg.model)
     if engine_name(cfg) == "hf":
-        return HFEngine(policy, tokenizer, device=placement.device)
+        return HFEngine(policy, tokenizer, device=placement.device, autocast=placement.dtype)
     from rlvr.rollout.vllm_engine import VLLMEngine  # the optional extra, imported only when asked for
 
     r, lora = cfg.rollout, cfg.model.lora

@@ -2,6 +2,7 @@ import copy
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from rlvr.rollout import HFEngine, RolloutEngine, SamplingParams
 
@@ -221,3 +222,52 @@ def test_eager_attention_gets_an_additive_mask_and_the_same_logprobs(sharp):
     completions = HFEngine(model, tokenizer).generate(PROMPTS, 2, SamplingParams(max_new_tokens=12, seed=3))
     for c in completions:
         torch.testing.assert_close(torch.tensor(c.logprobs), reference_logprobs(model, c), **LOGPROB_TOL)
+
+
+class WeightCasts(TorchDispatchMode):
+    """Counts float32 -> bfloat16 casts of a model's weights (autocast's `_to_copy` calls)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.weights = {p.data_ptr() for p in model.parameters()}
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.ops.aten._to_copy.default and kwargs.get("dtype") == torch.bfloat16 \
+                and args[0].data_ptr() in self.weights:
+            self.count += 1
+        return func(*args, **kwargs)
+
+
+def test_bfloat16_weights_are_cast_once_per_call_and_sample_as_the_policy(sharp_factory):
+    """`model.dtype: bfloat16`: the policy's own autocast hooks cast every weight at every decoding
+    step; the engine's region keeps the casts for the whole call and samples the same tokens and
+    log-probs. A plain float32 copy of the model (a Ray rollout worker's) samples them too."""
+    from rlvr.models.placement import autocast_forward
+
+    plain, tokenizer = sharp_factory("qwen2")
+    policy = autocast_forward(copy.deepcopy(plain), torch.device("cpu"), torch.bfloat16)
+    engines = {"hooks alone": HFEngine(policy, tokenizer),
+               "region": HFEngine(policy, tokenizer, autocast=torch.bfloat16),
+               "plain copy": HFEngine(plain, tokenizer, autocast=torch.bfloat16)}
+    casts, samples = {}, {}
+    for name, engine in engines.items():
+        for steps in (3, 6):
+            with WeightCasts(engine.model) as counter:
+                completions = engine.generate(PROMPTS, 2, SamplingParams(max_new_tokens=steps, ignore_eos=True, seed=3))
+            casts[name, steps] = counter.count
+            samples[name, steps] = [(c.token_ids, c.logprobs) for c in completions]
+            assert all(len(c.token_ids) == steps for c in completions)
+    weights = len(list(policy.parameters()))
+    assert 0 < casts["region", 3] == casts["region", 6] <= weights  # once per call, whatever the length
+    assert casts["plain copy", 3] == casts["plain copy", 6] == casts["region", 3]
+    assert casts["hooks alone", 6] > casts["hooks alone", 3] > casts["region", 3]  # again at every step
+    for steps in (3, 6):
+        assert samples["region", steps] == samples["hooks alone", steps] == samples["plain copy", steps]
+    float32 = HFEngine(plain, tokenizer).generate(PROMPTS, 2, SamplingParams(max_new_tokens=6, ignore_eos=True, seed=3))
+    assert [c.logprobs for c in float32] != [lp for _, lp in samples["region", 6]]  # bfloat16 is not float32
+
+
+def test_a_float32_autocast_opens_no_region(sharp):
+    assert HFEngine(*sharp, autocast=torch.float32).autocast is None
