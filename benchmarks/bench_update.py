@@ -13,7 +13,10 @@ fresh subprocess (the allocator is chosen by LD_PRELOAD at exec), the variants i
 (`time.process_time`), which other jobs on the cores barely disturb; wall seconds are printed too.
 
     .venv/bin/python benchmarks/bench_update.py [--rows 16] [--threads 1] [--repeats 2]
-        [--variants system tcmalloc jemalloc mimalloc tcmalloc+fused tcmalloc+compile]
+        [--variants system tcmalloc jemalloc mimalloc tcmalloc+fused tcmalloc+compile tcmalloc+fused+bf16]
+
+A `+bf16` variant runs the forward under bfloat16 autocast as `model.dtype: bfloat16` does (float32
+weights and AdamW); its GEMM peak is measured in bfloat16 (on CPUs with AMX or AVX512-BF16).
 """
 
 from __future__ import annotations
@@ -32,16 +35,17 @@ import torch
 from rlvr.allocator import LIBRARIES, find_library, loaded_allocator
 from rlvr.core import aggregate_loss, clipped_surrogate_loss, token_logprobs
 from rlvr.models import PRESETS, build_char_tokenizer, build_tiny_model
+from rlvr.models.placement import DTYPES, autocast_forward
 
 PROMPT, COMPLETION = 96, 128
 
 
-def gemm_peak(shapes: list[tuple[int, int, int]], repeats: int = 7) -> float:
-    """Best GFLOP/s of torch.mm over (m, k, n) shapes and `repeats` CPU-timed calls each (a peak: the
-    fastest call, which a busy machine slows least)."""
+def gemm_peak(shapes: list[tuple[int, int, int]], repeats: int = 7, dtype: torch.dtype = torch.float32) -> float:
+    """Best GFLOP/s of torch.mm in `dtype` over (m, k, n) shapes and `repeats` CPU-timed calls each (a
+    peak: the fastest call, which a busy machine slows least)."""
     best = 0.0
     for m, k, n in shapes:
-        a, b = torch.randn(m, k), torch.randn(k, n)
+        a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
         torch.mm(a, b)
         times = []
         for _ in range(repeats):
@@ -71,7 +75,7 @@ def update_step(model, optimizer, ids, old, advantages, mask) -> None:
     optimizer.zero_grad(set_to_none=True)
 
 
-def worker(rows: int, threads: int, steps: int, optimizer_kind: str, compile_forward: bool) -> dict:
+def worker(rows: int, threads: int, steps: int, optimizer_kind: str, compile_forward: bool, dtype: str) -> dict:
     torch.set_num_threads(threads)
     tokenizer = build_char_tokenizer()
     model = build_tiny_model(tokenizer, **PRESETS["bench20m"]).train()
@@ -85,8 +89,11 @@ def worker(rows: int, threads: int, steps: int, optimizer_kind: str, compile_for
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, **kwargs)
     if compile_forward:
         model.forward = torch.compile(model.forward)
+    compute = DTYPES[dtype]
+    autocast_forward(model, torch.device("cpu"), compute)  # as model.dtype runs it: float32 weights
     d, f = model.config.hidden_size, model.config.intermediate_size
-    peak = gemm_peak([(rows * seq, d, d), (rows * seq, d, f), (rows * seq, f, d), (1024, 1024, 1024)])
+    peak = gemm_peak([(rows * seq, d, d), (rows * seq, d, f), (rows * seq, f, d), (1024, 1024, 1024)],
+                     dtype=compute)  # the peak of the dtype the matmuls run in
     start = time.process_time()
     update_step(model, optimizer, ids, old, advantages, mask)  # warm-up (and compilation)
     first = time.process_time() - start
@@ -105,13 +112,14 @@ def worker(rows: int, threads: int, steps: int, optimizer_kind: str, compile_for
 
 
 def run_variant(args, variant: str) -> dict:
-    allocator, _, extra = variant.partition("+")
+    allocator, *extras = variant.split("+")
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
     if allocator != "system":
         env["LD_PRELOAD"] = find_library(allocator)
     cmd = [sys.executable, __file__, "--worker", "--rows", str(args.rows), "--threads", str(args.threads),
-           "--steps", str(args.steps), "--optimizer", "fused" if extra == "fused" else "forloop"]
-    cmd += ["--compile"] if extra == "compile" else []
+           "--steps", str(args.steps), "--optimizer", "fused" if "fused" in extras else "forloop",
+           "--dtype", "bfloat16" if "bf16" in extras else "float32"]
+    cmd += ["--compile"] if "compile" in extras else []
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
     result = json.loads(out.stdout.strip().splitlines()[-1])
     if result["allocator"] != allocator:
@@ -129,9 +137,10 @@ def main() -> None:
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--optimizer", default="forloop", choices=["forloop", "foreach", "fused"])
     parser.add_argument("--compile", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.rows, args.threads, args.steps, args.optimizer, args.compile)))
+        print(json.dumps(worker(args.rows, args.threads, args.steps, args.optimizer, args.compile, args.dtype)))
         return
     variants = [v for v in args.variants if v.partition("+")[0] == "system" or find_library(v.partition("+")[0])]
     missing = sorted(set(args.variants) - set(variants))
