@@ -266,6 +266,10 @@ def load_run(run_dir: str | Path) -> RunLog:
     if not run_dir.is_dir():
         raise ConfigError(f"{run_dir} is not a run folder")
     if not (run_dir / METRICS).is_file():
+        runs = sorted(str(m.parent) for m in run_dir.glob(f"*/{METRICS}"))  # `rlvr compare` / `rlvr recipe`
+        if runs:
+            shown = ", ".join(runs[:6]) + (f" and {len(runs) - 6} more" if len(runs) > 6 else "")
+            raise ConfigError(f"{run_dir} holds {len(runs)} runs, not one: name one of {shown}")
         raise ConfigError(f"{run_dir} has no {METRICS}: not a run folder, or the run never logged a step")
     logs = []
     for name in (METRICS, TIMINGS):

@@ -75,6 +75,18 @@ def test_cli_prints_findings_and_refuses_a_non_run(tmp_path, capsys):
     assert main(["report", str(writing)]) == 0 and (writing / "report.html").is_file()
 
 
+@pytest.mark.parametrize("command", ["doctor", "report"])
+def test_a_folder_of_runs_names_them(tmp_path, capsys, command):
+    """`rlvr compare` and `rlvr recipe` write one run per sub-folder: the error lists them."""
+    for name in ("grpo", "dr_grpo"):
+        write_run(tmp_path / "cmp" / name, healthy_rows())
+    (tmp_path / "cmp" / "plots").mkdir()
+    assert main([command, str(tmp_path / "cmp")]) == 2
+    cmp = tmp_path / "cmp"
+    assert capsys.readouterr().err == (f"rlvr {command}: error: {cmp} holds 2 runs, not one: name one of "
+                                       f"{cmp / 'dr_grpo'}, {cmp / 'grpo'}\n")
+
+
 PLAUSIBLE_IN_A_TINY_RUN = {"converged", "no learning signal", "truncation", "zero-variance groups", "throughput drop",
                            "length blow-up", "approx_kl spikes", "grad_norm spikes"}
 
