@@ -55,6 +55,17 @@ def check_safetensors(path: Path) -> None:
         raise ValueError(f"{path}: truncated ({size} bytes, the header needs {8 + n + max(ends)})")
 
 
+def _run_folder_hint(folder: Path) -> str:
+    """Where a run folder given for a model keeps its models (final, else the latest checkpoint's)."""
+    if (folder / "final_model").is_dir():
+        return f"; it is a run folder: its trained model is {folder / 'final_model'}"
+    latest = folder / "checkpoints" / "latest"
+    if latest.is_file() and (folder / "checkpoints" / latest.read_text().strip() / "model").is_dir():
+        return (f"; it is a run folder without a final model: its latest checkpoint's is "
+                f"{folder / 'checkpoints' / latest.read_text().strip() / 'model'}")
+    return ""
+
+
 def check_model_folder(path: str | Path, key: str, tokenizer: bool = True) -> None:
     """A Hugging Face folder with a readable config.json (or, for a LoRA checkpoint, PEFT's
     adapter_config.json), intact weights and (optionally) tokenizer files."""
@@ -65,7 +76,8 @@ def check_model_folder(path: str | Path, key: str, tokenizer: bool = True) -> No
     try:
         json.loads((folder / config).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ConfigError(f"{key}: {str(folder)!r} is not a Hugging Face model folder (no config.json)") from None
+        raise ConfigError(f"{key}: {str(folder)!r} is not a Hugging Face model folder (no config.json)"
+                          + _run_folder_hint(folder)) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ConfigError(f"{key}: {folder / config} is not valid JSON ({err})") from None
     weights = sorted(folder.glob("*.safetensors"))

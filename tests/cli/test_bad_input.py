@@ -212,3 +212,12 @@ def test_resume_without_checkpoint_needs_resume_or_start(world, tmp_path, capsys
 ])
 def test_bad_cli_flags(world, tmp_path, capsys, argv, needle):
     check(capsys, [a.format(w=world, t=tmp_path) for a in argv], needle, tmp_path / "out")
+
+
+def test_a_run_folder_given_as_a_model_names_its_model(world, tmp_path, capsys):
+    run = run_copy(world, tmp_path, lambda r: shutil.rmtree(r / "final_model"))
+    check(capsys, ["eval", "--model", str(world / "run"), "--task", "sort"],
+          f"its trained model is {world / 'run' / 'final_model'}", tmp_path / "out")
+    check(capsys, ["eval", "--model", str(run), "--task", "sort"],  # crashed before the end: its checkpoint
+          f"a run folder without a final model: its latest checkpoint's is {run / 'checkpoints/step_000002/model'}",
+          tmp_path / "out")
