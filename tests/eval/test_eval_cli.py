@@ -1,8 +1,13 @@
 """`rlvr eval` end to end on a tiny model built here (nothing downloaded), with the real HFEngine."""
 
 import argparse
+import importlib.util
 import json
 
+import pytest
+import torch
+
+from rlvr.cli import main
 from rlvr.commands.eval import add_parser, run_eval
 from rlvr.models import make_tiny_model_dir
 
@@ -50,8 +55,59 @@ def test_eval_thinking_budget_sweep_writes_table_and_plot(tmp_path, capsys):
 def test_eval_rejects_a_bad_thinking_budget(capsys):
     parser = argparse.ArgumentParser()
     add_parser(parser.add_subparsers())
-    import pytest
-
     with pytest.raises(SystemExit):
         parser.parse_args(["eval", "--model", "m", "--task", "gsm8k", "--thinking-budget", "0,x"])
     assert "thinking budget" in capsys.readouterr().err
+
+
+def _args(*argv):
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    return parser.parse_args(["eval", *argv])
+
+
+BAD_ENGINE_FLAGS = [(["--device", "tpu"], "--device: unknown device 'tpu'"),
+                    (["--dtype", "float8"], "--dtype: unknown dtype 'float8'"),
+                    (["--engine", "foo"], "--engine: unknown name 'foo'; choose from ['auto', 'hf', 'vllm']")]
+if importlib.util.find_spec("vllm") is None:
+    BAD_ENGINE_FLAGS.append((["--engine", "vllm"], "--engine=vllm: vllm is not installed"))
+if not torch.cuda.is_available():
+    BAD_ENGINE_FLAGS.append((["--device", "cuda"], "--device=cuda: torch sees no CUDA device here"))
+
+
+@pytest.mark.parametrize("flags, needle", BAD_ENGINE_FLAGS, ids=[" ".join(f) for f, _ in BAD_ENGINE_FLAGS])
+def test_bad_device_dtype_or_engine_is_one_line_naming_the_flag(tmp_path, capsys, flags, needle):
+    model = make_tiny_model_dir(tmp_path / "tiny", preset="test")
+    assert main(["eval", "--model", str(model), "--task", "sort", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"rlvr eval: error: {needle}") and err.count("\n") == 1, err
+    assert not (model / "eval_sort.jsonl").exists()
+
+
+def test_eval_in_bfloat16_samples_as_the_trained_policy_does(tmp_path):
+    """--dtype bfloat16: float32 weights, the engine computing under autocast, i.e. what a policy trained
+    with model.dtype=bfloat16 samples (its own autocast hooks)."""
+    from rlvr.commands.eval import _engine
+    from rlvr.models import load_model_and_tokenizer
+    from rlvr.models.placement import autocast_forward, cpu_supports_bf16
+    from rlvr.rollout import HFEngine, SamplingParams
+
+    model_dir = make_tiny_model_dir(tmp_path / "tiny", preset="test")
+    args = _args("--model", str(model_dir), "--task", "sort", "--dtype", "bfloat16")
+    if not cpu_supports_bf16():  # refused as model.dtype is, naming the flag
+        with pytest.raises(ValueError, match="--dtype=bfloat16: this CPU has no native bfloat16"):
+            _engine(args)
+        return
+    engine = _engine(args)
+    assert engine.autocast == torch.bfloat16 and all(p.dtype == torch.float32 for p in engine.model.parameters())
+    policy, tokenizer = load_model_and_tokenizer(model_dir)
+    trained = HFEngine(autocast_forward(policy, torch.device("cpu"), torch.bfloat16), tokenizer,
+                       autocast=torch.bfloat16)
+    params = SamplingParams(max_new_tokens=8, seed=5)
+    mine, theirs = (e.generate(["sort 3 1 2\n", "sort 9 8\n"], 3, params) for e in (engine, trained))
+    assert [(c.token_ids, c.logprobs) for c in mine] == [(c.token_ids, c.logprobs) for c in theirs]
+    float32 = _engine(_args("--model", str(model_dir), "--task", "sort")).generate(["sort 3 1 2\n"], 3, params)
+    assert [c.logprobs for c in float32] != [c.logprobs for c in mine[:3]]
+    run_eval(_args("--model", str(model_dir), "--task", "sort", "--dtype", "bfloat16", "--num-examples", "4",
+                   "--n", "2", "--max-new-tokens", "6"))
+    assert len((model_dir / "eval_sort.jsonl").read_text().splitlines()) == 4 + 8
