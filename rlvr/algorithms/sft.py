@@ -52,8 +52,9 @@ def sft_batch(encoded: Sequence[tuple[list[int], list[int]]], pad_id: int) -> Ro
 
 def sft_micro_loss(model, encoded: Sequence[tuple[list[int], list[int]]], pad_id: int
                    ) -> tuple[Tensor, dict[str, Tensor]]:
-    """The SFT objective of `train_offline`: summed completion NLL of one right-padded micro-batch."""
-    batch = sft_batch(encoded, pad_id)
+    """The SFT objective of `train_offline`: summed completion NLL of one right-padded micro-batch, on
+    the model's device."""
+    batch = sft_batch(encoded, pad_id).to(model.device)
     logprobs, _ = policy_logprobs(model, batch, temperature=1.0)
     return sft_nll(logprobs, batch.mask), {}
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from rlvr.commands.placement_flags import add_placement_flags, config_from_flags
 from rlvr.commands.task_options import task_from_cli
 from rlvr.eval.evaluate import evaluate
 from rlvr.thinking.sweep import add_thinking_budget_args, run_budget_eval
@@ -41,13 +42,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0, help="held-out selection and sampling seed")
     p.add_argument("--batch-size", type=int, default=None, help="max sequences decoded at once (hf engine)")
-    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:<i> or auto, as model.device")
-    p.add_argument("--dtype", default="float32",
-                   help="compute precision, as model.dtype: float32, bfloat16 (CUDA, or a CPU with AMX/AVX512-BF16) "
-                        "or float16 (CUDA)")
-    p.add_argument("--engine", default="auto",
-                   help="as rollout.engine: hf (rlvr's sampler), vllm (the extra), or auto = vllm where it is "
-                        "installed and --device is a GPU, else hf")
+    add_placement_flags(p, engine=True)
     p.add_argument("--out", default=None, help="jsonl of graded samples (default: MODEL/eval_TASK.jsonl)")
     add_thinking_budget_args(p)
     p.set_defaults(func=run)
@@ -72,35 +67,6 @@ def print_summary(results: dict[str, dict[str, float]], title: str) -> None:
     Console().print(table)
 
 
-FLAGS = {"model.device": "--device", "model.dtype": "--dtype", "rollout.engine": "--engine"}
-
-
-def _engine(args: argparse.Namespace):
-    """The engine `rlvr train` would sample with for this device, dtype and engine name: vLLM's from
-    `rlvr.train.rollout.build_engine`, rlvr's HFEngine as it builds it plus `--batch-size`. The flags
-    are checked as the config keys are; a bad one is a ConfigError naming the flag."""
-    from rlvr.config import ConfigError, load_config
-    from rlvr.models import load_model, load_tokenizer, resolve_placement
-    from rlvr.rollout.hf_engine import HFEngine
-    from rlvr.train.rollout import build_engine, engine_name
-
-    try:
-        cfg = load_config(None, [f"{key}={getattr(args, flag[2:])}" for key, flag in FLAGS.items()])
-        placement = resolve_placement(cfg.model)
-        name = engine_name(cfg)
-    except ConfigError as err:
-        message = str(err)
-        for key, flag in FLAGS.items():
-            message = message.replace(key, flag)
-        raise ConfigError(message) from None
-    tokenizer = load_tokenizer(args.model)
-    if name == "hf":  # float32 weights; the engine computes in --dtype
-        model = load_model(args.model, device=placement.device)
-        return HFEngine(model, tokenizer, device=placement.device, max_batch_size=args.batch_size,
-                        autocast=placement.dtype)
-    return build_engine(cfg, None, tokenizer, args.model)
-
-
 def run(args: argparse.Namespace) -> int:
     run_eval(args)
     return 0
@@ -109,14 +75,19 @@ def run(args: argparse.Namespace) -> int:
 def run_eval(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     """Greedy (n = 1) then sampled (n = --n) evaluation; returns {mode: metrics}."""
     from rlvr.rollout.base import SamplingParams
+    from rlvr.tasks import TooFewExamples
     from rlvr.train.preflight import check_model_folder
+    from rlvr.train.rollout import inference_engine
 
     if args.n < 0 or args.num_examples < 0:
         raise ValueError("--n and --num-examples must be >= 0")
     check_model_folder(args.model, "--model")
     task = task_from_cli(args.task, args.task_option, args.model)
-    examples = task.eval_examples(args.num_examples, args.seed)
-    engine = _engine(args)
+    try:
+        examples = task.eval_examples(args.num_examples, args.seed)
+    except TooFewExamples as err:
+        raise ValueError(f"--num-examples {args.num_examples}: {err}") from None
+    engine = inference_engine(config_from_flags(args, training=False), args.model, args.batch_size)
     out = Path(args.out) if args.out else Path(args.model) / f"eval_{args.task}.jsonl"
     out.unlink(missing_ok=True)
     results = {"greedy": evaluate(engine, task, examples, 1, SamplingParams(

@@ -22,6 +22,7 @@ from typing import Any, Callable
 from rlvr.algorithms.preference import PreferenceConfig, load_preference_pairs
 from rlvr.algorithms.reward_model import RewardModelConfig
 from rlvr.algorithms.rft import RFTConfig
+from rlvr.commands.placement_flags import add_placement_flags, config_from_flags
 from rlvr.commands.task_options import task_from_cli
 
 _SCALARS = (int, float, str, bool)
@@ -79,12 +80,13 @@ def _check_out(args: argparse.Namespace) -> None:
 
 
 def _run_pairs(args: argparse.Namespace, command: str, cls: type,
-               train: Callable[..., dict[str, Any]], load: Callable[[str], Any]) -> int:
+               train: Callable[..., dict[str, Any]], load: Callable[[Any, str], Any]) -> int:
     config = config_from_args(cls, args)
+    placed = config_from_flags(args, training=True)
     pairs = load_preference_pairs(args.data)
     eval_pairs = load_preference_pairs(args.eval_data) if args.eval_data else None
     _check_out(args)
-    model = load(args.model)
+    model = load(placed.model, args.model)
     from rlvr.models import load_tokenizer
     tokenizer = load_tokenizer(args.model)
     on_step = (lambda row: print(json.dumps(row))) if args.verbose else None
@@ -96,32 +98,47 @@ def _run_pairs(args: argparse.Namespace, command: str, cls: type,
 
 def _dpo(args: argparse.Namespace) -> int:
     from rlvr.algorithms.preference import train_preference
-    from rlvr.models import load_model
+    from rlvr.models import load_policy  # float32 weights on --device, forward in --dtype
 
-    return _run_pairs(args, "dpo", PreferenceConfig, train_preference, load_model)
+    return _run_pairs(args, "dpo", PreferenceConfig, train_preference, load_policy)
+
+
+def _load_reward_model(m: Any, path: str) -> Any:
+    """A reward model (or one started from a causal LM) placed as `load_policy` places a policy."""
+    from rlvr.models import resolve_placement
+    from rlvr.models.placement import autocast_forward
+    from rlvr.rewards.reward_model import load_reward_model
+
+    placement = resolve_placement(m)
+    return autocast_forward(load_reward_model(path).to(placement.device), placement.device, placement.dtype)
 
 
 def _reward_model(args: argparse.Namespace) -> int:
     from rlvr.algorithms.reward_model import train_reward_model
-    from rlvr.rewards.reward_model import load_reward_model
 
-    return _run_pairs(args, "reward-model", RewardModelConfig, train_reward_model, load_reward_model)
+    return _run_pairs(args, "reward-model", RewardModelConfig, train_reward_model, _load_reward_model)
 
 
 def _rft(args: argparse.Namespace) -> int:
     from rlvr.algorithms.rft import train_rft
-    from rlvr.models import load_model_and_tokenizer
-    from rlvr.rollout.hf_engine import HFEngine
+    from rlvr.models import load_policy, load_tokenizer
+    from rlvr.tasks import TooFewExamples
+    from rlvr.train.rollout import build_engine
 
     config = config_from_args(RFTConfig, args)
+    placed = config_from_flags(args, training=True)
     if args.train_size < 1 or args.eval_size < 0:
         raise ValueError(f"--train-size must be >= 1 and --eval-size >= 0, got {args.train_size}, {args.eval_size}")
     task = task_from_cli(args.task, args.task_option, args.model)
     _check_out(args)
     examples = task.train_examples(args.train_size, config.seed)
-    eval_examples = task.eval_examples(args.eval_size, config.seed) if args.eval_size else None
-    model, tokenizer = load_model_and_tokenizer(args.model)
-    metrics = train_rft(model, tokenizer, HFEngine(model, tokenizer), examples, task.is_correct, config,
+    try:
+        eval_examples = task.eval_examples(args.eval_size, config.seed) if args.eval_size else None
+    except TooFewExamples as err:
+        raise ValueError(f"--eval-size {args.eval_size}: {err}") from None
+    model, tokenizer = load_policy(placed.model, args.model), load_tokenizer(args.model)
+    engine = build_engine(placed, model, tokenizer, args.model)  # rlvr's on the model itself, or vLLM synced per round
+    metrics = train_rft(model, tokenizer, engine, examples, task.is_correct, config,
                         eval_examples, on_round=lambda row: print(json.dumps(row)))
     _save(Path(args.out), model, tokenizer, metrics)
     before, after = metrics.get("eval_accuracy_before"), metrics["rounds"][-1].get("eval_accuracy")
@@ -146,18 +163,21 @@ def _pair_data(parser: argparse.ArgumentParser) -> None:
 def add_parsers(subparsers: argparse._SubParsersAction) -> None:
     dpo = subparsers.add_parser("dpo", help="offline preference training: DPO, IPO, SimPO, LN-DPO")
     _common(dpo, "runs/dpo")
+    add_placement_flags(dpo)
     _pair_data(dpo)
     add_config_flags(dpo, PreferenceConfig)
     dpo.set_defaults(func=_dpo)
 
     rm = subparsers.add_parser("reward-model", help="train a Bradley-Terry reward model on preference pairs")
     _common(rm, "runs/reward_model")
+    add_placement_flags(rm)
     _pair_data(rm)
     add_config_flags(rm, RewardModelConfig)
     rm.set_defaults(func=_reward_model)
 
     rft = subparsers.add_parser("rft", help="rejection-sampling fine-tuning / expert iteration on a task")
     _common(rft, "runs/rft")
+    add_placement_flags(rft, engine=True)
     rft.add_argument("--task", default="sort", help="task name (rlvr.tasks.get_task)")
     rft.add_argument("--task-option", action="append", default=[], metavar="KEY=VALUE",
                      help="task option, repeatable (e.g. length=3)")

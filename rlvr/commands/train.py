@@ -49,12 +49,12 @@ def _train(args: argparse.Namespace) -> int:
 
 def _sft(args: argparse.Namespace) -> int:
     from rlvr.config import load_config
-    from rlvr.models import load_model, load_tokenizer
-    from rlvr.rollout.hf_engine import HFEngine
+    from rlvr.models import resolve_placement
     from rlvr.tasks import get_task
     from rlvr.train.evaluate import evaluate_heldout
     from rlvr.train.preflight import check_output_folder, preflight
-    from rlvr.train.setup import start_model
+    from rlvr.train.rollout import inference_engine
+    from rlvr.train.setup import held_out_examples, start_model
 
     sets = [f"{key}={value}" for key, value in [("model.path", args.model), ("task.name", args.task),
                                                  ("sft.data", args.data), ("sft.steps", args.steps),
@@ -62,17 +62,18 @@ def _sft(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, [*sets, *args.overrides])
     if cfg.sft.steps < 1:
         raise ConfigError("sft.steps must be >= 1 for `rlvr sft` (use --steps)")
+    resolve_placement(cfg.model)  # model.device, model.dtype: checked before any work
     preflight(cfg, resume=False)
     # an RL run's folder (its metrics, its init_model) or an earlier SFT's model is not written over unasked
     check_output_folder(cfg.out_dir, ["sft_model", "init_model", "metrics.jsonl"], args.overwrite,
                         "--out" if args.out else "out_dir")
+    task = get_task(cfg.task.name, **cfg.task.options)
+    held_out = held_out_examples(cfg, task)  # before training: the task may not have that many
     run_dir = Path(cfg.out_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    task = get_task(cfg.task.name, **cfg.task.options)
     path = start_model(cfg, run_dir, task, lambda step, loss: step % 50 == 0 and print(f"step {step}: loss {loss:.4f}"))
-    model, tokenizer = load_model(path), load_tokenizer(path)
-    metrics, _ = evaluate_heldout(HFEngine(model, tokenizer), task, task.eval_examples(cfg.task.eval_size,
-                                  cfg.task.eval_seed), cfg.rollout.max_new_tokens, 0, 1.0, 0, 0)
+    engine = inference_engine(cfg, path)  # as `rlvr train` samples: model.device, model.dtype, rollout.engine
+    metrics, _ = evaluate_heldout(engine, task, held_out, cfg.rollout.max_new_tokens, 0, 1.0, 0, 0)
     print(f"held-out greedy exact-match accuracy: {metrics['eval/greedy_accuracy']:.3f}")
     print(f"model: {path}")
     return 0

@@ -138,10 +138,12 @@ def autocast_forward(model: torch.nn.Module, device: torch.device, dtype: torch.
     return model
 
 
-def load_policy(m: ModelConfig, path: str | Path, adapter: str | Path | None = None) -> torch.nn.Module:
+def load_policy(m: ModelConfig, path: str | Path, adapter: str | Path | None = None,
+                lora: bool = True) -> torch.nn.Module:
     """The trainable policy from the HF folder `path`: float32 weights on the configured device, dropout
-    off, optional gradient checkpointing, LoRA adapters when `m.lora.r > 0` (restored from the adapter
-    folder `adapter` when given, else fresh), forward under autocast in the configured dtype."""
+    off, optional gradient checkpointing, LoRA adapters when `m.lora.r > 0` and `lora` (restored from the
+    adapter folder `adapter` when given, else fresh), forward under autocast in the configured dtype.
+    `lora=False`: full fine-tuning whatever `m.lora` (the SFT warm start, a recipe's SFT and DPO stages)."""
     p = resolve_placement(m)
     model = disable_dropout(load_model(path, torch.float32, p.device, p.attn_implementation))
     if p.gradient_checkpointing:
@@ -152,7 +154,7 @@ def load_policy(m: ModelConfig, path: str | Path, adapter: str | Path | None = N
             model.activation_checkpointing_enable(kwargs)
         else:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-    if m.lora.r > 0:
+    if lora and m.lora.r > 0:
         from rlvr.models.lora import add_lora  # PEFT is optional: imported only when LoRA is asked for
 
         model = add_lora(model, m.lora, adapter)

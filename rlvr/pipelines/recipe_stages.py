@@ -15,7 +15,7 @@ from rlvr.algorithms.rft import RFTConfig, greedy_accuracy, rejection_sample
 from rlvr.algorithms.sft import pairs_from_jsonl, pairs_from_task, train_sft
 from rlvr.config import Config
 from rlvr.data.difficulty import best_of_n_filter
-from rlvr.models import load_model, load_tokenizer, save_model
+from rlvr.models import load_policy, load_tokenizer, resolve_placement, save_model
 from rlvr.rollout.base import SamplingParams
 from rlvr.rollout.hf_engine import HFEngine
 from rlvr.tasks import Example, get_task
@@ -37,19 +37,27 @@ def _task(base: Config):
     return get_task(base.task.name, **base.task.options)
 
 
-def _engine(model, tokenizer):
-    return HFEngine(model, tokenizer)
+def _load(base: Config, model_path: Path):
+    """The stage's model, placed as the RL policy (model.device, model.dtype), fully fine-tuned."""
+    return load_policy(base.model, model_path, lora=False), load_tokenizer(model_path)
+
+
+def _engine(base: Config, model, tokenizer):
+    """rlvr's engine on the stage's own model (trained in this process, so no folder-built engine),
+    placed as the policy."""
+    placement = resolve_placement(base.model)
+    return HFEngine(model, tokenizer, device=placement.device, autocast=placement.dtype)
 
 
 def _sample(base: Config, model, tokenizer, examples: list[Example], n: int, temperature: float):
     sampling = SamplingParams(temperature=temperature, max_new_tokens=base.rollout.max_new_tokens, seed=base.seed)
-    return _engine(model, tokenizer).generate([ex.prompt for ex in examples], n, sampling)
+    return _engine(base, model, tokenizer).generate([ex.prompt for ex in examples], n, sampling)
 
 
 def _heldout(base: Config, model, tokenizer) -> dict[str, float]:
     task = _task(base)
     examples = task.eval_examples(base.task.eval_size, base.task.eval_seed)
-    acc = greedy_accuracy(_engine(model, tokenizer), examples, task.is_correct, base.rollout.max_new_tokens)
+    acc = greedy_accuracy(_engine(base, model, tokenizer), examples, task.is_correct, base.rollout.max_new_tokens)
     return {"heldout_greedy_accuracy": acc}
 
 
@@ -80,19 +88,19 @@ def run_rl(cfg: Config, stage_dir: Path) -> dict[str, Any]:
 
 def run_sft(base: Config, opts: dict[str, Any], model_path: Path, stage_dir: Path) -> dict[str, Any]:
     """Supervised fine-tuning on a jsonl of {prompt, completion} and/or task demonstrations."""
-    model, tokenizer = load_model(model_path), load_tokenizer(model_path)
+    model, tokenizer = _load(base, model_path)
     return _sft_and_save(base, opts, model, tokenizer, _demonstrations(base, opts, 1), stage_dir, {})
 
 
 def run_rejection_sft(base: Config, opts: dict[str, Any], model_path: Path, stage_dir: Path) -> dict[str, Any]:
     """DeepSeek-R1 sec. 2.3.3: sample from the current model, keep verified-correct completions
     (deduplicated), mix in other SFT data (`data`, `demonstrations`), fine-tune on the mixture."""
-    model, tokenizer = load_model(model_path), load_tokenizer(model_path)
+    model, tokenizer = _load(base, model_path)
     task = _task(base)
     examples = task.train_examples(opts["prompts"], base.seed + 2)
     sampling = RFTConfig(num_samples=opts["samples"], temperature=opts["temperature"], seed=base.seed,
                          max_new_tokens=base.rollout.max_new_tokens, dedup=True, max_per_prompt=None)
-    kept, _ = rejection_sample(_engine(model, tokenizer), examples, task.is_correct, sampling)
+    kept, _ = rejection_sample(_engine(base, model, tokenizer), examples, task.is_correct, sampling)
     pairs = kept + _demonstrations(base, opts, 2)
     metrics = {"sampled": len(examples) * opts["samples"], "kept_correct": len(kept)}
     return _sft_and_save(base, opts, model, tokenizer, pairs, stage_dir, metrics)
@@ -113,7 +121,7 @@ def preference_pairs(task, examples: list[Example], completions, n: int) -> list
 
 def run_dpo(base: Config, opts: dict[str, Any], model_path: Path, stage_dir: Path) -> dict[str, Any]:
     """Preference optimisation on verifier-labelled pairs of the current model's own samples."""
-    model, tokenizer = load_model(model_path), load_tokenizer(model_path)
+    model, tokenizer = _load(base, model_path)
     task = _task(base)
     examples = task.train_examples(opts["prompts"], base.seed + 3)
     completions = _sample(base, model, tokenizer, examples, opts["samples"], opts["temperature"])
@@ -132,12 +140,13 @@ def run_dpo(base: Config, opts: dict[str, Any], model_path: Path, stage_dir: Pat
 def run_filter(base: Config, opts: dict[str, Any], model_path: Path, stage_dir: Path) -> dict[str, Any]:
     """Best-of-N difficulty filter of the training prompts with the current model; the kept prompts
     become the training set of later RL stages (Kimi k1.5 sec. 2.1, Qwen3 sec. 4.2)."""
-    model, tokenizer = load_model(model_path), load_tokenizer(model_path)
+    model, tokenizer = _load(base, model_path)
     task = _task(base)
     examples = task.train_examples(opts["prompts"] or base.task.train_size, base.seed)
     sampling = SamplingParams(temperature=opts["temperature"], max_new_tokens=base.rollout.max_new_tokens,
                               seed=base.seed)
-    result = best_of_n_filter(examples, _engine(model, tokenizer), task.is_correct, n=opts["samples"], k=opts["k"],
+    engine = _engine(base, model, tokenizer)
+    result = best_of_n_filter(examples, engine, task.is_correct, n=opts["samples"], k=opts["k"],
                               mode=opts["mode"], drop_unsolved=opts["drop_unsolved"], sampling=sampling,
                               report_dir=stage_dir)
     if not result.kept:
@@ -159,19 +168,19 @@ def run_fusion_sft(base: Config, opts: dict[str, Any], model_path: Path, stage_d
                     "thinking": opts["thinking"].format(prompt=ex.prompt, answer=ex.answer)} for ex in examples]
     rows = build_fusion_data(records, unflagged_think=opts["unflagged_think"], seed=base.seed)
     write_fusion_jsonl(rows, stage_dir / "fusion.jsonl")
-    model, tokenizer = load_model(model_path), load_tokenizer(model_path)
+    model, tokenizer = _load(base, model_path)
     pairs = [(r["prompt"], r["completion"]) for r in rows]
     return _sft_and_save(base, opts, model, tokenizer, pairs, stage_dir, {"fusion_rows": len(rows)})
 
 
 def run_budget_eval(base: Config, opts: dict[str, Any], model_path: Path, stage_dir: Path) -> dict[str, Any]:
     """Held-out accuracy against a thinking-token budget (Qwen3 sec. 4.3), `/think` prompts."""
-    model, tokenizer = load_model(model_path), load_tokenizer(model_path)
+    model, tokenizer = _load(base, model_path)
     task = _task(base)
     heldout = task.eval_examples(opts["examples"] or base.task.eval_size, base.task.eval_seed)
     examples = [Example(f"{ex.prompt.rstrip()} {THINK_FLAG}", ex.answer, ex.fields) for ex in heldout]
     answer_tokens = opts["answer_tokens"] or base.rollout.max_new_tokens
-    points = budget_sweep(_engine(model, tokenizer), task, examples, [int(b) for b in opts["budgets"]],
+    points = budget_sweep(_engine(base, model, tokenizer), task, examples, [int(b) for b in opts["budgets"]],
                           sampling=SamplingParams(temperature=0.0, max_new_tokens=answer_tokens),
                           answer_tokens=answer_tokens)
     save_budget_sweep(points, stage_dir, "accuracy against thinking budget")

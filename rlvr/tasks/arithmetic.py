@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from rlvr.rewards.base import RewardOutput, bounded
-from rlvr.tasks.base import Example, register_task
+from rlvr.tasks.base import Example, TooFewExamples, register_task
 
 REWARDS = ("exact", "digits")
 OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
@@ -87,7 +87,8 @@ class ArithmeticTask:
             out.append(ex)
             if len(out) == n:
                 return out
-        raise ValueError(f"arithmetic: could not draw {n} distinct held-out problems of {self.digits} digits")
+        raise TooFewExamples(f"arithmetic: could not draw {n} distinct held-out problems of {self.digits} digit(s) "
+                             f"(one problem in {_EVAL_BUCKETS} is held out)")
 
     def train_examples(self, n: int, seed: int) -> list[Example]:
         return self._sample(n, seed, held_out=False)

@@ -21,6 +21,11 @@ class Example:
         return {"prompt": self.prompt, "answer": self.answer, **self.fields}
 
 
+class TooFewExamples(ValueError):
+    """A task cannot draw as many distinct examples as asked (its space, or its held-out share, is
+    smaller); callers name the setting that asked (task.eval_size, --num-examples)."""
+
+
 @runtime_checkable
 class Task(Protocol):
     name: str

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from rlvr.rewards.base import RewardOutput, bounded
-from rlvr.tasks.base import Example, register_task
+from rlvr.tasks.base import Example, TooFewExamples, register_task
 
 REWARDS = ("sparse", "positional", "inclusion")
 _EVAL_BUCKETS = 10  # one hash bucket in ten is held out
@@ -117,7 +117,10 @@ class SortTask:
             out.append(self._example(digits))
             if len(out) == n:
                 return out
-        raise ValueError(f"sort: could not draw {n} examples from a space of {space} digit lists")
+        if not held_out:
+            raise TooFewExamples(f"sort: could not draw {n} training lists of length {self.length}")
+        raise TooFewExamples(f"sort: could not draw {n} distinct held-out lists: only about {space // _EVAL_BUCKETS} "
+                             f"of the {space} lists of length {self.length} (digits 0-{self.max_digit}) are held out")
 
     def train_examples(self, n: int, seed: int) -> list[Example]:
         return self._sample(n, seed, held_out=False)

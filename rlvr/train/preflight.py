@@ -11,6 +11,7 @@ from pathlib import Path
 
 from rlvr.algorithms.sft import pairs_from_jsonl
 from rlvr.config import Config, ConfigError
+from rlvr.models import PRESETS, build_char_tokenizer, tiny_config
 from rlvr.train.checkpoint import CHECKPOINTS, LATEST, latest_checkpoint, load_state
 from rlvr.train.rollout import engine_name
 
@@ -106,8 +107,7 @@ def check_vllm_model(cfg: Config) -> None:
     checked before the warm start rather than by vLLM's internal error at the first rollout."""
     from transformers import AutoConfig
 
-    from rlvr.models import PRESETS, build_char_tokenizer, tiny_config
-    from rlvr.rollout.vllm_engine import check_head_size
+    from rlvr.rollout.vllm_engine import check_head_size  # the optional extra: imported when asked for
 
     m = cfg.model
     config = (AutoConfig.from_pretrained(m.path) if m.path else

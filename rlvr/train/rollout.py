@@ -15,7 +15,7 @@ import torch
 
 from rlvr.algorithms.dynamic_sampling import RolloutSampler
 from rlvr.config import Config
-from rlvr.models import resolve_placement
+from rlvr.models import load_model, load_tokenizer, resolve_placement
 from rlvr.rollout.base import RolloutEngine, SamplingParams
 from rlvr.rollout.hf_engine import HFEngine
 from rlvr.rollout.scored import ScoredBatch
@@ -42,18 +42,20 @@ def serves_adapters(cfg: Config) -> bool:
     return cfg.model.lora.r > 0 and engine_name(cfg) == "vllm" and cfg.rollout.vllm_lora != "merge"
 
 
-def build_engine(cfg: Config, policy: Any, tokenizer: Any, model_path: str | Path) -> RolloutEngine:
+def build_engine(cfg: Config, policy: Any, tokenizer: Any, model_path: str | Path,
+                 max_batch_size: int | None = None) -> RolloutEngine:
     """The one place an engine is chosen from the config.
 
     `hf`: rlvr's sampler on the policy module itself, on the policy's device (no copy of the weights),
-    computing in `model.dtype`.
+    computing in `model.dtype`, at most `max_batch_size` sequences at once (None: all).
     `vllm`: a vLLM engine in this process, built from the Hugging Face folder `model_path` (the run's
     start model) in the policy's dtype; the loop's `load_weights` after every step keeps it current
     (with a LoRA policy, by default as adapters that vLLM applies itself: `serves_adapters`).
     """
     placement = resolve_placement(cfg.model)
     if engine_name(cfg) == "hf":
-        return HFEngine(policy, tokenizer, device=placement.device, autocast=placement.dtype)
+        return HFEngine(policy, tokenizer, device=placement.device, max_batch_size=max_batch_size,
+                        autocast=placement.dtype)
     from rlvr.rollout.vllm_engine import VLLMEngine  # the optional extra, imported only when asked for
 
     r, lora = cfg.rollout, cfg.model.lora
@@ -64,6 +66,13 @@ def build_engine(cfg: Config, policy: Any, tokenizer: Any, model_path: str | Pat
                       seed=cfg.seed, lora_adapter=adapter,
                       # CUDA graphs pay off on a GPU; on a CPU, compiling costs more start-up than it saves
                       enforce_eager=placement.device.type == "cpu")
+
+
+def inference_engine(cfg: Config, model_path: str | Path, max_batch_size: int | None = None) -> RolloutEngine:
+    """An engine on the model folder alone, no trainer beside it (`rlvr eval`, `rlvr sft`'s held-out check):
+    `build_engine`'s, rlvr's on a float32 copy on model.device computing in model.dtype, or vLLM's."""
+    policy = load_model(model_path, device=resolve_placement(cfg.model).device) if engine_name(cfg) == "hf" else None
+    return build_engine(cfg, policy, load_tokenizer(model_path), model_path, max_batch_size)
 
 
 class Rollout:

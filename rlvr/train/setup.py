@@ -11,9 +11,9 @@ import torch
 from rlvr.algorithms.sft import pairs_from_jsonl, pairs_from_task, train_sft
 from rlvr.config import Config, ConfigError, save_config
 from rlvr.logging.sinks import MetricsLogger
-from rlvr.models import load_model, load_tokenizer, make_tiny_model_dir, save_model
+from rlvr.models import load_policy, load_tokenizer, make_tiny_model_dir, save_model
 from rlvr.seeds import seed_everything
-from rlvr.tasks import Example, Task, get_task
+from rlvr.tasks import Example, Task, TooFewExamples, get_task
 from rlvr.train.checkpoint import load_state, set_rng_state
 from rlvr.train.learner import Learner
 from rlvr.train.preflight import preflight
@@ -33,10 +33,19 @@ class Run:
     start_step: int
 
 
+def held_out_examples(cfg: Config, task: Task) -> list[Example]:
+    """The run's fixed held-out set; a task without task.eval_size distinct held-out examples is a
+    ConfigError naming the key (a data file's own errors name the file)."""
+    try:
+        return task.eval_examples(cfg.task.eval_size, cfg.task.eval_seed)
+    except TooFewExamples as err:
+        raise ConfigError(f"task.eval_size={cfg.task.eval_size}: {err}") from None
+
+
 def start_model(cfg: Config, run_dir: Path, task: Task, on_sft=None) -> Path:
     """The model RL starts from (and the KL reference): the configured folder or a tiny model built
-    in the run folder, after the SFT warm start if configured. Each stage is saved once, so a resumed
-    run reuses it instead of redoing it."""
+    in the run folder, after the SFT warm start if configured (on model.device, in model.dtype, saved
+    as float32). Each stage is saved once, so a resumed run reuses it instead of redoing it."""
     path = Path(cfg.model.path) if cfg.model.path else run_dir / "init_model"
     if not cfg.model.path and not (path / "config.json").is_file():
         make_tiny_model_dir(path, arch=cfg.model.tiny_arch, preset=cfg.model.tiny_preset, seed=cfg.seed,
@@ -45,7 +54,8 @@ def start_model(cfg: Config, run_dir: Path, task: Task, on_sft=None) -> Path:
         return path
     sft_dir = run_dir / "sft_model"
     if not (sft_dir / "config.json").is_file():
-        model, tokenizer = load_model(path), load_tokenizer(path)
+        model = load_policy(cfg.model, path, lora=False)  # placed as the policy will be; full fine-tuning
+        tokenizer = load_tokenizer(path)
         pairs = pairs_from_jsonl(cfg.sft.data) if cfg.sft.data else pairs_from_task(task, cfg.task.train_size,
                                                                                    cfg.seed + 1)
         train_sft(model, tokenizer, pairs, cfg.sft.steps, cfg.sft.batch_size, cfg.sft.lr, cfg.seed, on_sft)
@@ -76,12 +86,13 @@ def prepare_run(cfg: Config, resume: bool = False, on_sft=None, or_start: bool =
     if checkpoint is None and (run_dir / "metrics.jsonl").exists():
         raise ConfigError(f"run folder {str(run_dir)!r} already holds a run; resume it with --resume "
                           f"{run_dir} or choose another out_dir")
+    task = get_task(cfg.task.name, **cfg.task.options)
+    eval_examples = held_out_examples(cfg, task)  # drawn before any work: a task may not have that many
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     seed_everything(cfg.seed)
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(cfg, run_dir / "config.yaml")
-    task = get_task(cfg.task.name, **cfg.task.options)
     init = start_model(cfg, run_dir, task, on_sft)
     learner, rollout = build_roles(cfg, task, checkpoint / "model" if checkpoint else init, init)
     start_step = 0
@@ -91,5 +102,5 @@ def prepare_run(cfg: Config, resume: bool = False, on_sft=None, or_start: bool =
         rollout.load_state_dict(state["data"])
         set_rng_state(state["rng"])
         start_step = rollout.version = int(state["step"])
-    return Run(cfg, run_dir, task, learner, rollout, task.eval_examples(cfg.task.eval_size, cfg.task.eval_seed),
-               MetricsLogger(run_dir, cfg.log.tensorboard, start_step if checkpoint else None), start_step)
+    logger = MetricsLogger(run_dir, cfg.log.tensorboard, start_step if checkpoint else None)
+    return Run(cfg, run_dir, task, learner, rollout, eval_examples, logger, start_step)

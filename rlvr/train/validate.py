@@ -40,7 +40,7 @@ def check_model(cfg: Config) -> None:
     placement = resolve_placement(cfg.model)
     if placement.dtype == torch.float16:
         # float16 gradients underflow without loss scaling (a GradScaler), which the update does not do
-        raise ConfigError("model.dtype=float16: `rlvr train` has no loss scaling for float16 gradients; "
+        raise ConfigError("model.dtype=float16: training has no loss scaling for float16 gradients; "
                           "use bfloat16 (or float32)")
     if cfg.model.lora.r > 0 and cfg.algorithm.advantage == "gae":
         raise ConfigError("model.lora.r > 0 with algorithm.advantage=gae: PPO's value model on a LoRA policy "

@@ -83,6 +83,9 @@ def test_out_is_checked_before_any_work_and_never_written_over_unasked(workdir, 
     (["reward-model", "--data", "{dir}/pairs.jsonl", "--batch-size", "0"], "batch_size must be > 0"),
     (["rft", "--task", "nosuchtask"], "unknown task 'nosuchtask'"),
     (["rft", "--task-option", "length"], "expects key=value"),
+    (["dpo", "--data", "{dir}/pairs.jsonl", "--dtype", "float16"], r"--dtype=float16 needs a CUDA device \(--device=cuda\)"),
+    (["reward-model", "--data", "{dir}/pairs.jsonl", "--device", "tpu"], "--device: unknown device 'tpu'"),
+    (["rft", "--engine", "sglang"], "--engine: unknown name 'sglang'"),
 ])
 def test_bad_input_is_one_line_and_exit_code_2(workdir, capsys, argv, message):
     argv = [a.replace("{dir}", str(workdir)) for a in argv] + ["--model", str(workdir / "model")]
@@ -98,3 +101,40 @@ def test_every_config_field_is_a_flag(workdir, capsys):
     text = capsys.readouterr().out
     for name in PreferenceConfig.__dataclass_fields__:
         assert "--" + name.replace("_", "-") in text
+
+
+def _bf16_or_refused(argv: list[str], capsys) -> bool:
+    """Run `argv` with --dtype bfloat16: True when it ran; on a CPU without native bfloat16 it must be
+    refused in one line naming the flag (then False)."""
+    from rlvr.models.placement import cpu_supports_bf16
+
+    code = main([*argv, "--dtype", "bfloat16"])
+    if not cpu_supports_bf16():
+        assert code == 2 and "--dtype=bfloat16: this CPU has no native bfloat16" in capsys.readouterr().err
+        return False
+    assert code == 0, capsys.readouterr().err
+    return True
+
+
+def test_offline_commands_train_in_bfloat16_with_float32_weights(workdir, tmp_path, capsys):
+    """--dtype bfloat16 (AMX here): the forward under autocast, the saved weights float32 and trained."""
+    import torch
+    from safetensors.torch import load_file
+
+    start = load_file(str(workdir / "model" / "model.safetensors"))
+    pairs = ["--data", str(workdir / "pairs.jsonl"), "--lr", "1e-3", "--epochs", "2", "--batch-size", "8"]
+    runs = {"dpo": ["dpo", "--model", str(workdir / "model"), *pairs, "--out", str(tmp_path / "dpo")],
+            "rft": ["rft", "--model", str(workdir / "model"), "--task-option", "length=3", "--rounds", "1",
+                    "--num-samples", "4", "--max-new-tokens", "6", "--train-size", "8", "--eval-size", "4",
+                    "--lr", "1e-3", "--out", str(tmp_path / "rft")]}
+    for name, argv in runs.items():
+        if not _bf16_or_refused(argv, capsys):
+            return
+        trained = load_file(str(tmp_path / name / "model" / "model.safetensors"))
+        assert all(t.dtype == torch.float32 for t in trained.values())
+        # (RFT's random start model samples nothing correct to train on; its sampling ran in bfloat16)
+        assert name == "rft" or any(not torch.equal(trained[k], start[k]) for k in start), name
+    metrics = json.loads((tmp_path / "dpo" / "metrics.json").read_text())
+    assert metrics["eval_after"]["loss"] < metrics["eval_before"]["loss"]  # DPO learns in bfloat16 too
+    assert _bf16_or_refused(["reward-model", "--model", str(workdir / "model"), *pairs, "--out", str(tmp_path / "rm")],
+                            capsys)

