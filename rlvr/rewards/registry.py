@@ -35,14 +35,23 @@ def _code(max_workers: int | None = None, isolation: str = "auto", **limits: Any
     return CodeReward(SandboxLimits(**limits), max_workers=max_workers, isolation=isolation)
 
 
-def _reward_model(path: str, batch_size: int = 32, shift: float = 0.0, scale: float = 1.0) -> Any:
-    """A trained Bradley-Terry reward model folder (`rlvr reward-model`) as a reward: RLHF."""
+def _reward_model(path: str, batch_size: int = 32, shift: float = 0.0, scale: float = 1.0, device: str = "cpu",
+                  dtype: str = "float32") -> Any:
+    """A trained Bradley-Terry reward model folder (`rlvr reward-model`) as a reward: RLHF. `device` and
+    `dtype` place it as model.device and model.dtype place the policy (float32 weights, autocast)."""
     from rlvr.rewards.reward_model import RewardModelReward, load_reward_model  # torch models: on use only
     from rlvr.models import load_tokenizer
+    from rlvr.models.placement import autocast_forward, resolve_device, resolve_dtype
 
+    try:
+        placed_on = resolve_device(device)
+        compute = resolve_dtype(dtype, placed_on)
+    except ValueError as err:  # the checks speak of model.device / model.dtype
+        raise ValueError(str(err).replace("model.", "reward_model ")) from None
     if not (Path(path) / "config.json").is_file():
         raise ValueError(f"reward_model path {str(path)!r} is not a model folder (no config.json)")
-    return RewardModelReward(load_reward_model(path), load_tokenizer(path), batch_size, shift, scale)
+    rm = autocast_forward(load_reward_model(path).to(placed_on), placed_on, compute)
+    return RewardModelReward(rm, load_tokenizer(path), batch_size, shift, scale)
 
 
 REWARDS: dict[str, Callable[..., Any]] = {

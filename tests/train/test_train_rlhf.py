@@ -44,3 +44,35 @@ def test_a_missing_reward_model_folder_is_a_config_error(config_factory, tmp_pat
     rewards = [{"name": "reward_model", "options": {"path": str(tmp_path / "nowhere")}}]
     with pytest.raises(ConfigError, match="task.rewards"):
         check_registries(load_config(config_factory(task={"rewards": rewards})))
+
+
+def test_the_reward_model_is_placed_by_its_device_and_dtype_options(reward_model_dir, config_factory,
+                                                                    monkeypatch):
+    """`device`/`dtype` put the reward model where model.device/model.dtype put the policy (it always
+    scored on the CPU in float32): float32 weights there, the forward under autocast."""
+    import torch
+
+    import rlvr.models.placement as placement
+    from rlvr.models.placement import cpu_supports_bf16
+    from rlvr.rewards import reward_from_name
+
+    real = placement.resolve_device
+    monkeypatch.setattr(placement, "resolve_device",
+                        lambda name: torch.device("cpu", 0) if name == "cpu" else real(name))
+    moved = []
+    real_to = torch.nn.Module.to
+    monkeypatch.setattr(torch.nn.Module, "to", lambda self, *a, **k: moved.append(a[:1]) or real_to(self, *a, **k))
+    prompts, completions = ["sort 3 1 2=", "sort 9 8 7="], ["1 2 3", "9 8 7"]
+    plain = reward_from_name("reward_model", path=str(reward_model_dir))
+    assert (torch.device("cpu", 0),) in moved  # placed by the option's device
+    rewards = [{"name": "reward_model", "options": {"path": str(reward_model_dir), "device": "tpu"}}]
+    with pytest.raises(ConfigError, match=r"^task.rewards: reward_model device: unknown device 'tpu'"):
+        check_registries(load_config(config_factory(task={"rewards": rewards})))
+    if not cpu_supports_bf16():
+        with pytest.raises(ValueError, match="reward_model dtype=bfloat16: this CPU has no native bfloat16"):
+            reward_from_name("reward_model", path=str(reward_model_dir), dtype="bfloat16")
+        return
+    half = reward_from_name("reward_model", path=str(reward_model_dir), dtype="bfloat16")
+    assert all(p.dtype == torch.float32 for p in half.rm.parameters())
+    a, b = plain.scores(prompts, completions), half.scores(prompts, completions)
+    assert a != b and all(math.isclose(x, y, abs_tol=0.05 * (1 + abs(x))) for x, y in zip(a, b))
