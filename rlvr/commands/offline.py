@@ -24,6 +24,7 @@ from rlvr.algorithms.reward_model import RewardModelConfig
 from rlvr.algorithms.rft import RFTConfig
 from rlvr.commands.placement_flags import add_placement_flags, config_from_flags
 from rlvr.commands.task_options import task_from_cli
+from rlvr.train.preflight import check_model_folder
 
 _SCALARS = (int, float, str, bool)
 
@@ -83,6 +84,7 @@ def _run_pairs(args: argparse.Namespace, command: str, cls: type,
                train: Callable[..., dict[str, Any]], load: Callable[[Any, str], Any]) -> int:
     config = config_from_args(cls, args)
     placed = config_from_flags(args, training=True)
+    check_model_folder(args.model, "--model")
     pairs = load_preference_pairs(args.data)
     eval_pairs = load_preference_pairs(args.eval_data) if args.eval_data else None
     _check_out(args)
@@ -127,6 +129,7 @@ def _rft(args: argparse.Namespace) -> int:
 
     config = config_from_args(RFTConfig, args)
     placed = config_from_flags(args, training=True)
+    check_model_folder(args.model, "--model")
     if args.train_size < 1 or args.eval_size < 0:
         raise ValueError(f"--train-size must be >= 1 and --eval-size >= 0, got {args.train_size}, {args.eval_size}")
     task = task_from_cli(args.task, args.task_option, args.model)

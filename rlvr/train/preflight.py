@@ -68,13 +68,19 @@ def _run_folder_hint(folder: Path) -> str:
     return ""
 
 
-def check_model_folder(path: str | Path, key: str, tokenizer: bool = True) -> None:
-    """A Hugging Face folder with a readable config.json (or, for a LoRA checkpoint, PEFT's
+def check_model_folder(path: str | Path, key: str, tokenizer: bool = True, adapter: bool = False) -> None:
+    """A Hugging Face folder with a readable config.json (or, `adapter`: a LoRA checkpoint's PEFT
     adapter_config.json), intact weights and (optionally) tokenizer files."""
     folder = Path(path)
     if not folder.is_dir():
         raise ConfigError(f"{key}: no model folder at {str(folder)!r}")
-    config = "adapter_config.json" if (folder / "adapter_config.json").is_file() else "config.json"
+    is_adapter = (folder / "adapter_config.json").is_file() and not (folder / "config.json").is_file()
+    if is_adapter and not adapter:
+        merged = folder.parent / "final_model"
+        hint = f"; the merged model beside it is {merged}" if (merged / "config.json").is_file() else ""
+        raise ConfigError(f"{key}: {str(folder)!r} holds LoRA adapters (adapter_config.json), not a whole "
+                          f"model{hint}")
+    config = "adapter_config.json" if is_adapter else "config.json"
     try:
         json.loads((folder / config).read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -122,7 +128,7 @@ def check_vllm_model(cfg: Config) -> None:
 def check_checkpoint(checkpoint: Path) -> None:
     """The model and state.pt of a checkpoint are intact; if not, name the file and the previous good one."""
     try:
-        check_model_folder(checkpoint / "model", "checkpoint")
+        check_model_folder(checkpoint / "model", "checkpoint", adapter=True)
         try:
             load_state(checkpoint)  # read once here to prove it loads; the run reads it again
         except (OSError, RuntimeError, EOFError, ValueError, KeyError) as err:

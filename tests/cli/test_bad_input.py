@@ -30,7 +30,8 @@ def world(tmp_path_factory) -> Path:
                        "notok": lambda d: [(d / n).unlink() for n in ("tokenizer.json", "tokenizer_config.json")],
                        "noconfig": lambda d: (d / "config.json").unlink(),
                        "badconfig": lambda d: (d / "config.json").write_text("{not json"),
-                       "noweights": lambda d: (d / "model.safetensors").unlink()}.items():
+                       "noweights": lambda d: (d / "model.safetensors").unlink(),
+                       "adapter": lambda d: (d / "config.json").rename(d / "adapter_config.json")}.items():
         edit(shutil.copytree(model, root / name))
     (root / "latin1.jsonl").write_bytes('{"prompt": "caf\xe9", "completion": "x"}\n'.encode("latin-1"))
     (root / "badline.jsonl").write_text('{"prompt": "a", "completion": "b"}\n{oops\n')
@@ -204,6 +205,9 @@ def test_resume_without_checkpoint_needs_resume_or_start(world, tmp_path, capsys
     (["eval", "--model", "{w}/missing", "--task", "sort"], "--model"),
     (["eval", "--model", "{w}/truncated", "--task", "sort"], "model.safetensors"),
     (["eval", "--model", "{w}/notok", "--task", "sort"], "tokenizer"),
+    (["eval", "--model", "{w}/adapter", "--task", "sort"], "holds LoRA adapters (adapter_config.json), not a whole"),
+    (["dpo", "--model", "{w}/adapter", "--data", "{w}/pairs.jsonl", "--out", "{t}/out"], "--model: "),
+    (["rft", "--model", "{w}/missing", "--out", "{t}/out"], "--model: no model folder at"),
     (["train", "{w}/run.yaml", "--set", "optim.lr"], "key=value"),
     (["sft", "--model", "{w}/notok", "--steps", "2", "--out", "{t}/out"], "tokenizer"),
     (["sft", "--data", "{w}/latin1.jsonl", "--steps", "2", "--out", "{t}/out"], "latin1.jsonl"),
