@@ -37,7 +37,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--num-examples", type=int, default=100, help="held-out problems (0 = all)")
     p.add_argument("--n", type=int, default=4, help="samples per problem in sampled mode (0 = greedy only)")
     p.add_argument("--k", type=_k_list, default=None, help="k values for pass@k/maj@k (default 1,...,n)")
-    p.add_argument("--max-new-tokens", type=int, default=512)
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help=f"new tokens per completion (default: {DEFAULT_NEW_TOKENS}, or what the model's context "
+                        "leaves after the longest prompt when that is less)")
     p.add_argument("--temperature", type=float, default=1.0, help="sampled mode temperature")
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0, help="held-out selection and sampling seed")
@@ -67,6 +69,23 @@ def print_summary(results: dict[str, dict[str, float]], title: str) -> None:
     Console().print(table)
 
 
+DEFAULT_NEW_TOKENS = 512
+
+
+def _new_tokens(args: argparse.Namespace, engine, prompts: list[str]) -> int:
+    """--max-new-tokens, or the default capped to the context the longest prompt leaves (the tiny demo model
+    has 512 positions: 512 new tokens never fit, and `rlvr eval` with its defaults failed on it)."""
+    if args.max_new_tokens is not None:
+        return args.max_new_tokens
+    if engine.max_positions is None:
+        return DEFAULT_NEW_TOKENS
+    longest = max(map(len, engine.tokenizer(prompts, add_special_tokens=engine.add_special_tokens)["input_ids"]))
+    if longest >= engine.max_positions:
+        raise ValueError(f"--model: the longest prompt ({longest} tokens) fills the model's context "
+                         f"({engine.max_positions} positions)")
+    return min(DEFAULT_NEW_TOKENS, engine.max_positions - longest)
+
+
 def run(args: argparse.Namespace) -> int:
     run_eval(args)
     return 0
@@ -88,6 +107,7 @@ def run_eval(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     except TooFewExamples as err:
         raise ValueError(f"--num-examples {args.num_examples}: {err}") from None
     engine = inference_engine(config_from_flags(args, training=False), args.model, args.batch_size)
+    args.max_new_tokens = _new_tokens(args, engine, [ex.prompt for ex in examples])
     out = Path(args.out) if args.out else Path(args.model) / f"eval_{args.task}.jsonl"
     out.unlink(missing_ok=True)
     results = {"greedy": evaluate(engine, task, examples, 1, SamplingParams(

@@ -62,6 +62,7 @@ class HFEngine:
         self.logprobs_mode = logprobs_mode
         self.add_special_tokens = add_special_tokens
         self.autocast = None if autocast in (None, torch.float32) else autocast
+        self.max_positions = getattr(model.config, "max_position_embeddings", None)  # prompt + new tokens fit
         self.eos_ids = torch.tensor(sorted(_eos_ids(model, tokenizer)), dtype=torch.long, device=self.device)
         pad = pad_token_id(tokenizer)
         self.pad_id = 0 if pad is None else pad
@@ -72,7 +73,7 @@ class HFEngine:
     def generate(self, prompts: list[str], n: int, sampling: SamplingParams) -> list[Completion]:
         """len(prompts) * n completions; those of prompt i are [i*n, (i+1)*n)."""
         prompt_ids = encode_prompts(self.tokenizer, prompts, n, sampling, self.add_special_tokens,
-                                    getattr(self.model.config, "max_position_embeddings", None))
+                                    self.max_positions)
         seed = sampling.seed if sampling.seed is not None else int(torch.randint(2**62, (1,)).item())
         generator = torch.Generator(device=self.device).manual_seed(seed)
         rows: list[tuple[list[int], list[float], str | None, bool]] = []

@@ -114,7 +114,7 @@ class VLLMEngine:
                 enable_sleep_mode=self.sleep_enabled, max_model_len=max_model_len,
                 logprobs_mode=logprobs_mode, **engine_kwargs)
         model_config = self.llm.llm_engine.model_config
-        self.max_model_len = model_config.max_model_len
+        self.max_positions = model_config.max_model_len  # prompt + new tokens fit (HFEngine's name)
         self.tied_embeddings = bool(getattr(model_config.hf_config, "tie_word_embeddings", False))
         self.asleep = False
         self.sync_seconds: list[float] = []  # one entry per load_weights call
@@ -128,7 +128,7 @@ class VLLMEngine:
     def generate(self, prompts: list[str], n: int, sampling: SamplingParams) -> list[Completion]:
         """len(prompts) * n completions; those of prompt i are [i*n, (i+1)*n)."""
         prompt_ids = encode_prompts(self.tokenizer, prompts, n, sampling, self.add_special_tokens,
-                                    self.max_model_len)
+                                    self.max_positions)
         self.wake_up()
         # Unseeded calls draw their seed from torch's global RNG, as HFEngine does, so that
         # torch.manual_seed makes a run reproducible with either engine.

@@ -115,3 +115,20 @@ def test_eval_in_bfloat16_samples_as_the_trained_policy_does(tmp_path):
     run_eval(_args("--model", str(model_dir), "--task", "sort", "--dtype", "bfloat16", "--num-examples", "4",
                    "--n", "2", "--max-new-tokens", "6"))
     assert len((model_dir / "eval_sort.jsonl").read_text().splitlines()) == 4 + 8
+
+
+def test_the_default_budget_fits_the_models_context(tmp_path, capsys):
+    """512 new tokens by default, capped to what a short context leaves after the longest prompt: the
+    README's `rlvr eval` on the demo's model (512 positions) failed with its defaults."""
+    model = make_tiny_model_dir(tmp_path / "tiny", preset="test", max_position_embeddings=40)
+    argv = ["eval", "--model", str(model), "--task", "sort", "--num-examples", "3", "--n", "0"]
+    assert main(argv) == 0
+    rows = [json.loads(line) for line in (model / "eval_sort.jsonl").read_text().splitlines()]
+    longest = max(len(r["prompt"]) for r in rows)  # the char tokenizer: one token per character, no BOS
+    assert all(r["length"] <= 40 - longest for r in rows) and any(r["length"] == 40 - longest for r in rows)
+    capsys.readouterr()
+    assert main([*argv, "--max-new-tokens", "512"]) == 2  # asked for explicitly: refused, not cut
+    assert "exceeds the model's max_position_embeddings (40)" in capsys.readouterr().err
+    short = make_tiny_model_dir(tmp_path / "short", preset="test", max_position_embeddings=8)
+    assert main(["eval", "--model", str(short), "--task", "sort", "--num-examples", "3"]) == 2
+    assert "fills the model's context (8 positions)" in capsys.readouterr().err
