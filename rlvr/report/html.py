@@ -140,7 +140,15 @@ def build_report(run_dir: str | Path) -> str:
 
 
 def write_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
+    """The report of `run_dir` written to `out`: a file, or report.html in `out` when it is a folder
+    (default: in the run folder); missing parent folders are made. Returns the file's path."""
     path = Path(out) if out else Path(run_dir) / REPORT
-    text = build_report(run_dir)
+    if path.is_dir():
+        path = path / REPORT
+    text = build_report(run_dir)  # first: a folder that is not a run is refused before anything is made
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise ValueError(f"--out: {str(path.parent)!r} is a file, not a folder") from None
     path.write_text(text, encoding="utf-8")
     return path

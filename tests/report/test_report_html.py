@@ -78,3 +78,19 @@ def test_report_refuses_a_non_run(tmp_path, capsys):
     assert "is not a run folder" in capsys.readouterr().err
     assert not (tmp_path / "nope").exists()
     assert write_report(planted(tmp_path / "ok", "flat")).name == "report.html"
+
+
+def test_out_may_be_a_folder_or_a_path_whose_folders_do_not_exist_yet(tmp_path, capsys):
+    """--out of an existing folder was an internal IsADirectoryError; a path under missing folders was
+    refused after the report was built."""
+    run = planted(tmp_path / "run", "flat")
+    (tmp_path / "reports").mkdir()
+    assert main(["report", str(run), "--out", str(tmp_path / "reports")]) == 0
+    assert (tmp_path / "reports" / "report.html").read_text().startswith("<!DOCTYPE html>")
+    assert main(["report", str(run), "--out", str(tmp_path / "new" / "deeper" / "r.html")]) == 0
+    assert (tmp_path / "new" / "deeper" / "r.html").is_file()
+    (tmp_path / "a_file").write_text("x")
+    capsys.readouterr()
+    assert main(["report", str(run), "--out", str(tmp_path / "a_file" / "r.html")]) == 2
+    assert capsys.readouterr().err == f"rlvr report: error: --out: {str(tmp_path / 'a_file')!r} is a file, not a folder\n"
+    assert (tmp_path / "a_file").read_text() == "x"
