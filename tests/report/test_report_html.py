@@ -92,5 +92,6 @@ def test_out_may_be_a_folder_or_a_path_whose_folders_do_not_exist_yet(tmp_path, 
     (tmp_path / "a_file").write_text("x")
     capsys.readouterr()
     assert main(["report", str(run), "--out", str(tmp_path / "a_file" / "r.html")]) == 2
-    assert capsys.readouterr().err == f"rlvr report: error: --out: {str(tmp_path / 'a_file')!r} is a file, not a folder\n"
+    err = capsys.readouterr().err
+    assert err == f"rlvr report: error: --out: {str(tmp_path / 'a_file')!r} is a file, not a folder\n"
     assert (tmp_path / "a_file").read_text() == "x"
