@@ -93,6 +93,12 @@ def run_comparison(base: str | Path | None, variants: Sequence[Variant], out_dir
     seeds = {cfg.seed for cfg in configs.values()}
     if len(seeds) != 1:
         raise ConfigError(f"variants must share one seed for a fair comparison, got {sorted(seeds)}")
+    # checked for all before any trains: a later variant's folder holding a run stopped the comparison after
+    # the earlier variants had trained
+    held = [label for label, cfg in configs.items() if (Path(cfg.out_dir) / "metrics.jsonl").exists()]
+    if held:
+        raise ConfigError(f"--out: {str(out_dir)!r} already holds the run(s) of {', '.join(held)}; choose another "
+                          f"--out (`rlvr train --resume {out_dir / held[0]}` finishes an interrupted one)")
     histories = {}
     for label, cfg in configs.items():
         (train or train_loop)(cfg)

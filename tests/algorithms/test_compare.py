@@ -84,3 +84,15 @@ def test_compare_command_end_to_end(tmp_path, capsys):
 def test_compare_command_bad_variant_exits_2(tmp_path, capsys):
     assert main(["compare", "--variants", "grpo", "bogus", "--out", str(tmp_path)]) == 2
     assert "bogus" in capsys.readouterr().err
+
+
+def test_a_variant_folder_holding_a_run_is_refused_before_any_variant_trains(tmp_path):
+    """The check ran per variant as it started, so `a` trained in full before `b`'s folder was refused."""
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "metrics.jsonl").write_text('{"step": 0}\n')
+    trained = []
+    fake = _fake_train({"seq_mean_token_mean": 1.0})
+    variants = [parse_variant("a:seed=0"), parse_variant("b:seed=0")]
+    with pytest.raises(ValueError, match=r"already holds the run\(s\) of b; choose another --out"):
+        run_comparison(None, variants, tmp_path, train=lambda cfg: trained.append(cfg) or fake(cfg))
+    assert trained == [] and not (tmp_path / "a").exists()
