@@ -100,6 +100,8 @@ def run_eval(args: argparse.Namespace) -> dict[str, dict[str, float]]:
 
     if args.n < 0 or args.num_examples < 0:
         raise ValueError("--n and --num-examples must be >= 0")
+    if args.batch_size is not None and args.batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1 (or left out: all at once), got {args.batch_size}")
     check_model_folder(args.model, "--model")
     task = task_from_cli(args.task, args.task_option, args.model)
     try:

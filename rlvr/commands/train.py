@@ -52,7 +52,7 @@ def _sft(args: argparse.Namespace) -> int:
     from rlvr.models import resolve_placement
     from rlvr.tasks import get_task
     from rlvr.train.evaluate import evaluate_heldout
-    from rlvr.train.preflight import check_output_folder, preflight
+    from rlvr.train.preflight import check_context, check_output_folder, preflight
     from rlvr.train.rollout import inference_engine
     from rlvr.train.setup import held_out_examples, start_model
 
@@ -69,6 +69,7 @@ def _sft(args: argparse.Namespace) -> int:
                         "--out" if args.out else "out_dir")
     task = get_task(cfg.task.name, **cfg.task.options)
     held_out = held_out_examples(cfg, task)  # before training: the task may not have that many
+    check_context(cfg, [ex.prompt for ex in held_out])
     run_dir = Path(cfg.out_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     path = start_model(cfg, run_dir, task, lambda step, loss: step % 50 == 0 and print(f"step {step}: loss {loss:.4f}"))

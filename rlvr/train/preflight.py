@@ -8,10 +8,11 @@ import json
 import os
 import struct
 from pathlib import Path
+from typing import Any
 
 from rlvr.algorithms.sft import pairs_from_jsonl
 from rlvr.config import Config, ConfigError
-from rlvr.models import PRESETS, build_char_tokenizer, tiny_config
+from rlvr.models import PRESETS, build_char_tokenizer, load_tokenizer, tiny_config
 from rlvr.train.checkpoint import CHECKPOINTS, LATEST, latest_checkpoint, load_state
 from rlvr.train.rollout import engine_name
 
@@ -108,16 +109,38 @@ def check_data(cfg: Config) -> None:
             raise ConfigError(f"sft.data: {err}") from None
 
 
+def model_config(cfg: Config) -> Any:
+    """The Hugging Face config of the model the run starts from: model.path's, or the tiny model's to be built."""
+    from transformers import AutoConfig
+
+    m = cfg.model
+    return (AutoConfig.from_pretrained(m.path) if m.path else
+            tiny_config(build_char_tokenizer(), m.tiny_arch, **{**PRESETS[m.tiny_preset], **m.tiny_sizes}))
+
+
+def check_context(cfg: Config, prompts: list[str]) -> None:
+    """rollout.max_new_tokens fits the model's context after the longest of `prompts` (the held-out set):
+    checked before any work; it failed at the first evaluation, after the warm start and the first record
+    of metrics.jsonl, which then blocked a plain re-run."""
+    positions = getattr(model_config(cfg), "max_position_embeddings", None)
+    if positions is None or not prompts:
+        return
+    tokenizer = load_tokenizer(cfg.model.path) if cfg.model.path else build_char_tokenizer()
+    longest = max(map(len, tokenizer(prompts)["input_ids"]))
+    new = cfg.rollout.max_new_tokens
+    if longest + new > positions:
+        fits = f"at most {positions - longest} fit" if positions > longest else "no room is left"
+        raise ConfigError(f"rollout.max_new_tokens={new}: the longest held-out prompt ({longest} tokens) + {new} "
+                          f"exceeds the model's max_position_embeddings ({positions}); {fits}")
+
+
 def check_vllm_model(cfg: Config) -> None:
     """rollout.engine=vllm: the model is one vLLM can run here (`rlvr.rollout.vllm_engine.check_head_size`),
     checked before the warm start rather than by vLLM's internal error at the first rollout."""
-    from transformers import AutoConfig
-
     from rlvr.rollout.vllm_engine import check_head_size  # the optional extra: imported when asked for
 
     m = cfg.model
-    config = (AutoConfig.from_pretrained(m.path) if m.path else
-              tiny_config(build_char_tokenizer(), m.tiny_arch, **{**PRESETS[m.tiny_preset], **m.tiny_sizes}))
+    config = model_config(cfg)
     try:
         check_head_size(config)
     except ValueError as err:

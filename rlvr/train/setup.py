@@ -16,7 +16,7 @@ from rlvr.seeds import seed_everything
 from rlvr.tasks import Example, Task, TooFewExamples, get_task
 from rlvr.train.checkpoint import load_state, set_rng_state
 from rlvr.train.learner import Learner
-from rlvr.train.preflight import preflight
+from rlvr.train.preflight import check_context, preflight
 from rlvr.train.rollout import Rollout, build_engine
 from rlvr.train.validate import check_registries
 
@@ -88,6 +88,7 @@ def prepare_run(cfg: Config, resume: bool = False, on_sft=None, or_start: bool =
                           f"{run_dir} or choose another out_dir")
     task = get_task(cfg.task.name, **cfg.task.options)
     eval_examples = held_out_examples(cfg, task)  # drawn before any work: a task may not have that many
+    check_context(cfg, [ex.prompt for ex in eval_examples])
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     seed_everything(cfg.seed)

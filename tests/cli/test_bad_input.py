@@ -98,7 +98,10 @@ SET_CASES = [pytest.param(["--set", s], key, id=s) for s, key in SETS] + [
                  id="reward.workers-without-timeout"),
     pytest.param(["--set", "task.eval_size=50", "task.options.length=2"],  # was refused after the warm start
                  "task.eval_size=50: sort: could not draw 50 distinct held-out lists: only about 10 of the 100",
-                 id="task.eval_size-beyond-the-held-out-share")]
+                 id="task.eval_size-beyond-the-held-out-share"),
+    pytest.param(["--set", "rollout.max_new_tokens=600"],  # was refused at the first evaluation, metrics written
+                 "rollout.max_new_tokens=600: the longest held-out prompt (11 tokens) + 600 exceeds the model's "
+                 "max_position_embeddings (512); at most 501 fit", id="rollout.max_new_tokens-beyond-the-context")]
 
 FILE_CASES = [  # (argv built from the world folder, text the error line must contain)
     ("empty.yaml", "empty.yaml"), ("list.yaml", "list.yaml"), ("invalid.yaml", "invalid.yaml"),
@@ -205,6 +208,7 @@ def test_resume_without_checkpoint_needs_resume_or_start(world, tmp_path, capsys
     (["eval", "--model", "{w}/missing", "--task", "sort"], "--model"),
     (["eval", "--model", "{w}/truncated", "--task", "sort"], "model.safetensors"),
     (["eval", "--model", "{w}/notok", "--task", "sort"], "tokenizer"),
+    (["eval", "--model", "{w}/model", "--task", "sort", "--batch-size", "0"], "--batch-size must be >= 1"),
     (["eval", "--model", "{w}/adapter", "--task", "sort"], "holds LoRA adapters (adapter_config.json), not a whole"),
     (["dpo", "--model", "{w}/adapter", "--data", "{w}/pairs.jsonl", "--out", "{t}/out"], "--model: "),
     (["rft", "--model", "{w}/missing", "--out", "{t}/out"], "--model: no model folder at"),
@@ -220,6 +224,8 @@ def test_resume_without_checkpoint_needs_resume_or_start(world, tmp_path, capsys
     (["eval", "--model", "{w}/model", "--task", "subset", "--task-option", "path={w}/subset.jsonl"],
      "subset.jsonl:2: missing field(s) ['answer']"),
     (["sft", "--task", "sort", "--steps", "2", "--out", "{w}/run"], "already holds metrics.jsonl from an earlier run"),
+    (["sft", "--task", "sort", "--steps", "2", "--out", "{t}/out", "--set", "rollout.max_new_tokens=600"],
+     "rollout.max_new_tokens=600: the longest held-out prompt"),
     (["sft", "--task", "sort", "--steps", "2", "--out", "{t}/out", "--set", "task.options.length=2"],
      "task.eval_size=100: sort: could not draw 100 distinct held-out lists"),  # was refused after training
     (["eval", "--model", "{w}/model", "--task", "sort", "--task-option", "length=2", "--num-examples", "50"],
