@@ -108,11 +108,10 @@ def _dpo(args: argparse.Namespace) -> int:
 def _load_reward_model(m: Any, path: str) -> Any:
     """A reward model (or one started from a causal LM) placed as `load_policy` places a policy."""
     from rlvr.models import resolve_placement
-    from rlvr.models.placement import autocast_forward
-    from rlvr.rewards.reward_model import load_reward_model
+    from rlvr.rewards.reward_model import load_placed_reward_model
 
     placement = resolve_placement(m)
-    return autocast_forward(load_reward_model(path).to(placement.device), placement.device, placement.dtype)
+    return load_placed_reward_model(path, placement.device, placement.dtype)
 
 
 def _reward_model(args: argparse.Namespace) -> int:

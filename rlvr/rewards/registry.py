@@ -39,9 +39,9 @@ def _reward_model(path: str, batch_size: int = 32, shift: float = 0.0, scale: fl
                   dtype: str = "float32") -> Any:
     """A trained Bradley-Terry reward model folder (`rlvr reward-model`) as a reward: RLHF. `device` and
     `dtype` place it as model.device and model.dtype place the policy (float32 weights, autocast)."""
-    from rlvr.rewards.reward_model import RewardModelReward, load_reward_model  # torch models: on use only
+    from rlvr.rewards.reward_model import RewardModelReward, load_placed_reward_model  # torch models: on use only
     from rlvr.models import load_tokenizer
-    from rlvr.models.placement import autocast_forward, resolve_device, resolve_dtype
+    from rlvr.models.placement import resolve_device, resolve_dtype
 
     try:
         placed_on = resolve_device(device)
@@ -50,7 +50,7 @@ def _reward_model(path: str, batch_size: int = 32, shift: float = 0.0, scale: fl
         raise ValueError(str(err).replace("model.", "reward_model ")) from None
     if not (Path(path) / "config.json").is_file():
         raise ValueError(f"reward_model path {str(path)!r} is not a model folder (no config.json)")
-    rm = autocast_forward(load_reward_model(path).to(placed_on), placed_on, compute)
+    rm = load_placed_reward_model(path, placed_on, compute)
     return RewardModelReward(rm, load_tokenizer(path), batch_size, shift, scale)
 
 

@@ -25,6 +25,7 @@ from transformers import AutoConfig, AutoModelForSequenceClassification, PreTrai
 from transformers.utils import logging as hf_logging
 
 from rlvr.models import load_model
+from rlvr.models.placement import autocast_forward
 from rlvr.models.tokenizer import pad_token_id
 from rlvr.rewards.base import BatchContext, RewardBatch, RewardOutput, bounded
 from rlvr.rollout.batch import encode_prompt_completion, pad_right
@@ -65,6 +66,12 @@ def load_reward_model(path: str | Path, dtype: torch.dtype = torch.float32) -> P
         if bars:
             hf_logging.enable_progress_bar()
     return rm.eval()
+
+
+def load_placed_reward_model(path: str | Path, device: torch.device, dtype: torch.dtype) -> PreTrainedModel:
+    """`load_reward_model` placed as `load_policy` places a policy: float32 weights on `device`, the
+    forward under autocast in `dtype` (`rlvr reward-model --device/--dtype`, the reward's options)."""
+    return autocast_forward(load_reward_model(path).to(device), device, dtype)
 
 
 def sequence_rewards(rm: PreTrainedModel, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
