@@ -20,9 +20,13 @@ def _presets(args: argparse.Namespace) -> int:
 
 def _compare(args: argparse.Namespace) -> int:
     from rlvr.pipelines.compare import parse_variant, plot_comparison, run_comparison, summarize
+    from rlvr.train.guard import Interrupted
 
     variants = [parse_variant(spec) for spec in args.variants]
-    histories = run_comparison(args.config, variants, args.out, args.overrides)
+    try:
+        histories = run_comparison(args.config, variants, args.out, args.overrides, resume=args.resume)
+    except Interrupted as err:  # the run's own hint would finish one variant and draw no comparison
+        raise err.continued_with("the same `rlvr compare` command and --resume") from None
     table = summarize(histories)
     out = Path(args.out)
     png = plot_comparison(histories, out / "comparison.png", title=args.title or "")
@@ -34,8 +38,13 @@ def _compare(args: argparse.Namespace) -> int:
 
 def _recipe(args: argparse.Namespace) -> int:
     from rlvr.pipelines.recipes import load_recipe, run_recipe
+    from rlvr.train.guard import Interrupted
 
-    records = run_recipe(load_recipe(args.recipe, args.overrides), args.out)
+    try:
+        records = run_recipe(load_recipe(args.recipe, args.overrides), args.out)
+    except Interrupted as err:
+        raise err.continued_with("the same `rlvr recipe` command (finished stages are skipped, this one "
+                                 "resumes)") from None
     final = next((r["model"] for r in reversed(records) if r.get("model")), None)
     print(f"recipe finished: {len(records)} stages in {args.out}" + (f"; final model {final}" if final else ""))
     return 0
@@ -57,6 +66,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="preset names, YAML override files, or LABEL:KEY=VALUE,KEY=VALUE")
     c.add_argument("--out", default="runs/compare", help="folder: one run per variant, comparison.png, summary.md")
     c.add_argument("--title", default=None, help="figure title")
+    c.add_argument("--resume", action="store_true",
+                   help="continue an interrupted comparison in --out (the same variants and settings): finished "
+                        "variants are kept, an interrupted one resumes from its latest checkpoint, the rest train")
     _sets(c, "override a config key for every variant (after the variant's own keys); repeatable")
     c.set_defaults(func=_compare)
 

@@ -7,6 +7,8 @@ A variant is a preset name (`rlvr presets`), a YAML file of config overrides, or
 `--set`, so `--set train.steps=20` applies to every variant. Each variant trains in `OUT/<label>`
 with its own metrics.jsonl; `OUT/comparison.png` shows training reward, held-out greedy accuracy
 and completion length against step, one line per variant, and `OUT/summary.md` the table printed.
+`--resume` continues an interrupted comparison: finished variants are kept, an interrupted one
+resumes from its latest checkpoint, the others train.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any, Callable, Sequence
 from rlvr.presets import PRESETS, preset_overrides
 from rlvr.config import ConfigError, load_config, read_yaml
 from rlvr.jsonl import read_jsonl
-from rlvr.train.loop import train as train_loop
+from rlvr.train.loop import train_to_end
 from rlvr.train.validate import check_registries
 
 PANELS = (  # (metric key, title, y label)
@@ -82,10 +84,11 @@ def check_variants(variants: Sequence[Variant]) -> None:
 
 
 def run_comparison(base: str | Path | None, variants: Sequence[Variant], out_dir: str | Path,
-                   overrides: Sequence[str] = (), train: Callable | None = None
+                   overrides: Sequence[str] = (), train: Callable | None = None, resume: bool = False
                    ) -> dict[str, list[dict[str, Any]]]:
     """Train every variant (configs validated first, all of them, before any run) and return
-    {label: metrics records}. `train` defaults to `rlvr.train.loop.train`."""
+    {label: metrics records}. `train(cfg)` defaults to `rlvr.train.loop.train_to_end`, which also
+    finishes a variant's interrupted run; without `resume` a folder already holding a run is refused."""
     check_variants(variants)
     out_dir = Path(out_dir)
     configs = {v.label: check_registries(load_config(base, [*v.overrides, *overrides, f"out_dir={out_dir / v.label}"]))
@@ -96,12 +99,12 @@ def run_comparison(base: str | Path | None, variants: Sequence[Variant], out_dir
     # checked for all before any trains: a later variant's folder holding a run stopped the comparison after
     # the earlier variants had trained
     held = [label for label, cfg in configs.items() if (Path(cfg.out_dir) / "metrics.jsonl").exists()]
-    if held:
+    if held and not resume:
         raise ConfigError(f"--out: {str(out_dir)!r} already holds the run(s) of {', '.join(held)}; choose another "
-                          f"--out (`rlvr train --resume {out_dir / held[0]}` finishes an interrupted one)")
+                          f"--out, or add --resume to continue that comparison")
     histories = {}
     for label, cfg in configs.items():
-        (train or train_loop)(cfg)
+        (train or train_to_end)(cfg)
         histories[label] = read_jsonl(Path(cfg.out_dir) / "metrics.jsonl")
     return histories
 

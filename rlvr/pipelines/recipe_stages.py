@@ -23,7 +23,7 @@ from rlvr.tasks.data import read_records
 from rlvr.tasks.subset import write_examples
 from rlvr.thinking.fusion import THINK_FLAG, build_fusion_data, write_fusion_jsonl
 from rlvr.thinking.sweep import budget_sweep, save_budget_sweep
-from rlvr.train.loop import train
+from rlvr.train.loop import train_to_end
 from rlvr.train.setup import start_model
 
 
@@ -79,7 +79,8 @@ def _demonstrations(base: Config, opts: dict[str, Any], salt: int) -> list[tuple
 
 
 def run_rl(cfg: Config, stage_dir: Path) -> dict[str, Any]:
-    result = train(cfg)
+    """Train (or, after an interruption, finish) the stage's run in `cfg.out_dir`."""
+    result = train_to_end(cfg)
     key = "eval/greedy_accuracy"
     return {"model": str(result.run_dir / "final_model"),
             "metrics": {"heldout_greedy_accuracy_before": result.first_eval.get(key),

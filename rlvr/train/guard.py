@@ -32,11 +32,15 @@ class RunStopped(RuntimeError):
 
 
 class Interrupted(RuntimeError):
-    """SIGINT/SIGTERM: a checkpoint was written at the step boundary; exit code 128 + signal."""
+    """SIGINT/SIGTERM: a checkpoint was written at the step boundary; exit code 128 + signal. `what`
+    happened, and the command that continues (a pipeline around the run names its own)."""
 
-    def __init__(self, message: str, signum: int):
-        super().__init__(message)
-        self.exit_code = 128 + signum
+    def __init__(self, what: str, signum: int, continue_with: str):
+        super().__init__(f"{what}; continue with {continue_with}")
+        self.what, self.signum, self.exit_code = what, signum, 128 + signum
+
+    def continued_with(self, command: str) -> "Interrupted":
+        return Interrupted(self.what, self.signum, command)
 
 
 def finite_step(losses: list[Tensor], norm: Tensor) -> bool:
@@ -113,5 +117,5 @@ class RunGuard:
 
     def stop_if_signalled(self, step: int) -> None:
         if self.signal is not None:
-            raise Interrupted(f"{signal.Signals(self.signal).name} at step {step}: checkpoint written; continue with "
-                              f"`rlvr train --resume {self.run_dir}`", self.signal)
+            raise Interrupted(f"{signal.Signals(self.signal).name} at step {step}: checkpoint written in {self.run_dir}",
+                              self.signal, f"`rlvr train --resume {self.run_dir}`")

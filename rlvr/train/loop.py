@@ -7,6 +7,7 @@ loop never branches on the algorithm.
 
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ from rlvr.logging.progress import TrainProgress
 from rlvr.jsonl import read_jsonl
 from rlvr.logging.sinks import METRICS, SAMPLES
 from rlvr.seeds import EVAL_SAMPLING, derive_seed
-from rlvr.train.checkpoint import CHECKPOINTS, save_checkpoint
+from rlvr.train.checkpoint import CHECKPOINTS, LATEST, save_checkpoint
 from rlvr.train.guard import RunGuard
 from rlvr.train.setup import Run, prepare_run
 
@@ -25,7 +26,7 @@ from rlvr.train.setup import Run, prepare_run
 @dataclass
 class RunResult:
     run_dir: Path
-    first_eval: dict[str, float]  # held-out metrics before the first RL step (empty when resumed)
+    first_eval: dict[str, float]  # held-out metrics before the first RL step (read back when resumed)
     final_eval: dict[str, float]  # held-out metrics after the last step
     steps: int
 
@@ -41,14 +42,20 @@ def _floats(metrics: dict) -> dict[str, float]:
     return {k: v.item() if hasattr(v, "item") else v for k, v in metrics.items()}
 
 
+def _logged_evals(run_dir: Path) -> tuple[dict[str, float], dict[str, float]]:
+    """(first, last) held-out metrics in a run folder's metrics.jsonl: what a resumed run evaluated before."""
+    evals = [{k: v for k, v in r.items() if k.startswith("eval/")} for r in read_jsonl(run_dir / METRICS)]
+    evals = [e for e in evals if e]
+    return (evals[0], evals[-1]) if evals else ({}, {})
+
+
 def train(cfg: Config, resume: bool = False, run: Run | None = None, or_start: bool = False) -> RunResult:
     """Run (or resume) the RL loop described by `cfg`; returns the held-out metrics before and after.
     `or_start`: a resume of a folder without a checkpoint starts the run."""
     run = run or prepare_run(cfg, resume, or_start=or_start)
     rollout, learner = run.rollout, run.learner
     guard = RunGuard(run.run_dir, cfg.train.max_nonfinite_steps)
-    first_eval: dict[str, float] = {}
-    last_eval: dict[str, float] = {}
+    first_eval, last_eval = _logged_evals(run.run_dir) if run.start_step else ({}, {})
     with TrainProgress(cfg.train.steps, run.start_step, cfg.log.progress) as progress, guard.signals():
         if run.start_step == 0:
             first_eval = last_eval = _evaluate(run, 0, guard)
@@ -96,3 +103,19 @@ def train(cfg: Config, resume: bool = False, run: Run | None = None, or_start: b
             plot_metrics(read_jsonl(run.run_dir / METRICS), run.run_dir / "plots")
     run.logger.close()
     return RunResult(run.run_dir, first_eval, last_eval, cfg.train.steps)
+
+
+def train_to_end(cfg: Config, log=print) -> RunResult:
+    """Bring the run folder `cfg.out_dir` that a pipeline owns (a recipe's RL stage, a `rlvr compare` variant)
+    to its last step whatever state an interruption left it in: started when empty, resumed from its latest
+    checkpoint, not trained again when finished (the resume finds nothing left to do; a finished run whose
+    checkpoints were deleted is left as it is). A run stopped before its first checkpoint (kill -9) has
+    metrics but nothing to resume from: its folder is cleared and the run started again, which the seed
+    makes draw the same steps."""
+    run_dir = Path(cfg.out_dir)
+    if (run_dir / METRICS).exists() and not (run_dir / CHECKPOINTS / LATEST).is_file():
+        if (run_dir / "final_model").is_dir():  # finished, its checkpoints deleted since: kept as it is
+            return RunResult(run_dir, *_logged_evals(run_dir), cfg.train.steps)
+        log(f"{run_dir}: stopped before its first checkpoint; started again")
+        shutil.rmtree(run_dir)
+    return train(cfg, resume=True, or_start=True)

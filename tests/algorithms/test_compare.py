@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from rlvr.pipelines.compare import Variant, _flatten, parse_variant, plot_comparison, run_comparison, summarize
@@ -96,3 +97,48 @@ def test_a_variant_folder_holding_a_run_is_refused_before_any_variant_trains(tmp
     with pytest.raises(ValueError, match=r"already holds the run\(s\) of b; choose another --out"):
         run_comparison(None, variants, tmp_path, train=lambda cfg: trained.append(cfg) or fake(cfg))
     assert trained == [] and not (tmp_path / "a").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stop", ["signal", "kill"])
+def test_an_interrupted_comparison_continues_with_resume_as_if_never_stopped(tmp_path, capsys, monkeypatch, stop):
+    """Variant b stops at step 2: by SIGINT (checkpoint written; resumed from it) or by a crash before its
+    first checkpoint (started again). A plain re-run is refused naming --resume; with --resume the
+    finished variant a is kept and b's metrics and weights equal those of a comparison never stopped."""
+    import os
+    import signal
+
+    import rlvr.train.loop as loop_module
+    from variant_helpers import weights
+
+    argv = ["compare", "--variants", "grpo", "dr_grpo", "--set", *TINY, "train.steps=4", "checkpoint.every=2"]
+    assert main([*argv, "--out", str(tmp_path / "full")]) == 0
+    real_save = loop_module.save_checkpoint
+
+    def stop_b_at_step_2(run_dir, step, *args, **kwargs):
+        if Path(run_dir).name == "dr_grpo" and step == 2:
+            if stop == "kill":
+                raise KeyboardInterrupt  # nothing saved: no checkpoint yet
+            os.kill(os.getpid(), signal.SIGINT)  # the guard saves this step's checkpoint, then stops
+        return real_save(run_dir, step, *args, **kwargs)
+
+    monkeypatch.setattr(loop_module, "save_checkpoint", stop_b_at_step_2)
+    cut = tmp_path / "cut"
+    capsys.readouterr()
+    assert main([*argv, "--out", str(cut)]) == (130 if stop == "kill" else 128 + signal.SIGINT)
+    err = capsys.readouterr().err
+    if stop == "signal":
+        assert "SIGINT at step 2" in err and "the same `rlvr compare` command and --resume" in err
+    monkeypatch.setattr(loop_module, "save_checkpoint", real_save)
+    assert (cut / "grpo" / "final_model").is_dir() and not (cut / "dr_grpo" / "final_model").exists()
+    a_before = (cut / "grpo" / "metrics.jsonl").read_text()
+
+    assert main([*argv, "--out", str(cut)]) == 2
+    assert "add --resume" in capsys.readouterr().err
+    assert main([*argv, "--out", str(cut), "--resume"]) == 0
+    for label in ("grpo", "dr_grpo"):
+        assert (cut / label / "metrics.jsonl").read_text() == (tmp_path / "full" / label / "metrics.jsonl").read_text()
+        a, b = weights(cut / label / "final_model"), weights(tmp_path / "full" / label / "final_model")
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert (cut / "grpo" / "metrics.jsonl").read_text() == a_before  # the finished variant was not trained again
+    assert (cut / "summary.md").read_text() == (tmp_path / "full" / "summary.md").read_text()

@@ -120,3 +120,39 @@ def test_subset_task_round_trips_examples_and_keeps_the_base_verifier(tmp_path):
     (tmp_path / "bad.jsonl").write_text('{"answer": "1"}\n')
     with pytest.raises(ValueError, match=r"bad.jsonl:1: missing field\(s\) \['prompt'\]"):
         read_examples(tmp_path / "bad.jsonl")
+
+
+@pytest.mark.slow
+def test_an_interrupted_rl_stage_resumes_when_the_recipe_runs_again(tmp_path, capsys, monkeypatch):
+    """SIGINT in the RL stage: the hint names the recipe command (there is no run to `rlvr train --resume` on
+    its own); running it again skips the SFT stage and resumes the RL stage from its checkpoint, ending
+    where a recipe never stopped ends (it stopped with "already holds a run; resume it with --resume")."""
+    import os
+    import signal
+
+    import rlvr.train.loop as loop_module
+
+    path = tmp_path / "two.yaml"
+    path.write_text(yaml.safe_dump({"stages": [{"name": "warm", "kind": "sft", "steps": 1, "demonstrations": 4},
+                                               {"name": "rl", "kind": "rl"}]}))
+    argv = ["recipe", str(path), "--set", *TINY, "train.steps=4", "checkpoint.every=2"]
+    assert main([*argv, "--out", str(tmp_path / "full")]) == 0
+    real_save = loop_module.save_checkpoint
+
+    def sigint_at_step_2(run_dir, step, *args, **kwargs):
+        if step == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_save(run_dir, step, *args, **kwargs)
+
+    monkeypatch.setattr(loop_module, "save_checkpoint", sigint_at_step_2)
+    capsys.readouterr()
+    assert main([*argv, "--out", str(tmp_path / "cut")]) == 128 + signal.SIGINT
+    err = capsys.readouterr().err
+    assert "SIGINT at step 2" in err and "the same `rlvr recipe` command" in err and "rlvr train" not in err
+    monkeypatch.setattr(loop_module, "save_checkpoint", real_save)
+    assert main([*argv, "--out", str(tmp_path / "cut")]) == 0
+    assert "warm (sft): done before, skipped" in capsys.readouterr().out
+    full, cut = (tmp_path / name / "02_rl" for name in ("full", "cut"))
+    assert (cut / "run" / "metrics.jsonl").read_text() == (full / "run" / "metrics.jsonl").read_text()
+    records = [json.loads((d / "stage.json").read_text())["metrics"] for d in (full, cut)]
+    assert records[0] == records[1] and records[1]["heldout_greedy_accuracy_before"] is not None
