@@ -13,6 +13,12 @@ All runs of a round are interleaved, so machine load hits them alike; the ratios
 read. Throughput is per wall-clock second and per CPU second of this process (the latter is less
 sensitive to other processes sharing the cores). `--vocab` pads the model's vocabulary (the char
 tokenizer has 101 ids; real models have 32k-150k, where sampling over the vocabulary costs more).
+`--dtype bfloat16` places the model as `model.dtype: bfloat16` does (float32 weights, autocast forward)
+and runs HFEngine with its one autocast region and `generate` inside one region too (its best setting:
+with only the policy's per-forward hooks it would cast every weight at every token). `--lora R` wraps the
+model in fresh LoRA adapters as `model.lora.r: R` does (vLLM is then left out) and adds "HFEngine/step
+casts", the same engine casting the frozen base at every decoding step (as before it cast them once per
+call, `rlvr.rollout.hf_engine.frozen_linear_casts`).
 
     .venv/bin/python benchmarks/bench_rollout.py [--repeats 3] [--threads 2] [--vocab 16384]
     VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind PYTHONPATH=. .venv-vllm/bin/python \
@@ -28,16 +34,19 @@ import random
 import statistics
 import tempfile
 import time
+from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from rlvr.models import PRESETS, build_char_tokenizer, build_tiny_model, save_model
+from rlvr.models.placement import autocast_forward
+import rlvr.rollout.hf_engine as hf_engine
 from rlvr.rollout import HFEngine, SamplingParams
 
 MODES = {"full length": True, "with EOS": False}  # mode -> SamplingParams.ignore_eos
-RATIOS = (("HFEngine", "generate"), ("vLLM", "HFEngine"), ("vLLM", "generate"))
+RATIOS = (("HFEngine", "generate"), ("vLLM", "HFEngine"), ("vLLM", "generate"), ("HFEngine", "HFEngine/step casts"))
 
 
 def make_prompts(tokenizer, count: int, length: int, seed: int) -> list[str]:
@@ -53,13 +62,25 @@ def run_engine(engine, prompts, n, sampling) -> int:
     return sum(len(c.token_ids) for c in completions)
 
 
-def run_hf_generate(model, tokenizer, prompts, n, sampling) -> int:
+def run_per_step_casts(engine, prompts, n, sampling) -> int:
+    """The engine as it was before the frozen weights were cast once per call."""
+    cast_once = hf_engine.frozen_linear_casts
+    hf_engine.frozen_linear_casts = lambda model, dtype: {}
+    try:
+        return run_engine(engine, prompts, n, sampling)
+    finally:
+        hf_engine.frozen_linear_casts = cast_once
+
+
+def run_hf_generate(model, tokenizer, prompts, n, sampling, dtype=torch.float32) -> int:
     batch = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left")
     # generate has no ignore_eos: min_new_tokens masks EOS until the limit instead
     forced = {"min_new_tokens": sampling.max_new_tokens} if sampling.ignore_eos else {}
-    out = model.generate(**batch, do_sample=True, temperature=sampling.temperature, top_p=1.0, top_k=0,
-                         max_new_tokens=sampling.max_new_tokens, num_return_sequences=n,
-                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, **forced)
+    region = nullcontext() if dtype == torch.float32 else torch.autocast("cpu", dtype)
+    with region:
+        out = model.generate(**batch, do_sample=True, temperature=sampling.temperature, top_p=1.0, top_k=0,
+                             max_new_tokens=sampling.max_new_tokens, num_return_sequences=n,
+                             pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, **forced)
     generated = out[:, batch["input_ids"].shape[1]:]  # (B*n, T)
     is_eos = generated == tokenizer.eos_token_id
     # tokens up to and including the first EOS; everything after it is padding
@@ -69,11 +90,16 @@ def run_hf_generate(model, tokenizer, prompts, n, sampling) -> int:
 
 def build_engines(args, model, tokenizer, tmp: str) -> dict:
     """engine name -> run(prompts, n, sampling) -> generated tokens. vLLM joins when importable."""
-    engine = HFEngine(model, tokenizer)
+    dtype = getattr(torch, args.dtype)
+    engine = HFEngine(model, tokenizer, autocast=dtype)
     engines = {"HFEngine": lambda *a: run_engine(engine, *a)}
+    if args.lora and dtype != torch.float32:
+        engines["HFEngine/step casts"] = lambda *a: run_per_step_casts(engine, *a)
     if not args.no_generate:
-        engines["generate"] = lambda *a: run_hf_generate(model, tokenizer, *a)
-    if importlib.util.find_spec("vllm") is not None and not args.no_vllm:
+        engines["generate"] = lambda *a: run_hf_generate(model, tokenizer, *a, dtype=dtype)
+    if args.lora or dtype != torch.float32:
+        print("vLLM left out: --lora / --dtype measure rlvr's engine on a LoRA or bfloat16 policy")
+    elif importlib.util.find_spec("vllm") is not None and not args.no_vllm:
         from rlvr.rollout.vllm_engine import VLLMEngine
 
         start = time.perf_counter()
@@ -135,6 +161,9 @@ def main() -> None:
     parser.add_argument("--no-generate", action="store_true", help="leave model.generate out (the slowest)")
     parser.add_argument("--no-vllm", action="store_true", help="leave vLLM out even where it is installed")
     parser.add_argument("--vllm-eager", action="store_true", help="vLLM without torch.compile")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                        help="compute dtype, as model.dtype (float32 weights, autocast)")
+    parser.add_argument("--lora", type=int, default=0, metavar="R", help="wrap the model in LoRA adapters of rank R")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -143,12 +172,19 @@ def main() -> None:
     if args.vocab:
         model.resize_token_embeddings(args.vocab)
     params = sum(p.numel() for p in model.parameters())
+    if args.lora:
+        from rlvr.config.sections import LoRAConfig
+        from rlvr.models.lora import add_lora
+
+        model = add_lora(model, LoRAConfig(r=args.lora))
+    model = autocast_forward(model, torch.device("cpu"), getattr(torch, args.dtype))
     prompts = make_prompts(tokenizer, args.prompts, args.prompt_len, seed=0)
     with tempfile.TemporaryDirectory() as tmp:
         engines = build_engines(args, model, tokenizer, tmp)
         print(f"model {args.arch}/{args.preset}: {params / 1e6:.1f}M params, vocab {model.config.vocab_size} | "
               f"{args.prompts} prompts x {args.prompt_len} tokens, n={args.n}, {args.new_tokens} new tokens, "
-              f"{args.threads} threads; load {os.getloadavg()[0]:.2f}")
+              f"{args.threads} threads, {args.dtype}{f', LoRA r={args.lora}' if args.lora else ''}; "
+              f"load {os.getloadavg()[0]:.2f}")
         report(*measure(engines, prompts, args))
     print(f"load at the end {os.getloadavg()[0]:.2f}")
 

@@ -10,7 +10,8 @@ What makes it faster than `model.generate(num_return_sequences=n)` on CPU:
 - tokens are drawn by inverse CDF (one random number per row, not per vocabulary entry), and a
   decoding step syncs with the host once;
 - in half precision (`model.dtype: bfloat16`) one autocast region spans the whole call, so each
-  float32 weight is cast once per call, not once per decoding step.
+  float32 weight is cast once per call, not once per decoding step (frozen ones, a LoRA policy's
+  base, which autocast does not keep, are cast by the engine itself).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Iterable
 
 import torch
 from torch import Tensor
+from torch.func import functional_call
 
 from rlvr.rollout.base import Completion, SamplingParams, encode_prompts
 from rlvr.rollout.kv_cache import PreallocatedKVCache, cache_kwarg
@@ -42,7 +44,9 @@ class HFEngine:
         autocast each forward (`rlvr.models.placement.autocast_forward`) would otherwise have every
         weight cast again at every decoding step (autocast keeps its casts only until the outermost
         region ends), 1.6x the generation time of a 20M model on AMX; a plain float32 model (a Ray
-        rollout worker's copy) computes in that dtype as the trained policy does.
+        rollout worker's copy) computes in that dtype as the trained policy does. Autocast keeps only
+        the casts of weights that require grad; the frozen linear weights (a LoRA policy's base) are cast
+        by the engine once per call (`frozen_linear_casts`) and passed to each step's forward.
 
     Weight sharing: built on the very module the trainer optimises, the engine samples from the
     current weights with no copy and `load_weights` is a no-op for those tensors.
@@ -67,6 +71,7 @@ class HFEngine:
         pad = pad_token_id(tokenizer)
         self.pad_id = 0 if pad is None else pad
         self._cache_kwarg = cache_kwarg(model)
+        self._casts: dict[str, Tensor] = {}  # during a call: frozen linear weights cast to `autocast`
 
     # --- public API -------------------------------------------------------------------------------
 
@@ -82,11 +87,13 @@ class HFEngine:
         try:
             region = nullcontext() if self.autocast is None else torch.autocast(self.device.type, self.autocast)
             with torch.no_grad(), region:
+                self._casts = {} if self.autocast is None else frozen_linear_casts(self.model, self.autocast)
                 for chunk in self._chunks(len(prompts), n):
                     rows.extend(self._run_chunk([prompt_ids[i] for i, _ in chunk],
                                                 [count for _, count in chunk], sampling, generator))
         finally:
             self.model.train(was_training)
+            self._casts = {}
         owners = [i for i in range(len(prompts)) for _ in range(n)]
         texts = self.tokenizer.batch_decode([row[0] for row in rows], skip_special_tokens=True)
         return [self._completion(prompts[i], prompt_ids[i], row, text, sampling)
@@ -133,8 +140,11 @@ class HFEngine:
         if self.model.config._attn_implementation == "eager":  # eager adds a 4D mask to the scores
             mask = torch.zeros(mask.shape, dtype=self.model.dtype, device=mask.device).masked_fill(
                 ~mask, torch.finfo(self.model.dtype).min)
-        out = self.model(input_ids=input_ids, position_ids=positions, attention_mask=mask,
-                         use_cache=True, logits_to_keep=1, **{self._cache_kwarg: cache})
+        kwargs = dict(input_ids=input_ids, position_ids=positions, attention_mask=mask, use_cache=True,
+                      logits_to_keep=1, **{self._cache_kwarg: cache})
+        # tie_weights=False: a tied output layer's cast must not replace the embedding (kept in float32)
+        out = (functional_call(self.model, self._casts, (), kwargs, tie_weights=False) if self._casts
+               else self.model(**kwargs))
         return out.logits[:, -1, :]  # (rows, V)
 
     def _prefill(self, prompt_ids: list[list[int]], counts: list[int], max_new: int):
@@ -225,6 +235,21 @@ class HFEngine:
         return Completion(prompt=prompt, prompt_ids=list(prompt_ids), token_ids=token_ids, logprobs=logprobs,
                           text=text, finish_reason="stop" if finished else "length",
                           extra={"stop_reason": stop_reason})
+
+
+def frozen_linear_casts(model: torch.nn.Module, dtype: torch.dtype) -> dict[str, Tensor]:
+    """{name: tensor cast to `dtype`} for the float32 weights and biases of linear layers that do not
+    require grad (a LoRA policy's frozen base, a tied output layer). Autocast casts a linear layer's
+    float32 weight to its dtype at every use and keeps the cast for the region only for tensors that
+    require grad, so in a decoding loop these would be cast again at every token; cast once here, they
+    give the same products (autocast leaves a weight already in its dtype as it is)."""
+    casts = {}
+    for prefix, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear):
+            for name, param in module.named_parameters(recurse=False):
+                if not param.requires_grad and param.dtype == torch.float32:
+                    casts[f"{prefix}.{name}" if prefix else name] = param.detach().to(dtype)
+    return casts
 
 
 def _eos_ids(model, tokenizer) -> set[int]:

@@ -269,5 +269,61 @@ def test_bfloat16_weights_are_cast_once_per_call_and_sample_as_the_policy(sharp_
     assert [c.logprobs for c in float32] != [lp for _, lp in samples["region", 6]]  # bfloat16 is not float32
 
 
+def test_a_lora_policys_frozen_base_is_cast_once_per_call(sharp_factory):
+    """A LoRA policy in bfloat16: autocast keeps the casts of the adapters (they require grad) but not of
+    the frozen base weights, which the engine casts itself once per call; the same tokens and log-probs
+    as casting them at every step (the policy's hooks alone), and not those of the base alone."""
+    from rlvr.config.sections import LoRAConfig
+    from rlvr.models.lora import add_lora
+    from rlvr.models.placement import autocast_forward
+    from rlvr.rollout.hf_engine import frozen_linear_casts
+
+    plain, tokenizer = sharp_factory("qwen2")
+    policy = add_lora(copy.deepcopy(plain), LoRAConfig(r=4))
+    with torch.no_grad():  # fresh adapters add nothing (B = 0): make them matter
+        for name, param in policy.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.05, generator=torch.Generator().manual_seed(len(name)))
+    policy = autocast_forward(policy, torch.device("cpu"), torch.bfloat16)
+    frozen = frozen_linear_casts(policy, torch.bfloat16)
+    assert frozen and all(t.dtype == torch.bfloat16 for t in frozen.values())
+    assert not any("lora_" in name for name in frozen)  # adapters train: autocast keeps their casts
+    assert any(name.endswith("base_layer.weight") for name in frozen)
+    engines = {"hooks alone": HFEngine(policy, tokenizer), "region": HFEngine(policy, tokenizer, autocast=torch.bfloat16)}
+    casts, samples = {}, {}
+    for name, engine in engines.items():
+        for steps in (3, 6):
+            with WeightCasts(engine.model) as counter:
+                completions = engine.generate(PROMPTS, 2, SamplingParams(max_new_tokens=steps, ignore_eos=True, seed=3))
+            casts[name, steps] = counter.count
+            samples[name, steps] = [(c.token_ids, c.logprobs) for c in completions]
+    assert 0 < casts["region", 3] == casts["region", 6] <= len(list(policy.parameters()))
+    assert casts["hooks alone", 6] > casts["hooks alone", 3] > casts["region", 3]
+    for steps in (3, 6):
+        assert samples["region", steps] == samples["hooks alone", steps]
+    with policy.disable_adapter():
+        base = HFEngine(policy, tokenizer, autocast=torch.bfloat16).generate(
+            PROMPTS, 2, SamplingParams(max_new_tokens=6, ignore_eos=True, seed=3))
+    assert [c.logprobs for c in base] != [lp for _, lp in samples["region", 6]]  # the adapters took part
+    assert not engines["region"]._casts  # the casts are dropped when the call ends
+
+
+def test_frozen_linear_casts_leave_trainable_and_non_linear_weights(sharp):
+    """Only float32 linear weights and biases that do not require grad; a tied output layer's weight is
+    named by the output layer (so the embedding, which autocast leaves in float32, is not replaced)."""
+    from rlvr.rollout.hf_engine import frozen_linear_casts
+
+    model = copy.deepcopy(sharp[0])
+    assert frozen_linear_casts(model, torch.bfloat16) == {}  # everything trains
+    model.requires_grad_(False)
+    casts = frozen_linear_casts(model, torch.bfloat16)
+    linear = {f"{prefix}.{name}" for prefix, m in model.named_modules() if isinstance(m, torch.nn.Linear)
+              for name, _ in m.named_parameters(recurse=False)}
+    assert set(casts) == linear
+    assert not any("embed" in name or "norm" in name for name in casts)
+    for name, tensor in casts.items():
+        torch.testing.assert_close(tensor, model.get_parameter(name).to(torch.bfloat16), rtol=0, atol=0)
+
+
 def test_a_float32_autocast_opens_no_region(sharp):
     assert HFEngine(*sharp, autocast=torch.float32).autocast is None
