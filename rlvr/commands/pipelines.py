@@ -76,5 +76,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     r.add_argument("recipe", help="recipe YAML (configs/recipes/*.yaml)")
     r.add_argument("--out", default="runs/recipe", help="folder: one sub-folder per stage; finished stages are "
                                                         "skipped when run again")
-    _sets(r, "KEY=VALUE changes the shared base config, STAGE.KEY=VALUE one stage's option; repeatable")
+    _sets(r, "KEY=VALUE changes the shared base config and every RL stage's config (over the file's values), "
+             "STAGE.KEY=VALUE one stage's option; repeatable")
     r.set_defaults(func=_recipe)

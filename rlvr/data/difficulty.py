@@ -47,6 +47,22 @@ def solve_counts(
     return counts
 
 
+def filter_threshold(n: int, k: int | None, mode: str, drop_unsolved: bool) -> int:
+    """The solve count k at which an item is dropped, checked against the n samples: "drop_solved" needs
+    1 <= k <= n; "all_fail" is k = 1 (Kimi k1.5's rule); drop_unsolved with k = 1 would drop everything."""
+    if mode not in MODES:
+        raise ValueError(f"unknown difficulty mode {mode!r}; choose from {list(MODES)}")
+    if mode == "all_fail":
+        if k not in (None, 1):
+            raise ValueError(f"mode='all_fail' means k=1; got k={k}")
+        k = 1
+    if k is None or not 1 <= k <= n:
+        raise ValueError(f"k must be in 1..n={n} for mode 'drop_solved', got {k}")
+    if drop_unsolved and k == 1:
+        raise ValueError("drop_unsolved with k=1 would drop every item")
+    return k
+
+
 def difficulty_filter(
     items: Sequence[Any],
     solved: Sequence[int],
@@ -63,18 +79,9 @@ def difficulty_filter(
     `solved[i]` is item i's count of correct samples (from `solve_counts` or any earlier run). With
     `drop_unsolved`, items solved 0 times are dropped too (reason "never_solved").
     """
-    if mode not in MODES:
-        raise ValueError(f"unknown difficulty mode {mode!r}; choose from {list(MODES)}")
-    if mode == "all_fail":
-        if k not in (None, 1):
-            raise ValueError(f"mode='all_fail' means k=1; got k={k}")
-        k = 1
-    if k is None or not 1 <= k <= n:
-        raise ValueError(f"k must be in 1..n={n} for mode 'drop_solved', got {k}")
+    k = filter_threshold(n, k, mode, drop_unsolved)
     if len(solved) != len(items):
         raise ValueError(f"got {len(solved)} solve counts for {len(items)} items")
-    if drop_unsolved and k == 1:
-        raise ValueError("drop_unsolved with k=1 would drop every item")
     removed = []
     for i, (item, s) in enumerate(zip(items, solved)):
         if not 0 <= s <= n:

@@ -11,39 +11,30 @@ A recipe file is either a plain training config (one RL stage; `rlvr train FILE`
 
 Each stage starts from the model the previous stage produced (the first from `base.model`, or a tiny
 model built from it). An `rl` stage is `base` + its `config`, trained by the shared loop
-(`rlvr.train.loop.train`) with `sft.steps = 0` (supervised steps are stages of their own). A
+(`rlvr.train.loop.train_to_end`) with `sft.steps = 0` (supervised steps are stages of their own). A
 `filter` stage restricts the training prompts of the RL stages after it. `--set KEY=VALUE` changes
-`base` (every stage), `--set STAGE.KEY=VALUE` one stage's option (for an `rl` stage, its config).
-Stage folders are `OUT/NN_name`; a stage whose `stage.json` exists is skipped, so running an
-interrupted recipe again resumes at the first unfinished stage.
+`base` and every `rl` stage's config (the command line wins over the file), `--set STAGE.KEY=VALUE`
+one stage's option (for an `rl` stage, its config). Every stage is checked before the first runs.
+Stage folders are `OUT/NN_name`; a stage whose `stage.json` exists is skipped (if it was made with the
+settings asked for now, else the recipe stops naming them), and an interrupted RL stage resumes, so
+running an interrupted recipe again finishes it.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
 
 from rlvr.pipelines.compare import _flatten
 from rlvr.config import Config, ConfigError, config_file, load_config, parse_yaml, read_yaml
+from rlvr.train.preflight import check_out_dir
 from rlvr.train.validate import check_registries
+from rlvr.pipelines.recipe_options import KINDS, check_stage_options
 from rlvr.pipelines.recipe_stages import STAGE_FUNCTIONS, initial_model
 
-# kind -> option defaults (None: optional, no default). Unknown options are an error.
-_SFT = {"steps": 100, "batch_size": 32, "lr": 1e-3}
-_SAMPLE = {"prompts": 64, "samples": 4, "temperature": 1.0}
-KINDS: dict[str, dict[str, Any]] = {
-    "rl": {"config": {}},
-    "sft": {**_SFT, "data": None, "demonstrations": 256},
-    "rejection_sft": {**_SFT, **_SAMPLE, "data": None, "demonstrations": 0},
-    "dpo": {**_SAMPLE, "loss": "dpo", "beta": None, "lr": 1e-4, "epochs": 1, "batch_size": 8},
-    "filter": {"prompts": None, "samples": 8, "k": None, "mode": "drop_solved", "drop_unsolved": False,
-               "temperature": 1.0},
-    "fusion_sft": {**_SFT, "data": None, "demonstrations": 256, "thinking": "The answer is {answer}.",
-                   "unflagged_think": 0.0},
-    "budget_eval": {"budgets": [8, 16, 32], "examples": None, "answer_tokens": None},
-}
+START = "recipe_start.json"  # the settings the starting model (OUT/init_model, its warm start) was made with
 
 
 @dataclass
@@ -97,7 +88,14 @@ def load_recipe(path: str | Path, overrides: list[str] = ()) -> Recipe:
             _override_stage(by_name[head], rest)
         else:
             recipe.base_overrides.append(item)
-    base_config(recipe)  # validate now, before any work
+    base_config(recipe)  # validate now, before any work: the base, every stage's options, every RL config
+    for stage in stages:
+        check_stage_options(stage.name, stage.kind, stage.options)
+        if stage.kind == "rl":
+            try:
+                rl_config(recipe, stage, None, Path(stage.name), None)
+            except ConfigError as err:
+                raise ConfigError(f"stage {stage.name!r} (rl): {err}") from None
     return recipe
 
 
@@ -117,24 +115,77 @@ def base_config(recipe: Recipe, extra: list[str] = ()) -> Config:
     return check_registries(load_config(None, [*_flatten(recipe.base), *recipe.base_overrides, *extra]))
 
 
-def rl_config(recipe: Recipe, stage: Stage, model: Path, out_dir: Path, pool: Path | None) -> Config:
-    """base + the stage's config + its --set items, on `model`, into `out_dir`, without SFT."""
-    extra = [*_flatten(stage.options["config"]), *stage.sets, f"model.path={model}", f"out_dir={out_dir}", "sft.steps=0"]
+def rl_config(recipe: Recipe, stage: Stage, model: Path | None, out_dir: Path, pool: Path | None) -> Config:
+    """The recipe's base, the stage's config, then the command line's `--set` (for every stage, then for this
+    one: the command line wins over the file, as everywhere), on `model` (None: not checked, as before any
+    stage has run), into `out_dir`, without SFT."""
+    items = [*_flatten(recipe.base), *_flatten(stage.options["config"]), *recipe.base_overrides, *stage.sets,
+             f"out_dir={out_dir}", "sft.steps=0", *([f"model.path={model}"] if model is not None else [])]
     if pool is not None:
         base = base_config(recipe)
-        extra += ["task.name=subset", "task.options=" + json.dumps(
+        items += ["task.name=subset", "task.options=" + json.dumps(
             {"path": str(pool), "task": base.task.name, "options": base.task.options})]
-    return base_config(recipe, extra)
+    return check_registries(load_config(None, items))
+
+
+def _json(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+def start_settings(base: Config) -> dict[str, Any]:
+    """What the starting model (a tiny model built in OUT and its SFT warm start) depends on."""
+    task = {"name": base.task.name, "options": base.task.options, "train_size": base.task.train_size}
+    return _json({"seed": base.seed, "model": asdict(base.model), "sft": asdict(base.sft), "task": task})
+
+
+def stage_settings(recipe: Recipe, stage: Stage) -> dict[str, Any]:
+    """What a stage's result depends on besides the stages before it (recorded in its stage.json): an RL
+    stage's config but for where and how it logs and checkpoints; another stage's options and the base
+    config's sections it reads."""
+    if stage.kind == "rl":
+        cfg = asdict(rl_config(recipe, stage, None, Path(stage.name), None))
+        return _json({"config": {k: v for k, v in cfg.items() if k not in ("out_dir", "log", "checkpoint")}})
+    base = asdict(base_config(recipe))
+    return _json({"options": stage.options, "base": {k: base[k] for k in ("seed", "model", "task", "rollout")}})
+
+
+def _differences(old: Any, new: Any, prefix: str = "") -> list[str]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [d for key in sorted(set(old) | set(new), key=str)
+                for d in _differences(old.get(key), new.get(key), f"{prefix}{key}.")]
+    return [] if old == new else [f"{prefix[:-1]} {old!r} -> {new!r}"]
+
+
+def check_unchanged(recorded: dict[str, Any] | None, current: dict[str, Any], what: str, out_dir: Path) -> None:
+    """A finished part of the recipe in `out_dir` was made with the settings asked for now; ConfigError
+    naming the first differences otherwise (it would be skipped, and the run silently keep the old result)."""
+    diff = [] if recorded is None else _differences(recorded, current)
+    if diff:
+        raise ConfigError(f"{what} in {str(out_dir)!r} was made with other settings ({'; '.join(diff[:3])}"
+                          f"{'; ...' if len(diff) > 3 else ''}); choose another --out, or delete that stage's "
+                          "folder and those after it to redo them")
 
 
 def run_recipe(recipe: Recipe, out_dir: str | Path, log: Callable[[str], None] = print) -> list[dict[str, Any]]:
-    """Run every stage in order; returns each stage's record (also in `OUT/NN_name/stage.json`)."""
+    """Run every stage in order; returns each stage's record (also in `OUT/NN_name/stage.json`). Finished
+    stages are skipped, after checking (all of them, before any work) that they were made with the
+    settings asked for now."""
     out_dir = Path(out_dir)
+    check_out_dir(out_dir, "--out")
     base = base_config(recipe)
+    stage_dirs = [out_dir / f"{i:02d}_{stage.name}" for i, stage in enumerate(recipe.stages, 1)]
+    settings = [stage_settings(recipe, stage) for stage in recipe.stages]
+    start = start_settings(base)
+    if (out_dir / START).is_file():
+        check_unchanged(json.loads((out_dir / START).read_text()), start, "the starting model", out_dir)
+    for stage, stage_dir, current in zip(recipe.stages, stage_dirs, settings):
+        if (stage_dir / "stage.json").is_file():
+            recorded = json.loads((stage_dir / "stage.json").read_text()).get("settings")
+            check_unchanged(recorded, current, f"stage {stage.name!r}", out_dir)
     model, pool = initial_model(base, out_dir), None
+    (out_dir / START).write_text(json.dumps(start, indent=2))
     records = []
-    for i, stage in enumerate(recipe.stages, 1):
-        stage_dir = out_dir / f"{i:02d}_{stage.name}"
+    for i, (stage, stage_dir, current) in enumerate(zip(recipe.stages, stage_dirs, settings), 1):
         done = stage_dir / "stage.json"
         if done.is_file():
             record = json.loads(done.read_text())
@@ -146,7 +197,7 @@ def run_recipe(recipe: Recipe, out_dir: str | Path, log: Callable[[str], None] =
                 record = STAGE_FUNCTIONS["rl"](rl_config(recipe, stage, model, stage_dir / "run", pool), stage_dir)
             else:
                 record = STAGE_FUNCTIONS[stage.kind](base, stage.options, model, stage_dir)
-            record = {"name": stage.name, "kind": stage.kind, **record}
+            record = {"name": stage.name, "kind": stage.kind, **record, "settings": current}
             done.write_text(json.dumps(record, indent=2))
         log(f"    {json.dumps(record.get('metrics', {}))}")
         model = Path(record.get("model") or model)

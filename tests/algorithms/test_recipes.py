@@ -4,6 +4,7 @@ the tiny model (offline, a few steps per stage)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -156,3 +157,74 @@ def test_an_interrupted_rl_stage_resumes_when_the_recipe_runs_again(tmp_path, ca
     assert (cut / "run" / "metrics.jsonl").read_text() == (full / "run" / "metrics.jsonl").read_text()
     records = [json.loads((d / "stage.json").read_text())["metrics"] for d in (full, cut)]
     assert records[0] == records[1] and records[1]["heldout_greedy_accuracy_before"] is not None
+
+
+@pytest.mark.parametrize("override, words", [
+    ("mixed_sft.samples=0", "mixed_sft.samples: expected an integer >= 1, got 0"),
+    ("cold_start.steps=abc", "cold_start.steps: expected an integer >= 1, got 'abc'"),
+    ("cold_start.lr=-1", "cold_start.lr: expected a number > 0"),
+    ("preference.loss=foo", "preference.loss: expected one of ['dpo', 'ipo', 'ln_dpo', 'simpo'], got 'foo'"),
+    ("preference.loss=ln_dpo", "stage 'preference' (dpo): loss 'ln_dpo' has no default beta"),
+    ("cold_start.data=missing.jsonl", "cold_start.data: no such file 'missing.jsonl'"),
+    ("reasoning_rl.train.stepz=3", "stage 'reasoning_rl' (rl): unknown config key 'train.stepz'"),
+    ("reasoning_rl.train.steps=-2", "stage 'reasoning_rl' (rl): train.steps"),
+])
+def test_every_stage_is_checked_before_the_first_one_runs(override, words, tmp_path, capsys):
+    """A bad value in a later stage was found only when that stage started (r1: minutes of earlier stages
+    first), a non-number as an internal TypeError (exit 1); now one line naming STAGE.KEY, before any work."""
+    with pytest.raises(ConfigError) as err:
+        load_recipe(RECIPES / "r1.yaml", [override])
+    assert words in str(err.value)
+    assert main(["recipe", str(RECIPES / "r1.yaml"), "--out", str(tmp_path / "out"), "--set", override]) == 2
+    out = capsys.readouterr()
+    assert out.err.count("\n") == 1 and words in out.err and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("recipe, override, words", [
+    ("qwen3", "difficulty_filter.k=9", "k must be in 1..n=8"),
+    ("kimi_k15", "curation.k=3", "mode='all_fail' means k=1"),
+    ("qwen3", "budget.budgets=[0, 8]", "budget.budgets: expected a non-empty list of integers >= 1"),
+    ("qwen3", "fusion.unflagged_think=2", "fusion.unflagged_think: expected a number >= 0 and <= 1"),
+])
+def test_filter_and_budget_options_are_checked_before_any_stage(recipe, override, words):
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        load_recipe(RECIPES / f"{recipe}.yaml", [override])
+
+
+def test_the_command_lines_set_wins_over_a_stages_config():
+    """`--set train.steps=2` left r1's RL stage at the 200 steps its config sets (precedence file < --set held
+    for the base only); a stage's own `--set` wins over both."""
+    r1 = load_recipe(RECIPES / "r1.yaml", ["train.steps=2"])
+    stages = {s.name: s for s in r1.stages}
+    assert stages["reasoning_rl"].options["config"]["train"]["steps"] == 200  # what the file says
+    assert rl_config(r1, stages["reasoning_rl"], None, Path("run"), None).train.steps == 2
+    both = load_recipe(RECIPES / "r1.yaml", ["train.steps=2", "reasoning_rl.train.steps=5"])
+    assert rl_config(both, {s.name: s for s in both.stages}["reasoning_rl"], None, Path("run"), None).train.steps == 5
+
+
+def test_a_finished_stage_made_with_other_settings_is_refused_not_skipped(tmp_path):
+    """Run again with other settings, a recipe skipped its finished stages and kept their old results
+    (exit 0, no word); now the first stage whose settings differ is named with the keys, before any work.
+    Settings that change no result (logging) are not compared."""
+    path = tmp_path / "two.yaml"
+    path.write_text(yaml.safe_dump({"stages": [{"name": "a", "kind": "sft", "steps": 1, "demonstrations": 4},
+                                               {"name": "b", "kind": "sft", "steps": 1, "demonstrations": 4}]}))
+    out = tmp_path / "out"
+    first = run_recipe(load_recipe(path, TINY), out, log=lambda _: None)
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    with pytest.raises(ConfigError, match=r"stage 'b' in .* other settings \(options.steps 1 -> 2\)"):
+        run_recipe(load_recipe(path, [*TINY, "b.steps=2"]), out, log=lambda _: None)
+    with pytest.raises(ConfigError, match=r"the starting model .* \(seed 0 -> 3\)"):
+        run_recipe(load_recipe(path, [*TINY, "seed=3"]), out, log=lambda _: None)
+    with pytest.raises(ConfigError, match=r"stage 'a' .*\(base.rollout.max_new_tokens 8 -> 9\)"):
+        run_recipe(load_recipe(path, [*TINY, "rollout.max_new_tokens=9"]), out, log=lambda _: None)
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == before  # nothing touched
+    again = run_recipe(load_recipe(path, [*TINY, "log.progress=true"]), out, log=lambda _: None)
+    assert again == first
+
+
+def test_an_out_that_is_a_file_is_refused_before_any_work(tmp_path, capsys):
+    (tmp_path / "afile").write_text("")
+    assert main(["recipe", str(RECIPES / "r1_zero.yaml"), "--out", str(tmp_path / "afile")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--out" in err and "not a folder" in err
