@@ -9,7 +9,16 @@ from typing import Any, Sequence
 
 def read_jsonl(path: str | Path, required: Sequence[str] = (), what: str = "jsonl", *, missing_ok: bool = False,
                empty_ok: bool = True, growing: bool = False) -> list[dict[str, Any]]:
-    """Rows of a jsonl file, blank lines skipped; each row a JSON object with string fields `required`.
+    """Rows of a jsonl file (`read_jsonl_located` without the places)."""
+    return [row for _, row in read_jsonl_located(path, required, what, missing_ok=missing_ok, empty_ok=empty_ok,
+                                                 growing=growing)]
+
+
+def read_jsonl_located(path: str | Path, required: Sequence[str] = (), what: str = "jsonl", *,
+                       missing_ok: bool = False, empty_ok: bool = True,
+                       growing: bool = False) -> list[tuple[str, dict[str, Any]]]:
+    """(`path:LINE`, row) of a jsonl file, blank lines skipped, lines counted from 1 (for errors found
+    later, in a row's values); each row a JSON object with string fields `required`.
 
     `missing_ok`: a missing file reads as no rows (a run's metrics before its first record);
     `empty_ok=False`: a file without rows is an error (training data); `growing`: the file is a log another
@@ -18,6 +27,8 @@ def read_jsonl(path: str | Path, required: Sequence[str] = (), what: str = "json
     know which one is broken, so errors say `path:line: ...`.
     """
     path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{what}: {str(path)!r} is a folder, not a jsonl file")
     if not path.is_file():
         if missing_ok:
             return []
@@ -36,7 +47,7 @@ def read_jsonl(path: str | Path, required: Sequence[str] = (), what: str = "json
             if growing and lineno == len(lines):  # no newline after it: not yet (or never) finished
                 break
             raise ValueError(f"{path}:{lineno}: not valid JSON ({err.msg})") from None
-        rows.append(check_fields(row, required, f"{path}:{lineno}"))
+        rows.append((f"{path}:{lineno}", check_fields(row, required, f"{path}:{lineno}")))
     if not rows and not empty_ok:
         raise ValueError(f"{what} file {str(path)!r} is empty")
     return rows

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlvr.jsonl import read_jsonl
+from rlvr.jsonl import read_jsonl, read_jsonl_located
 
 
 def _write(path, lines):
@@ -64,3 +64,11 @@ rows_strategy = st.lists(st.dictionaries(st.text(min_size=1, max_size=5),
 def test_round_trip(tmp_path_factory, rows):
     path = _write(tmp_path_factory.mktemp("j") / "r.jsonl", [json.dumps(r, ensure_ascii=False) for r in rows])
     assert read_jsonl(path) == rows
+
+
+def test_rows_come_with_their_lines_and_a_folder_is_named(tmp_path):
+    """The places count from 1 and over blank lines, as every error of the reader does."""
+    path = _write(tmp_path / "r.jsonl", ['{"a": 1}', "", "  ", '{"a": 2}'])
+    assert read_jsonl_located(path) == [(f"{path}:1", {"a": 1}), (f"{path}:4", {"a": 2})]
+    with pytest.raises(ValueError, match="is a folder, not a jsonl file"):
+        read_jsonl(tmp_path, what="input")

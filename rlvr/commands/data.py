@@ -11,13 +11,16 @@ Each filtering command writes `<out>/<step>.kept.jsonl` and its report (`<step>.
 from __future__ import annotations
 
 import argparse
+import os
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, Iterator, Sequence
 
-from rlvr.data.decontaminate import decontaminate
+from rlvr.data.decontaminate import DEFAULT_MIN_WORDS, decontaminate
 from rlvr.data.dedup import deduplicate
 from rlvr.data.report import CurationResult
 from rlvr.data.text import write_jsonl
-from rlvr.jsonl import read_jsonl
+from rlvr.jsonl import read_jsonl, read_jsonl_located
 from rlvr.thinking.fusion import build_fusion_data, write_fusion_jsonl
 
 
@@ -28,33 +31,94 @@ def _eval_spec(text: str) -> tuple[str, Path]:
     return name, Path(path)
 
 
+def _check_out(out: str, *, folder: bool, outputs: Sequence[str] = (), inputs: Sequence[Path] = ()) -> None:
+    """Before any work: --out can be written as a folder (or a file, `folder=False`), and none of the
+    `outputs` written there would replace an input, which is read first and would be lost."""
+    path = Path(out)
+    if folder and path.exists() and not path.is_dir():
+        raise ValueError(f"--out: {out!r} is an existing file; give a folder")
+    if not folder and path.is_dir():
+        raise ValueError(f"--out: {out!r} is a folder; give a file path such as {str(path / 'fusion.jsonl')!r}")
+    start = path if folder else path.parent
+    existing = next(p for p in (start, *start.parents) if p.exists())
+    if not existing.is_dir():
+        raise ValueError(f"--out: {str(existing)!r} (in {out!r}) is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"--out: {str(existing)!r} is not writable")
+    read = {p.resolve() for p in inputs}
+    clash = next((t for t in ([path / name for name in outputs] if folder else [path]) if t.resolve() in read), None)
+    if clash is not None:
+        raise ValueError(f"--out: writing {str(clash)!r} would replace an input file; choose another --out")
+
+
+@contextmanager
+def _writing(out: str) -> Iterator[None]:
+    """Write errors the checks cannot foresee (a full disk, /proc as root) still name --out."""
+    try:
+        yield
+    except OSError as err:
+        raise ValueError(f"--out: cannot write {str(err.filename or out)!r}: {err.strerror or err}") from None
+
+
 def _finish(result: CurationResult, out: str) -> int:
     out_dir = Path(out)
-    write_jsonl(out_dir / f"{result.step}.kept.jsonl", result.kept)
-    _, md = result.write_report(out_dir)
+    with _writing(out):
+        write_jsonl(out_dir / f"{result.step}.kept.jsonl", result.kept)
+        _, md = result.write_report(out_dir)
     print(f"{result.summary()}\nkept: {out_dir / f'{result.step}.kept.jsonl'}\nreport: {md}")
     return 0
 
 
+def _outputs(step: str) -> list[str]:
+    """What `_finish` writes in --out."""
+    return [f"{step}.kept.jsonl", f"{step}.removed.jsonl", f"{step}.md"]
+
+
 def _decontaminate(args: argparse.Namespace) -> int:
+    min_words = min(DEFAULT_MIN_WORDS, args.n) if args.min_words is None else args.min_words
+    if args.n < 1:
+        raise ValueError(f"--n must be >= 1, got {args.n}")
+    if not 1 <= min_words <= args.n:
+        raise ValueError(f"--min-words must be in [1, --n] = [1, {args.n}], got {min_words}")
+    names = [name for name, _ in args.eval]
+    twice = next((name for i, name in enumerate(names) if name in names[:i]), None)
+    if twice is not None:
+        raise ValueError(f"--eval: name {twice!r} given twice")
+    _check_out(args.out, folder=True, outputs=_outputs("decontaminate"),
+               inputs=[Path(args.input), *(path for _, path in args.eval)])
     # every row's text field checked here, so a bad row is named by file and line
-    evals = {name: read_jsonl(path, (args.eval_text_key or args.text_key,), "eval") for name, path in args.eval}
-    result = decontaminate(read_jsonl(args.input, (args.text_key,), "input"), evals, text=args.text_key, eval_text=args.eval_text_key or None,
-                           n=args.n, min_words=args.min_words)
+    items = read_jsonl(args.input, (args.text_key,), "input")
+    eval_key = args.eval_text_key or args.text_key
+    evals = {name: read_jsonl(path, (eval_key,), f"--eval {name}") for name, path in args.eval}
+    result = decontaminate(items, evals, text=args.text_key, eval_text=eval_key, n=args.n, min_words=min_words)
     return _finish(result, args.out)
 
 
 def _dedup(args: argparse.Namespace) -> int:
-    result = deduplicate(read_jsonl(args.input, (args.text_key,), "input"), text=args.text_key, near=not args.exact_only, method=args.method,
-                         threshold=args.threshold, shingle=args.shingle, num_perm=args.num_perm)
+    if not 0 < args.threshold <= 1:
+        raise ValueError(f"--threshold must be in (0, 1], got {args.threshold}")
+    if args.shingle < 1:
+        raise ValueError(f"--shingle must be >= 1, got {args.shingle}")
+    if args.num_perm < 1:
+        raise ValueError(f"--num-perm must be >= 1, got {args.num_perm}")
+    _check_out(args.out, folder=True, outputs=_outputs("deduplicate"), inputs=[Path(args.input)])
+    result = deduplicate(read_jsonl(args.input, (args.text_key,), "input"), text=args.text_key,
+                         near=not args.exact_only, method=args.method, threshold=args.threshold,
+                         shingle=args.shingle, num_perm=args.num_perm)
     return _finish(result, args.out)
 
 
 def _fusion(args: argparse.Namespace) -> int:
-    rows = build_fusion_data(read_jsonl(args.input, (args.prompt_key,), "input"), prompt_key=args.prompt_key, thinking_key=args.thinking_key,
-                             answer_key=args.answer_key, completion_key=args.completion_key,
-                             unflagged_think=args.unflagged_think, seed=args.seed)
-    path = write_fusion_jsonl(rows, args.out)
+    if not 0 <= args.unflagged_think <= 1:
+        raise ValueError(f"--unflagged-think must be in [0, 1], got {args.unflagged_think}")
+    _check_out(args.out, folder=False, inputs=[Path(args.input)])
+    located = read_jsonl_located(args.input, (), "input")  # fields checked by build_fusion_data, at file:LINE
+    rows = build_fusion_data([row for _, row in located], prompt_key=args.prompt_key,
+                             thinking_key=args.thinking_key, answer_key=args.answer_key,
+                             completion_key=args.completion_key, unflagged_think=args.unflagged_think,
+                             seed=args.seed, where=[place for place, _ in located])
+    with _writing(args.out):
+        path = write_fusion_jsonl(rows, args.out)
     print(f"fusion: {len(rows)} rows ({len(rows) // 2} prompts x /think + /no_think) -> {path}")
     return 0
 
@@ -69,8 +133,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                     help="an eval set jsonl (repeatable)")
     dc.add_argument("--text-key", default="prompt", help="field holding the text (e.g. question)")
     dc.add_argument("--eval-text-key", default="", help="field of the eval items (default: --text-key)")
-    dc.add_argument("--n", type=int, default=13, help="n-gram length (GPT-3: 13)")
-    dc.add_argument("--min-words", type=int, default=8, help="shortest overlap that counts (GPT-3: 8)")
+    dc.add_argument("--n", type=int, default=13, help="n-gram length (GPT-3: 13); a smaller n is never a weaker check")
+    dc.add_argument("--min-words", type=int, default=None,
+                    help="shortest overlap that counts when an item has fewer than --n words; at most --n "
+                         f"(default: min({DEFAULT_MIN_WORDS}, --n); GPT-3: 8)")
     dc.add_argument("--out", required=True, help="output folder")
     dc.set_defaults(func=_decontaminate)
 
@@ -95,6 +161,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     fu.add_argument("--unflagged-think", type=float, default=0.0,
                     help="share of thinking rows without the /think flag (thinking is the default mode)")
     fu.add_argument("--seed", type=int, default=0)
-    fu.add_argument("--out", required=True, help="output jsonl")
+    fu.add_argument("--out", required=True, help="output jsonl file (not a folder)")
     fu.set_defaults(func=_fusion)
     return parser

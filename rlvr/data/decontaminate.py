@@ -4,8 +4,9 @@ A training item is contaminated by an eval item when both contain the same run o
 words, with m = min(n, len(train), len(eval)) and m >= `min_words`, or when the two normalise to the
 same text. n = 13 is GPT-3's choice (Brown et al. 2020, App. C: "13-gram overlap"); taking the shorter
 length when an item has fewer than n words also catches short eval questions pasted into a longer
-prompt, which a fixed 13-gram test misses. `min_words` (GPT-3's lower bound, 8) stops a few common
-words from counting as a leak.
+prompt, which a fixed 13-gram test misses. `min_words` (GPT-3's lower bound, 8) is the floor of that
+fallback: it stops a few common words from counting as a leak. It is at most n (by default min(8, n)),
+so a smaller n is never a weaker check: every item caught with n is caught with any n' < n.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import Any, Mapping, Sequence
 
 from rlvr.data.report import CurationResult, Removal, make_result
 from rlvr.data.text import TextKey, get_text, ngrams, words
+
+DEFAULT_MIN_WORDS = 8  # GPT-3's shortest overlap that counts (Brown et al. 2020, App. C)
 
 
 @dataclass
@@ -71,17 +74,20 @@ def decontaminate(
     text: TextKey = "prompt",
     eval_text: TextKey | None = None,
     n: int = 13,
-    min_words: int = 8,
+    min_words: int | None = None,
     report_dir: str | Path | None = None,
 ) -> CurationResult:
     """Keep the items that share no n-gram with any eval item; report the eval item each removed one hit.
 
     `eval_sets` maps a name (e.g. "gsm8k_test") to its items; `text`/`eval_text` say where the text is
     (a field name or a callable). Example: `decontaminate(train_rows, {"gsm8k": test_rows},
-    text="question")`.
+    text="question")`. `min_words` defaults to min(8, n); one above n would switch n-gram matching off.
     """
+    min_words = min(DEFAULT_MIN_WORDS, n) if min_words is None else min_words
     if n < 1 or min_words < 1:
         raise ValueError(f"n and min_words must be >= 1, got n={n}, min_words={min_words}")
+    if min_words > n:
+        raise ValueError(f"min_words ({min_words}) must be <= n ({n}); above n no n-gram overlap could count")
     if not eval_sets:
         raise ValueError("decontaminate needs at least one eval set")
     eval_text = text if eval_text is None else eval_text

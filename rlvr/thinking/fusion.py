@@ -43,11 +43,23 @@ def split_thinking(text: str) -> tuple[str, str]:
     return "", text.strip()
 
 
-def _field(record: Mapping[str, Any], key: str, index: int) -> str:
-    value = record.get(key)
+def _field(record: Mapping[str, Any], key: str, where: str, hint: str = "") -> str:
+    if not isinstance(record, Mapping):
+        raise ValueError(f"{where}: expected a JSON object, got {_kind(record)}")
+    if key not in record:
+        raise ValueError(f"{where}: missing string field {key!r}{hint}")
+    value = record[key]
     if not isinstance(value, str):
-        raise ValueError(f"record {index} needs a string field {key!r}; it has {sorted(record)}")
+        raise ValueError(f"{where}: field {key!r} is {_kind(value)}, not a string")
     return value
+
+
+def _kind(value: Any) -> str:
+    """`5` -> "an int", `None` -> "null": what a user who wrote the JSON row would call it."""
+    if value is None:
+        return "null"
+    name = type(value).__name__
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
 
 
 def _row(prompt: str, completion: str, mode: str, index: int) -> dict[str, Any]:
@@ -69,6 +81,7 @@ def build_fusion_data(
     no_think_answer_key: str | None = None,
     unflagged_think: float = 0.0,
     seed: int = 0,
+    where: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
     """Two rows per record: a thinking one and a non-thinking one, in record order.
 
@@ -76,23 +89,29 @@ def build_fusion_data(
     from a completion `<think>...</think>answer` (e.g. rejection-sampled traces). The non-thinking
     answer is `no_think_answer_key` when given (a direct answer written without reasoning), else the
     same answer. `unflagged_think` is the fraction of thinking rows whose prompt has no `/think` flag
-    (thinking is the default mode, Qwen3 Sec. 4.3), drawn with `seed`.
+    (thinking is the default mode, Qwen3 Sec. 4.3), drawn with `seed`. `where` names each record in
+    errors (e.g. `traces.jsonl:3`, lines counted from 1); by default `record i`, its index in `records`.
     """
     if not 0 <= unflagged_think <= 1:
         raise ValueError(f"unflagged_think must be in [0, 1], got {unflagged_think}")
+    if where is not None and len(where) != len(records):
+        raise ValueError(f"where names {len(where)} records, but there are {len(records)}")
+    # a reasoning trace kept inside the completion is the common mistake behind a missing thinking field
+    hint = f"; if the reasoning is inside a {THINK_START}...{THINK_END} completion, name it with --completion-key"
     rng = random.Random(seed)
     rows = []
     for i, record in enumerate(records):
-        prompt = _field(record, prompt_key, i)
+        at = where[i] if where is not None else f"record {i}"
+        prompt = _field(record, prompt_key, at)
         if completion_key is not None:
-            thinking, answer = split_thinking(_field(record, completion_key, i))
+            thinking, answer = split_thinking(_field(record, completion_key, at))
             if not answer:
-                raise ValueError(f"record {i}: completion has no answer after {THINK_END!r}")
+                raise ValueError(f"{at}: field {completion_key!r} has no answer after {THINK_END!r}")
         else:
-            thinking, answer = _field(record, thinking_key, i), _field(record, answer_key, i)
+            thinking, answer = _field(record, thinking_key, at, hint), _field(record, answer_key, at)
         if not thinking.strip():
-            raise ValueError(f"record {i}: empty reasoning; a thinking sample needs some")
-        direct = _field(record, no_think_answer_key, i) if no_think_answer_key else answer
+            raise ValueError(f"{at}: empty reasoning; a thinking sample needs some")
+        direct = _field(record, no_think_answer_key, at) if no_think_answer_key else answer
         think_prompt = prompt if rng.random() < unflagged_think else _flagged(prompt, THINK_FLAG)
         rows.append(_row(think_prompt, thinking_completion(thinking, answer), "think", i))
         rows.append(_row(_flagged(prompt, NO_THINK_FLAG), no_thinking_completion(direct), "no_think", i))

@@ -1,4 +1,7 @@
 import json
+from pathlib import Path
+
+import pytest
 
 from rlvr.cli import main as rlvr_main
 
@@ -39,9 +42,101 @@ def test_bad_input_exits_2_with_one_line(tmp_path, capsys):
     good = write_jsonl(tmp_path / "good.jsonl", [{"question": "q r s"}])
     for argv in (["dedup", str(mixed), "--text-key", "question"],
                  ["decontaminate", str(mixed), "--eval", f"e={good}", "--text-key", "question"],
-                 ["decontaminate", str(good), "--eval", f"e={mixed}", "--text-key", "question"],
-                 ["fusion", str(mixed), "--prompt-key", "question"]):  # every bad row named by file and line
-        assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+                 ["decontaminate", str(good), "--eval", f"e={mixed}", "--text-key", "question"]):
+        assert main([*argv, "--out", str(tmp_path / "out")]) == 2  # every bad row named by file and line
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and f"{mixed}:2: field(s) ['question'] must be strings" in err, err
     assert not (tmp_path / "out").exists()
+
+
+def _refused(capsys, argv, *expected):
+    """`rlvr data ARGV` exits 2 with one stderr line holding each of `expected`, and prints nothing else."""
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and err.startswith("rlvr data: error: "), err
+    assert all(text in err for text in expected), err
+    return err
+
+
+@pytest.fixture
+def three(tmp_path, monkeypatch):
+    """Three questions in tmp_path/three.jsonl, with tmp_path as the working folder."""
+    monkeypatch.chdir(tmp_path)
+    return write_jsonl(Path("three.jsonl"), [{"question": f"question number {i} about apples"} for i in range(3)])
+
+
+def test_decontaminate_eval_name_given_twice(three, capsys):
+    empty = write_jsonl(Path("empty.jsonl"), [])
+    _refused(capsys, ["decontaminate", "three.jsonl", "--eval", f"a={three}", "--eval", f"a={empty}",
+                      "--text-key", "question", "--out", "e2"], "--eval: name 'a' given twice")
+    assert not Path("e2").exists()
+
+
+def test_decontaminate_small_n_is_stricter_and_min_words_above_n_refused(three, capsys):
+    greek = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu"
+    write_jsonl(Path("tr.jsonl"), [{"q": greek}])
+    write_jsonl(Path("ev.jsonl"), [{"q": f"xx yy {greek} zz"}])
+    for n in ("13", "5", "1"):  # all 12 words are in the eval item: any n finds it
+        assert main(["decontaminate", "tr.jsonl", "--eval", "e=ev.jsonl", "--text-key", "q", "--n", n,
+                     "--out", f"n{n}"]) == 0
+        assert "kept 0 of 1" in capsys.readouterr().out
+    _refused(capsys, ["decontaminate", "tr.jsonl", "--eval", "e=ev.jsonl", "--text-key", "q", "--n", "5",
+                      "--min-words", "6", "--out", "bad"], "--min-words", "--n", "got 6")
+    _refused(capsys, ["decontaminate", "tr.jsonl", "--eval", "e=ev.jsonl", "--text-key", "q", "--n", "0",
+                      "--out", "bad"], "--n must be >= 1")
+    assert not Path("bad").exists()
+
+
+def test_out_that_cannot_be_written_is_refused_before_any_work(three, capsys):
+    Path("afile").write_text("keep me")
+    Path("afolder").mkdir()
+    write_jsonl(Path("tr.jsonl"), [{"prompt": "Q1", "thinking": "t", "answer": "x"}])
+    dc = ["decontaminate", "three.jsonl", "--eval", "a=three.jsonl", "--text-key", "question"]
+    _refused(capsys, [*dc, "--out", "afile"], "--out: 'afile' is an existing file")
+    _refused(capsys, ["dedup", "three.jsonl", "--text-key", "question", "--out", "afile"], "--out: 'afile'")
+    _refused(capsys, ["dedup", "three.jsonl", "--text-key", "question", "--out", "afile/sub"], "--out: 'afile'")
+    _refused(capsys, ["fusion", "tr.jsonl", "--out", "afolder"], "--out: 'afolder' is a folder")
+    _refused(capsys, ["fusion", "tr.jsonl", "--out", "afile/f.jsonl"], "--out: 'afile'")
+    _refused(capsys, ["fusion", "tr.jsonl", "--out", "tr.jsonl"], "--out: writing 'tr.jsonl' would replace an input")
+    Path("cur").mkdir()
+    write_jsonl(Path("cur/deduplicate.kept.jsonl"), [{"question": "q"}])
+    _refused(capsys, ["dedup", "cur/deduplicate.kept.jsonl", "--text-key", "question", "--out", "cur"],
+             "--out: writing 'cur/deduplicate.kept.jsonl' would replace an input")
+    assert Path("afile").read_text() == "keep me" and list(Path("afolder").iterdir()) == []
+    assert Path("cur/deduplicate.kept.jsonl").read_text() == '{"question": "q"}\n'
+    assert sorted(p.name for p in Path("cur").iterdir()) == ["deduplicate.kept.jsonl"]
+    if Path("/proc/self").is_dir():  # not writable even as root; the error still names --out
+        _refused(capsys, [*dc, "--out", "/proc/x"], "--out: ", "'/proc/x'")
+        _refused(capsys, ["fusion", "tr.jsonl", "--out", "/proc/x"], "--out: ", "'/proc/x'")
+
+
+def test_fusion_row_errors_name_file_and_line(tmp_path, capsys):
+    ok = '{"prompt": "Q1", "thinking": "t", "answer": "x"}\n\n'  # a blank line 2: lines still count from 1
+    (tmp_path / "c5.jsonl").write_text(ok + '{"prompt": "Q2", "thinking": "t"}\n')
+    (tmp_path / "c4.jsonl").write_text('{"prompt": "Q1", "thinking": 5, "answer": "x"}\n')
+    (tmp_path / "c6.jsonl").write_text('{"prompt": "Q1", "completion": "<think>t</think>x"}\n')
+    out = str(tmp_path / "g.jsonl")
+    _refused(capsys, ["fusion", str(tmp_path / "c5.jsonl"), "--out", out], f"{tmp_path / 'c5.jsonl'}:3: missing "
+             "string field 'answer'")
+    _refused(capsys, ["fusion", str(tmp_path / "c4.jsonl"), "--out", out],
+             f"{tmp_path / 'c4.jsonl'}:1: field 'thinking' is an int, not a string")
+    _refused(capsys, ["fusion", str(tmp_path / "c6.jsonl"), "--out", out],
+             f"{tmp_path / 'c6.jsonl'}:1: missing string field 'thinking'", "--completion-key")
+    _refused(capsys, ["fusion", str(tmp_path / "c4.jsonl"), "--unflagged-think", "2", "--out", out],
+             "--unflagged-think must be in [0, 1]")
+    assert not (tmp_path / "g.jsonl").exists()
+    assert main(["fusion", str(tmp_path / "c6.jsonl"), "--completion-key", "completion", "--out", out]) == 0
+
+
+def test_flag_and_input_errors_name_the_flag_or_folder(three, capsys):
+    dd = ["dedup", "three.jsonl", "--text-key", "question", "--out", "x"]
+    _refused(capsys, [*dd, "--threshold", "1.5"], "--threshold must be in (0, 1], got 1.5")
+    _refused(capsys, [*dd, "--threshold", "0"], "--threshold")
+    _refused(capsys, [*dd, "--shingle", "0"], "--shingle must be >= 1, got 0")
+    _refused(capsys, [*dd, "--num-perm", "0"], "--num-perm must be >= 1, got 0")
+    _refused(capsys, ["decontaminate", ".", "--eval", "a=three.jsonl", "--text-key", "question", "--out", "x"],
+             "input: '.' is a folder, not a jsonl file")
+    _refused(capsys, ["decontaminate", "three.jsonl", "--eval", "a=.", "--text-key", "question", "--out", "x"],
+             "--eval a: '.' is a folder, not a jsonl file")
+    _refused(capsys, ["dedup", ".", "--text-key", "question", "--out", "x"], "input: '.' is a folder")
+    assert not Path("x").exists()

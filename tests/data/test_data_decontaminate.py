@@ -54,6 +54,7 @@ def test_by_hand_overlap_short_eval_and_exact_copy():
        st.lists(st.lists(st.sampled_from(WORDS[:6]), max_size=14), min_size=1, max_size=6),
        st.integers(2, 6), st.integers(1, 4))
 def test_matches_brute_force_definition(train, evals, n, min_words):
+    min_words = min(min_words, n)  # above n is refused (test_min_words_above_n_is_refused)
     train_t, eval_t = [" ".join(t) for t in train], [" ".join(e) for e in evals]
     res = decontaminate(train_t, {"e": eval_t}, text=lambda s: s, n=n, min_words=min_words)
     assert {r.index for r in res.removed} == brute_force_contaminated(train_t, eval_t, n, min_words)
@@ -65,6 +66,40 @@ def test_bad_input():
         decontaminate(["a"], {})
     with pytest.raises(ValueError, match="n and min_words"):
         decontaminate(["a"], {"e": ["a"]}, text=lambda s: s, n=0)
+
+
+GREEK = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu"  # 12 words
+
+
+def test_smaller_n_is_stricter_by_hand():
+    # eval: 15 words holding all 12 of GREEK; train 0 is GREEK, train 1 shares only its first 5 words
+    evals = {"e": ["xx yy " + GREEK + " zz"]}
+    train = [GREEK, "alpha beta gamma delta epsilon one two three four five six seven eight nine"]
+    at13 = decontaminate(train, evals, text=lambda s: s, n=13)  # m = min(13, 12, 15) = 12 >= 8; 14 words: m = 13
+    assert at13.kept_indices == [1] and at13.removed[0].detail["ngram"] == GREEK
+    assert at13.stats["min_words"] == 8
+    at5 = decontaminate(train, evals, text=lambda s: s, n=5)  # min_words defaults to min(8, 5) = 5
+    assert at5.kept_indices == [] and at5.stats["min_words"] == 5
+    # train 0 has 12 - 5 + 1 = 8 five-grams, all in the eval item; train 1 has one: its first five words
+    assert [r.detail["n_hits"] for r in at5.removed] == [8, 1]
+    assert [r.detail["ngram"] for r in at5.removed] == ["alpha beta gamma delta epsilon"] * 2
+
+
+def test_min_words_above_n_is_refused():
+    with pytest.raises(ValueError, match=r"min_words \(6\) must be <= n \(5\)"):
+        decontaminate([GREEK], {"e": [GREEK]}, text=lambda s: s, n=5, min_words=6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(WORDS[:5]), max_size=12), min_size=1, max_size=6),
+       st.lists(st.lists(st.sampled_from(WORDS[:5]), max_size=12), min_size=1, max_size=6),
+       st.integers(1, 10), st.integers(1, 10))
+def test_smaller_n_never_removes_less(train, evals, n, smaller):
+    smaller = min(smaller, n)
+    train_t, eval_t = [" ".join(t) for t in train], [" ".join(e) for e in evals]
+    removed = {n_: {r.index for r in decontaminate(train_t, {"e": eval_t}, text=lambda s: s, n=n_).removed}
+               for n_ in (n, smaller)}
+    assert removed[n] <= removed[smaller]
 
 
 def test_gsm8k_train_against_test_with_planted_copy(tmp_path):

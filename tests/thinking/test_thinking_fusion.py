@@ -55,11 +55,26 @@ def test_from_completions_and_unflagged_share():
 
 
 def test_bad_records():
-    with pytest.raises(ValueError, match="record 0 needs a string field 'thinking'"):
+    with pytest.raises(ValueError, match="^record 0: missing string field 'thinking'; .* --completion-key$"):
         build_fusion_data([{"prompt": "p", "answer": "a"}])
+    with pytest.raises(ValueError, match="^record 1: field 'answer' is an int, not a string$"):
+        build_fusion_data([{"prompt": "p", "thinking": "t", "answer": "a"}, {"prompt": "p", "thinking": "t",
+                                                                               "answer": 4}])
+    with pytest.raises(ValueError, match="^record 0: field 'prompt' is null, not a string$"):
+        build_fusion_data([{"prompt": None, "thinking": "t", "answer": "a"}])
+    with pytest.raises(ValueError, match="^record 0: expected a JSON object, got a list$"):
+        build_fusion_data([["p"]])
     with pytest.raises(ValueError, match="empty reasoning"):
         build_fusion_data([{"prompt": "p", "thinking": " ", "answer": "a"}])
-    with pytest.raises(ValueError, match="no answer"):
+    with pytest.raises(ValueError, match="field 'c' has no answer"):
         build_fusion_data([{"prompt": "p", "c": "<think>r"}], completion_key="c")
     with pytest.raises(ValueError, match="unflagged_think"):
         build_fusion_data([], unflagged_think=2)
+
+
+def test_errors_name_the_source_given_in_where():
+    records = [{"prompt": "p", "thinking": "t", "answer": "a"}, {"prompt": "q", "thinking": "t"}]
+    with pytest.raises(ValueError, match="^t.jsonl:3: missing string field 'answer'$"):
+        build_fusion_data(records, where=["t.jsonl:1", "t.jsonl:3"])
+    with pytest.raises(ValueError, match="where names 1 records, but there are 2"):
+        build_fusion_data(records, where=["t.jsonl:1"])
