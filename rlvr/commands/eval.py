@@ -7,8 +7,11 @@ The CLI owner wires it in with `rlvr.commands.eval.add_parser(subparsers)`; the 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from pathlib import Path
 
+from rlvr.commands.experiments import check_out_folder, make_out_folder
 from rlvr.commands.placement_flags import add_placement_flags, config_from_flags
 from rlvr.commands.task_options import task_from_cli
 from rlvr.eval.evaluate import evaluate
@@ -45,7 +48,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--seed", type=int, default=0, help="held-out selection and sampling seed")
     p.add_argument("--batch-size", type=int, default=None, help="max sequences decoded at once (hf engine)")
     add_placement_flags(p, engine=True)
-    p.add_argument("--out", default=None, help="jsonl of graded samples (default: MODEL/eval_TASK.jsonl)")
+    p.add_argument("--out", default=None, help="jsonl of graded samples, or a folder to write eval_TASK.jsonl in "
+                                               "(default: MODEL/eval_TASK.jsonl); missing folders are made")
     add_thinking_budget_args(p)
     p.set_defaults(func=run)
     return p
@@ -86,6 +90,39 @@ def _new_tokens(args: argparse.Namespace, engine, prompts: list[str]) -> int:
     return min(DEFAULT_NEW_TOKENS, engine.max_positions - longest)
 
 
+def check_flags(args: argparse.Namespace) -> None:
+    """The numeric flags, before any work: each bad one is one line naming it."""
+    if args.n < 0 or args.num_examples < 0:
+        raise ValueError("--n and --num-examples must be >= 0")
+    if args.batch_size is not None and args.batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1 (or left out: all at once), got {args.batch_size}")
+    if args.max_new_tokens is not None and args.max_new_tokens < 1:
+        raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    if args.temperature < 0:
+        raise ValueError(f"--temperature must be >= 0, got {args.temperature:g}")
+    if not 0 < args.top_p <= 1:
+        raise ValueError(f"--top-p must be in (0, 1], got {args.top_p:g}")
+    if args.n > 0 and args.k and max(args.k) > args.n:
+        raise ValueError(f"--k {max(args.k)} needs at least that many samples per problem; --n is {args.n}")
+
+
+def out_file(args: argparse.Namespace) -> Path:
+    """Where the graded samples go: --out, or eval_TASK.jsonl in it when it is a folder (as `rlvr report --out`
+    does), default in the model folder; checked before the model loads (`make_out_folder` makes it later)."""
+    name = f"eval_{args.task}.jsonl"
+    out = Path(args.out) if args.out else Path(args.model) / name
+    if out.is_dir():
+        out = out / name
+    check_out_folder(out.parent, "--out")
+    if out.exists() and not os.access(out, os.W_OK):
+        raise ValueError(f"--out: {str(out)!r} is not writable")
+    return out
+
+
+def _problems(examples: list) -> str:
+    return f"{len(examples)} problem{'s' * (len(examples) != 1)}"
+
+
 def run(args: argparse.Namespace) -> int:
     run_eval(args)
     return 0
@@ -98,19 +135,21 @@ def run_eval(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     from rlvr.train.preflight import check_model_folder
     from rlvr.train.rollout import inference_engine
 
-    if args.n < 0 or args.num_examples < 0:
-        raise ValueError("--n and --num-examples must be >= 0")
-    if args.batch_size is not None and args.batch_size < 1:
-        raise ValueError(f"--batch-size must be >= 1 (or left out: all at once), got {args.batch_size}")
+    check_flags(args)
     check_model_folder(args.model, "--model")
     task = task_from_cli(args.task, args.task_option, args.model)
     try:
         examples = task.eval_examples(args.num_examples, args.seed)
     except TooFewExamples as err:
         raise ValueError(f"--num-examples {args.num_examples}: {err}") from None
+    out = out_file(args)
     engine = inference_engine(config_from_flags(args, training=False), args.model, args.batch_size)
     args.max_new_tokens = _new_tokens(args, engine, [ex.prompt for ex in examples])
-    out = Path(args.out) if args.out else Path(args.model) / f"eval_{args.task}.jsonl"
+    make_out_folder(out.parent, "--out")
+    if 0 < len(examples) < args.num_examples:  # a data file's held-out share is smaller than asked
+        note = getattr(task, "held_out_note", None)
+        print(f"rlvr eval: note: --num-examples {args.num_examples}: evaluating the {_problems(examples)} "
+              f"{args.task} holds out" + (f" ({note()})" if note else ""), file=sys.stderr)
     out.unlink(missing_ok=True)
     results = {"greedy": evaluate(engine, task, examples, 1, SamplingParams(
         temperature=0.0, max_new_tokens=args.max_new_tokens, seed=args.seed), (1,), out, "greedy")}
@@ -120,7 +159,7 @@ def run_eval(args: argparse.Namespace) -> dict[str, dict[str, float]]:
         ks = args.k or sorted({1, *[2 ** i for i in range(1, args.n.bit_length()) if 2 ** i <= args.n], args.n})
         results[f"sampled (n={args.n}, T={args.temperature:g})"] = evaluate(
             engine, task, examples, args.n, sampling, ks, out, "sampled")
-    print_summary(results, f"{args.task} on {args.model}: {len(examples)} problems")
+    print_summary(results, f"{args.task} on {args.model}: {_problems(examples)}")
     print(f"graded samples: {out}")
     if args.thinking_budget:  # Qwen3's thinking budget: accuracy against budget, table + plot
         run_budget_eval(args, engine, task, examples, out.parent, sampling=SamplingParams(

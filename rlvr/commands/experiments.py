@@ -15,7 +15,8 @@ import argparse
 from pathlib import Path
 
 from rlvr.pipelines.experiments.sort_rewards import PROMPT_SETS, SORT_REWARDS
-from rlvr.pipelines.experiments.sort_toy import DELTAS, SortToyConfig, format_table, plot_sort_toy, run_sort_toy, save_metrics
+from rlvr.pipelines.experiments.sort_toy import (DELTAS, SortToyConfig, format_table, plot_sort_toy, run_sort_toy,
+                                                 save_metrics)
 from rlvr.pipelines.experiments.two_state import check_against_core, format_two_state, two_state_example
 
 
@@ -33,20 +34,51 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def _sort_toy(args: argparse.Namespace) -> int:
+def check_out_folder(folder: str | Path, flag: str, files: tuple[str, ...] = ()) -> Path:
+    """`folder` is one, or can become one, that we may write in, and none of `files` (what the command writes
+    there) is a folder: a bad `flag` is one line before any work, not an error after it with the results lost."""
+    from rlvr.train.preflight import check_out_dir  # imports the trainer: only here
+
+    path = Path(folder)
+    check_out_dir(path, flag)
+    if folders := [name for name in files if (path / name).is_dir()]:
+        raise ValueError(f"{flag}: {str(path / folders[0])!r} is a folder; the results are written there as a file")
+    return path
+
+
+def make_out_folder(path: Path, flag: str) -> Path:
+    """`path` made, missing parents too, still before any work (/proc/x passes every check but this one)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ValueError(f"{flag}: cannot make the folder {str(path)!r} ({err.strerror})") from None
+    return path
+
+
+def sort_toy_configs(args: argparse.Namespace) -> dict[str, SortToyConfig]:
+    """{label: config} of every run, all checked before the first one trains."""
     deltas = list(DELTAS) if args.delta == "all" else [args.delta]
     rewards = list(SORT_REWARDS) if args.reward == "all" else [args.reward]
-    results = {}
+    if "normalized" in deltas and args.responses < 2:
+        raise ValueError(f"--responses {args.responses}: --delta {args.delta} runs the normalized delta, which "
+                         "needs at least 2 responses per prompt (a std); raise --responses or pick another --delta")
+    configs = {}
     for delta in deltas:
         for reward in rewards:
             label = "/".join([delta] * (len(deltas) > 1 or len(rewards) == 1) + [reward] * (len(rewards) > 1))
-            results[label] = run_sort_toy(SortToyConfig(
+            configs[label] = SortToyConfig(
                 delta=delta, reward=reward, prompts=PROMPT_SETS[args.prompts], epochs=args.epochs,
-                inner_steps=args.inner_steps, responses=args.responses, lr=args.lr, seed=args.seed, seeds=args.seeds))
-    print(format_table(results))
-    out = Path(args.out)
+                inner_steps=args.inner_steps, responses=args.responses, lr=args.lr, seed=args.seed, seeds=args.seeds)
+    return configs
+
+
+def _sort_toy(args: argparse.Namespace) -> int:
+    configs = sort_toy_configs(args)
     name = "_".join(["sort_toy", args.delta] + [args.reward] * (args.reward != "inclusion")
                     + [args.prompts] * (args.prompts != "lecture"))
+    out = make_out_folder(check_out_folder(args.out, "--out", (f"{name}.png", f"{name}.jsonl")), "--out")
+    results = {label: run_sort_toy(config) for label, config in configs.items()}
+    print(format_table(results))
     png = plot_sort_toy(results, out / f"{name}.png")
     jsonl = save_metrics(results, out / f"{name}.jsonl")
     print(f"plot: {png}\nmetrics: {jsonl}")
@@ -56,8 +88,11 @@ def _sort_toy(args: argparse.Namespace) -> int:
 def _lecture17(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from rlvr.pipelines.experiments.lecture17 import QUICK, Lecture17Sizes, run_lecture17  # imports the trainer: only here
+    from rlvr.pipelines.experiments.lecture17 import QUICK, Lecture17Sizes, run_lecture17  # imports the trainer
 
+    out, runs = check_out_folder(args.out, "--out", ("report.md",)), check_out_folder(args.runs, "--runs")
+    make_out_folder(out, "--out")
+    make_out_folder(runs, "--runs")
     sizes = QUICK if args.quick else Lecture17Sizes()
     report, claims = run_lecture17(args.out, args.runs, replace(sizes, workers=args.workers or sizes.workers))
     for c in claims:
@@ -82,7 +117,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                      help="which delta multiplies grad log pi; 'all' runs the four and draws them on one figure")
     toy.add_argument("--reward", choices=[*SORT_REWARDS, "all"], default="inclusion",
                      help="reward design (lecture 17): exact (0/1), position (matching positions), inclusion "
-                          "(prompt tokens present + ordered pairs, hackable with repeated tokens); 'all' runs the three")
+                          "(prompt tokens present + ordered pairs, hackable with repeated tokens); "
+                          "'all' runs the three")
     toy.add_argument("--prompts", choices=list(PROMPT_SETS), default="lecture",
                      help="lecture: [1 0 2], [3 2 4], [1 2 3]; repeated: prompts that repeat a token, where the "
                           "inclusion reward has maximum-reward answers that are not sorted")
@@ -102,7 +138,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     lec.add_argument("--runs", default="runs/lecture17", help="folder for the training runs (models, metrics)")
     lec.add_argument("--quick", action="store_true", help="tiny sizes: checks the pipeline in seconds, proves nothing")
     lec.add_argument("--workers", type=_positive_int, default=None,
-                     help="processes running independent parts side by side (default 2, one per idle core; 1 with --quick)")
+                     help="processes running independent parts side by side (default 2, one per idle core; "
+                          "1 with --quick)")
     lec.set_defaults(func=_lecture17)
 
     two = sub.add_parser("two-state", help="exact variance of the policy gradient with and without a baseline")

@@ -11,7 +11,7 @@ def task_from_cli(name: str, items: list[str], model: str | Path):
     """The task `name` with its `--task-option` items, each value read as YAML (numbers, booleans, lists the
     way a config reads them; anything else a string). `template=chat` takes the chat template of `model`'s
     tokenizer unless a `tokenizer` option names another. Bad input: one ValueError line."""
-    from rlvr.tasks import get_task
+    from rlvr.tasks import TaskOptionError, get_task
 
     options = {}
     for item in items:
@@ -23,5 +23,7 @@ def task_from_cli(name: str, items: list[str], model: str | Path):
         options.setdefault("tokenizer", str(model))
     try:
         return get_task(name, **options)
-    except TypeError as err:  # an option the task's factory does not take
+    except TaskOptionError as err:  # "--task-option foo: ..." / "--task-option path is required for ..."
+        raise ValueError(f"--task-option {err}" if err.missing else f"--task-option {err.key}: {err}") from None
+    except TypeError as err:  # a task whose options cannot be listed refused one
         raise ValueError(f"--task-option: {err}") from None

@@ -1,8 +1,8 @@
 """Tasks by name. Each module below registers its tasks on import."""
 
-from rlvr.tasks.base import TASKS, Example, Task, TooFewExamples, get_task, register_task
+from rlvr.tasks.base import TASKS, Example, Task, TaskOptionError, TooFewExamples, get_task, register_task
 from rlvr.tasks import arithmetic, sorting  # noqa: F401  (registers "arithmetic", "sort")
 from rlvr.tasks import countdown, gym, math_tasks  # noqa: F401  (gsm8k, math500, math_file, reasoning_gym, countdown)
 from rlvr.tasks import subset  # noqa: F401  (subset: a task's saved training subset)
 
-__all__ = ["TASKS", "Example", "Task", "TooFewExamples", "get_task", "register_task"]
+__all__ = ["TASKS", "Example", "Task", "TaskOptionError", "TooFewExamples", "get_task", "register_task"]

@@ -5,7 +5,11 @@ Tasks are chosen by name in a config: `get_task("sort", **options)`.
 
 from __future__ import annotations
 
+import inspect
+import types
+import typing
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Protocol, runtime_checkable
 
 from rlvr.rewards.base import RewardFn
@@ -54,7 +58,85 @@ def register_task(name: str):
     return deco
 
 
+class TaskOptionError(ValueError):
+    """An option the task does not take, or a required one left out; `key` names it so that callers can
+    name it the way the user wrote it (`--task-option KEY`, `task.options.KEY`)."""
+
+    def __init__(self, message: str, key: str, missing: bool = False):
+        super().__init__(message)
+        self.key, self.missing = key, missing
+
+
+_POSITIONAL_OR_KEYWORD = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+
+
+def task_options(factory: Callable[..., Any]) -> tuple[list[str], list[str], bool]:
+    """(option names, required names, open) of a task factory: its keyword parameters, plus, where it passes
+    `**options` on to the class it returns (math_file -> MathTask), that class's; `open` when they cannot be
+    known (then the factory itself refuses a wrong one). `name` is the registry's, not an option."""
+    params = [p for p in inspect.signature(factory).parameters.values() if p.name != "name"]
+    names = [p.name for p in params if p.kind in _POSITIONAL_OR_KEYWORD]
+    required = [p.name for p in params if p.kind in _POSITIONAL_OR_KEYWORD and p.default is p.empty]
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return names, required, False
+    try:
+        returned = typing.get_type_hints(factory).get("return")
+    except (NameError, TypeError):
+        returned = None
+    if not inspect.isclass(returned):
+        return names, required, True
+    more, _, is_open = task_options(returned)
+    return names + [n for n in more if n not in names], required, is_open
+
+
+_KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string", dict: "a mapping",
+          list: "a list", type(None): "null"}
+
+
+def _option_types(factory: Callable[..., Any]) -> dict[str, Any]:
+    """{option: annotation} of a task factory's keyword parameters, and of the class it passes `**options`
+    on to (as `task_options` reads them)."""
+    params = inspect.signature(factory, eval_str=True).parameters.values()
+    types = {p.name: p.annotation for p in params if p.kind in _POSITIONAL_OR_KEYWORD}
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        try:
+            returned = typing.get_type_hints(factory).get("return")
+        except (NameError, TypeError):
+            returned = None
+        if inspect.isclass(returned):
+            types = {**_option_types(returned), **types}
+    return types
+
+
+def _kind_problem(annotation: Any, value: Any) -> str | None:
+    """None when `value` (read from YAML) fits `annotation`, else what was expected; annotations other than
+    the plain YAML kinds (and unions of them) are left to the task."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        problems = [_kind_problem(a, value) for a in typing.get_args(annotation)]
+        return None if None in problems else " or ".join(dict.fromkeys(p for p in problems if p))
+    if annotation is Path:
+        return None if isinstance(value, str) else "a path"
+    if annotation not in _KINDS:
+        return None
+    fits = (isinstance(value, annotation) and not (annotation is int and isinstance(value, bool))
+            or annotation is float and isinstance(value, int) and not isinstance(value, bool))
+    return None if fits else _KINDS[annotation]
+
+
 def get_task(name: str, **options: Any) -> Task:
+    """The task `name` built with `options`; an option it does not take, or a required one left out, is a
+    `TaskOptionError` naming the option (and the options there are), before anything is built."""
     if name not in TASKS:
         raise ValueError(f"unknown task {name!r}; choose from {sorted(TASKS)}")
+    names, required, is_open = task_options(TASKS[name])
+    for key in options if not is_open else ():
+        if key not in names:
+            raise TaskOptionError(f"{name} has no option {key!r}; options: {', '.join(names) or '(none)'}", key)
+    for key in required:
+        if key not in options:
+            raise TaskOptionError(f"{key} is required for {name}", key, missing=True)
+    kinds = _option_types(TASKS[name])
+    for key, value in options.items():
+        if key in kinds and (problem := _kind_problem(kinds[key], value)):
+            raise TaskOptionError(f"{name} option {key!r} expects {problem}, got {value!r}", key)
     return TASKS[name](**options)

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from rlvr.jsonl import read_jsonl
+from rlvr.jsonl import read_jsonl, read_jsonl_located
 
 DATA_ENV = "RLVR_DATA_DIR"
 
@@ -52,6 +52,14 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
             raise ImportError(f"reading {path} needs pyarrow: pip install pyarrow") from None
         return pq.read_table(path).to_pylist()
     raise ValueError(f"{path}: unsupported file type {suffix!r}; use .jsonl, .json or .parquet")
+
+
+def record_place(path: str | Path, index: int) -> str:
+    """Where row `index` (from 0) of `read_records(path)` is, for an error line: `path:LINE` in a jsonl file
+    (blank lines are skipped when reading, so counted here), `path record N` in the others."""
+    if Path(path).suffix.lower() != ".jsonl":
+        return f"{path} record {index + 1}"
+    return read_jsonl_located(path)[index][0]
 
 
 def map_fields(rows: list[Mapping[str, Any]], fields: Mapping[str, str], path: Any = "") -> list[dict]:

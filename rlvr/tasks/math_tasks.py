@@ -21,7 +21,7 @@ from rlvr.rewards.extract import extract_answer, last_boxed
 from rlvr.rewards.format import MathReward, answer_in_tags, format_ok, with_prompt_prefix
 from rlvr.rewards.math_grader import get_grader, plain_number
 from rlvr.tasks.base import Example, register_task
-from rlvr.tasks.data import gsm8k_answer, map_fields, read_records, shared_file
+from rlvr.tasks.data import gsm8k_answer, map_fields, read_records, record_place, shared_file
 from rlvr.tasks.templates import check_template, load_tokenizer_option, render_prompt
 
 ANSWER_FORMATS = ("plain", "gsm8k", "boxed")
@@ -80,9 +80,19 @@ class MathTask:
     # --- data ------------------------------------------------------------------------------------
 
     def _rows(self, path: str | Path) -> list[dict]:
+        """The rows of `path`, each answer read as `answer_format` says; every row is checked on first use, so
+        a bad one is refused (naming its file and line) before any training or sampling."""
         if path not in self._cache:
             fields = {"question": self.question_field, "answer": self.answer_field}
-            self._cache[path] = map_fields(read_records(path), fields, path)
+            rows = map_fields(read_records(path), fields, path)
+            if not rows:
+                raise ValueError(f"{path}: no rows")
+            for i, row in enumerate(rows):
+                try:
+                    row["answer"] = ground_truth(row["answer"], self.answer_format)
+                except ValueError as err:
+                    raise ValueError(f"{record_place(path, i)}: {err}") from None
+            self._cache[path] = rows
         return self._cache[path]
 
     def _split(self, held_out: bool) -> list[dict]:
@@ -98,9 +108,15 @@ class MathTask:
 
     def _example(self, row: dict) -> Example:
         question = str(row["question"])
-        return Example(prompt=render_prompt(self.template, question, self.tokenizer),
-                       answer=ground_truth(row["answer"], self.answer_format),
+        return Example(prompt=render_prompt(self.template, question, self.tokenizer), answer=row["answer"],
                        fields={"question": question})
+
+    def held_out_note(self) -> str:
+        """Why the held-out share has the size it has, for a caller that asked for more."""
+        if self.eval_path is not None:
+            return f"eval_path={self.eval_path} has {len(self._rows(self.eval_path))} rows"
+        return (f"eval_fraction={self.eval_fraction:g} of the {len(self._rows(self.path))} rows of {self.path}; "
+                f"the rest is for training: raise eval_fraction or give eval_path=")
 
     def train_examples(self, n: int, seed: int) -> list[Example]:
         return [self._example(r) for r in pick(self._split(held_out=False), n, seed)]
@@ -146,7 +162,7 @@ def gsm8k(path: str | Path | None = None, eval_path: str | Path | None = None, *
     """GSM8K (Cobbe et al. 2021): train on gsm8k_train.jsonl, evaluate on gsm8k_test.jsonl."""
     return MathTask(path=path or shared_file("gsm8k_train.jsonl"),
                     eval_path=eval_path or shared_file("gsm8k_test.jsonl"),
-                    answer_format="gsm8k", name="gsm8k", **options)
+                    **{"answer_format": "gsm8k", **options}, name="gsm8k")  # the options may set another format
 
 
 @register_task("math500")
@@ -154,7 +170,7 @@ def math500(eval_path: str | Path | None = None, path: str | Path | None = None,
     """MATH-500 (Lightman et al. 2023's split of Hendrycks' MATH): an evaluation set; pass path= to
     train on other MATH-style data."""
     return MathTask(path=path, eval_path=eval_path or shared_file("math500_test.jsonl"),
-                    question_field="problem", answer_field="answer", name="math500", **options)
+                    **{"question_field": "problem", "answer_field": "answer", **options}, name="math500")
 
 
 @register_task("math_file")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rlvr.jsonl import read_jsonl
-from rlvr.tasks.base import Example, get_task, register_task
+from rlvr.tasks.base import Example, TaskOptionError, get_task, register_task
 
 
 def write_examples(examples: Sequence[Example], path: str | Path) -> Path:
@@ -42,7 +42,10 @@ class SubsetTask:
     name: str = "subset"
 
     def __post_init__(self) -> None:
-        self.base: Any = get_task(self.task, **self.options)
+        try:
+            self.base: Any = get_task(self.task, **self.options)
+        except TaskOptionError as err:  # the inner task's option, not one of subset's own
+            raise ValueError(f"subset: options: {err}") from None
         self.examples = read_examples(self.path)
 
     def train_examples(self, n: int, seed: int) -> list[Example]:
