@@ -22,7 +22,7 @@ def _overrides(parser: argparse.ArgumentParser) -> None:
 
 def _train(args: argparse.Namespace) -> int:
     from rlvr.config import config_help, load_config
-    from rlvr.train.loop import train
+    from rlvr.train.loop import train, train_to_end
 
     if args.help_config:
         print("\n".join(config_help()))
@@ -39,7 +39,10 @@ def _train(args: argparse.Namespace) -> int:
         cfg = load_config(args.config, args.overrides)
     if cfg.distributed.backend == "ray":
         from rlvr.distributed.run import train_distributed as train
-    result = train(cfg, resume=bool(args.resume or args.resume_or_start), or_start=args.resume_or_start)
+    if args.resume_or_start:  # also a folder stopped before its first checkpoint: started again
+        result = train_to_end(cfg, run_train=train)
+    else:
+        result = train(cfg, resume=bool(args.resume))
     acc = result.final_eval.get("eval/greedy_accuracy")
     if acc is not None:
         print(f"held-out greedy exact-match accuracy: {acc:.3f}")
@@ -95,7 +98,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
     p.add_argument("--resume-or-start", action="store_true",
                    help="resume the run folder (--resume RUN_DIR, else the config's out_dir) from its latest "
-                        "checkpoint, or start it when it has none (for jobs that may be preempted)")
+                        "checkpoint, or start it when it has none, also when it stopped before its first checkpoint "
+                        "(for jobs that may be preempted)")
     p.add_argument("--help-config", action="store_true", help="list every config key with its help and exit")
     p.set_defaults(func=_train)
 

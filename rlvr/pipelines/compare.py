@@ -23,6 +23,7 @@ from rlvr.presets import PRESETS, preset_overrides
 from rlvr.config import ConfigError, load_config, read_yaml
 from rlvr.jsonl import read_jsonl
 from rlvr.train.loop import train_to_end
+from rlvr.train.preflight import preflight
 from rlvr.train.validate import check_registries
 
 PANELS = (  # (metric key, title, y label)
@@ -102,6 +103,8 @@ def run_comparison(base: str | Path | None, variants: Sequence[Variant], out_dir
     if held and not resume:
         raise ConfigError(f"--out: {str(out_dir)!r} already holds the run(s) of {', '.join(held)}; choose another "
                           f"--out, or add --resume to continue that comparison")
+    for cfg in configs.values():  # every file, model and checkpoint check of each run, before any trains
+        preflight(cfg, resume=resume, or_start=True)
     histories = {}
     for label, cfg in configs.items():
         (train or train_to_end)(cfg)

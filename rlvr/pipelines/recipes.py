@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 from rlvr.pipelines.compare import _flatten
 from rlvr.config import Config, ConfigError, config_file, load_config, parse_yaml, read_yaml
-from rlvr.train.preflight import check_out_dir
+from rlvr.train.preflight import check_out_dir, describe, differences, plain
 from rlvr.train.validate import check_registries
 from rlvr.pipelines.recipe_options import KINDS, check_stage_options
 from rlvr.pipelines.recipe_stages import STAGE_FUNCTIONS, initial_model
@@ -128,14 +128,10 @@ def rl_config(recipe: Recipe, stage: Stage, model: Path | None, out_dir: Path, p
     return check_registries(load_config(None, items))
 
 
-def _json(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=str))
-
-
 def start_settings(base: Config) -> dict[str, Any]:
     """What the starting model (a tiny model built in OUT and its SFT warm start) depends on."""
     task = {"name": base.task.name, "options": base.task.options, "train_size": base.task.train_size}
-    return _json({"seed": base.seed, "model": asdict(base.model), "sft": asdict(base.sft), "task": task})
+    return plain({"seed": base.seed, "model": asdict(base.model), "sft": asdict(base.sft), "task": task})
 
 
 def stage_settings(recipe: Recipe, stage: Stage) -> dict[str, Any]:
@@ -144,26 +140,18 @@ def stage_settings(recipe: Recipe, stage: Stage) -> dict[str, Any]:
     config's sections it reads."""
     if stage.kind == "rl":
         cfg = asdict(rl_config(recipe, stage, None, Path(stage.name), None))
-        return _json({"config": {k: v for k, v in cfg.items() if k not in ("out_dir", "log", "checkpoint")}})
+        return plain({"config": {k: v for k, v in cfg.items() if k not in ("out_dir", "log", "checkpoint")}})
     base = asdict(base_config(recipe))
-    return _json({"options": stage.options, "base": {k: base[k] for k in ("seed", "model", "task", "rollout")}})
-
-
-def _differences(old: Any, new: Any, prefix: str = "") -> list[str]:
-    if isinstance(old, dict) and isinstance(new, dict):
-        return [d for key in sorted(set(old) | set(new), key=str)
-                for d in _differences(old.get(key), new.get(key), f"{prefix}{key}.")]
-    return [] if old == new else [f"{prefix[:-1]} {old!r} -> {new!r}"]
+    return plain({"options": stage.options, "base": {k: base[k] for k in ("seed", "model", "task", "rollout")}})
 
 
 def check_unchanged(recorded: dict[str, Any] | None, current: dict[str, Any], what: str, out_dir: Path) -> None:
     """A finished part of the recipe in `out_dir` was made with the settings asked for now; ConfigError
     naming the first differences otherwise (it would be skipped, and the run silently keep the old result)."""
-    diff = [] if recorded is None else _differences(recorded, current)
+    diff = [] if recorded is None else differences(recorded, current)
     if diff:
-        raise ConfigError(f"{what} in {str(out_dir)!r} was made with other settings ({'; '.join(diff[:3])}"
-                          f"{'; ...' if len(diff) > 3 else ''}); choose another --out, or delete that stage's "
-                          "folder and those after it to redo them")
+        raise ConfigError(f"{what} in {str(out_dir)!r} was made with other settings ({describe(diff)}); choose "
+                          "another --out, or delete that stage's folder and those after it to redo them")
 
 
 def run_recipe(recipe: Recipe, out_dir: str | Path, log: Callable[[str], None] = print) -> list[dict[str, Any]]:

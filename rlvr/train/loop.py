@@ -16,11 +16,15 @@ from rlvr.config import Config
 from rlvr.logging.plots import plot_metrics
 from rlvr.logging.progress import TrainProgress
 from rlvr.jsonl import read_jsonl
-from rlvr.logging.sinks import METRICS, SAMPLES
+from rlvr.logging.sinks import METRICS, SAMPLES, TIMINGS
 from rlvr.seeds import EVAL_SAMPLING, derive_seed
 from rlvr.train.checkpoint import CHECKPOINTS, LATEST, save_checkpoint
 from rlvr.train.guard import RunGuard
 from rlvr.train.setup import Run, prepare_run
+
+
+# what a run writes in its folder besides the models it builds (init_model, sft_model) and its final model
+RUN_LOGS = ("config.yaml", METRICS, SAMPLES, TIMINGS, "tensorboard", "plots", CHECKPOINTS)
 
 
 @dataclass
@@ -105,17 +109,20 @@ def train(cfg: Config, resume: bool = False, run: Run | None = None, or_start: b
     return RunResult(run.run_dir, first_eval, last_eval, cfg.train.steps)
 
 
-def train_to_end(cfg: Config, log=print) -> RunResult:
-    """Bring the run folder `cfg.out_dir` that a pipeline owns (a recipe's RL stage, a `rlvr compare` variant)
-    to its last step whatever state an interruption left it in: started when empty, resumed from its latest
-    checkpoint, not trained again when finished (the resume finds nothing left to do; a finished run whose
-    checkpoints were deleted is left as it is). A run stopped before its first checkpoint (kill -9) has
-    metrics but nothing to resume from: its folder is cleared and the run started again, which the seed
-    makes draw the same steps."""
+def train_to_end(cfg: Config, log=print, run_train=train) -> RunResult:
+    """Bring the run folder `cfg.out_dir` to its last step whatever state an interruption left it in (a
+    pipeline's own run: a recipe's RL stage, a `rlvr compare` variant; `rlvr train --resume-or-start`):
+    started when empty, resumed from its latest checkpoint, not trained again when finished (the resume finds
+    nothing left to do; a finished run whose checkpoints were deleted is left as it is). A run stopped before
+    its first checkpoint (kill -9) has logs but nothing to resume from: its logs are cleared and the run
+    started again (the models it built are reused when built from the same settings), which the seed makes
+    draw the same steps. `run_train`: `train`, or `rlvr.distributed.run.train_distributed`."""
     run_dir = Path(cfg.out_dir)
     if (run_dir / METRICS).exists() and not (run_dir / CHECKPOINTS / LATEST).is_file():
         if (run_dir / "final_model").is_dir():  # finished, its checkpoints deleted since: kept as it is
             return RunResult(run_dir, *_logged_evals(run_dir), cfg.train.steps)
         log(f"{run_dir}: stopped before its first checkpoint; started again")
-        shutil.rmtree(run_dir)
-    return train(cfg, resume=True, or_start=True)
+        for name in RUN_LOGS:
+            path = run_dir / name
+            shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+    return run_train(cfg, resume=True, or_start=True)

@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 import os
 import struct
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from rlvr.algorithms.sft import pairs_from_jsonl
-from rlvr.config import Config, ConfigError
+from rlvr.config import Config, ConfigError, load_config
 from rlvr.models import PRESETS, build_char_tokenizer, load_tokenizer, tiny_config
 from rlvr.train.checkpoint import CHECKPOINTS, LATEST, latest_checkpoint, load_state
 from rlvr.train.rollout import engine_name
@@ -134,6 +135,24 @@ def check_context(cfg: Config, prompts: list[str]) -> None:
                           f"exceeds the model's max_position_embeddings ({positions}); {fits}")
 
 
+def check_lora_targets(cfg: Config) -> None:
+    """model.lora.target_modules each name modules of the model (as PEFT matches them: the name or its last
+    part), checked on the config alone (a model on the meta device: no weights) before any work; PEFT's own
+    error came after the SFT warm start, or, in an actor, as a dead actor."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(model_config(cfg))
+    names = [name for name, _ in model.named_modules() if name]
+    linear = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+                     if isinstance(module, torch.nn.Linear)})
+    missing = [t for t in cfg.model.lora.target_modules if not any(n == t or n.endswith(f".{t}") for n in names)]
+    if missing:
+        raise ConfigError(f"model.lora.target_modules: {missing} name no module of the model; its linear layers are "
+                          f"{linear}")
+
+
 def check_vllm_model(cfg: Config) -> None:
     """rollout.engine=vllm: the model is one vLLM can run here (`rlvr.rollout.vllm_engine.check_head_size`),
     checked before the warm start rather than by vLLM's internal error at the first rollout."""
@@ -169,7 +188,8 @@ def _previous(bad: Path) -> str:
                 continue
             return (f"the previous complete checkpoint is {candidate.name}: resume from it with "
                     f"`echo {candidate.name} > {bad.parent / LATEST}`")
-    return "no earlier complete checkpoint is left; start the run again"
+    return (f"no earlier complete checkpoint is left: delete {bad.parent} and start the run again with "
+            f"--resume-or-start")
 
 
 def find_checkpoint(run_dir: Path) -> Path | None:
@@ -193,10 +213,61 @@ def preflight(cfg: Config, resume: bool, or_start: bool = False) -> Path | None:
     if cfg.value.path:
         check_model_folder(cfg.value.path, "value.path", tokenizer=False)
     check_data(cfg)
+    if cfg.model.lora.r > 0:
+        check_lora_targets(cfg)
     if engine_name(cfg) == "vllm":
         check_vllm_model(cfg)
     checkpoint = find_checkpoint(Path(cfg.out_dir)) if resume else None
     if resume and checkpoint is None and not or_start:
         raise ConfigError(f"--resume: {cfg.out_dir!r} has no checkpoint yet; use --resume-or-start to start it "
                           f"from scratch")
+    if checkpoint is not None:
+        check_resumed_config(cfg, Path(cfg.out_dir), int(checkpoint.name.split("_")[-1]))
     return checkpoint
+
+
+# what a resume may change: where and how the run computes, logs, evaluates and checkpoints, and how long it
+# goes on; every other key is part of the run (a resumed run continues the same run)
+RESUMABLE = ("out_dir", "threads", "model.device", "model.dtype", "model.gradient_checkpointing",
+             "model.attn_implementation", "task.eval_size", "task.eval_seed", "reward.", "rollout.engine",
+             "rollout.gpu_memory_utilization", "rollout.enable_prefix_caching", "rollout.enable_sleep_mode",
+             "rollout.vllm_lora", "train.steps", "train.micro_batch_size", "train.micro_batch_tokens", "train.packing",
+             "train.max_nonfinite_steps", "eval.", "checkpoint.", "log.", "distributed.")
+
+
+def differences(old: Any, new: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """(dotted key, old, new) for every leaf where two nested dicts differ."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [d for key in sorted(set(old) | set(new), key=str)
+                for d in differences(old.get(key), new.get(key), f"{prefix}{key}.")]
+    return [] if old == new else [(prefix[:-1], old, new)]
+
+
+def describe(diffs: list[tuple[str, Any, Any]], most: int = 3) -> str:
+    text = "; ".join(f"{key} {old!r} -> {new!r}" for key, old, new in diffs[:most])
+    return text + ("; ..." if len(diffs) > most else "")
+
+
+def check_resumed_config(cfg: Config, run_dir: Path, step: int) -> None:
+    """A resume continues the run its folder holds: the settings it was trained with may change only in
+    RESUMABLE keys, and train.steps not below the checkpoint's step. A config file or --set that changes
+    the model, task, algorithm, batch or optimizer would otherwise be written into config.yaml as if the
+    whole run had used it."""
+    saved_path = run_dir / "config.yaml"
+    if not saved_path.is_file():
+        return
+    saved = load_config(saved_path)
+    changed = [d for d in differences(plain(asdict(saved)), plain(asdict(cfg))) if not d[0].startswith(RESUMABLE)]
+    if changed:
+        keys = ", ".join(key for key, _, _ in changed[:3])
+        raise ConfigError(f"--resume: {str(run_dir)!r} was trained with other settings ({describe(changed)}); a "
+                          f"resumed run continues that run: drop the change of {keys}, or start a new run in "
+                          f"another out_dir")
+    if cfg.train.steps < step:
+        raise ConfigError(f"--resume: train.steps={cfg.train.steps} is below the checkpoint's step {step} in "
+                          f"{str(run_dir)!r}")
+
+
+def plain(value: Any) -> Any:
+    """`value` as JSON reads it back (tuples as lists, paths as text): what a file records, to compare with."""
+    return json.loads(json.dumps(value, default=str))

@@ -3,7 +3,9 @@ sinks; on resume, restored from the latest checkpoint."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import shutil
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -16,7 +18,7 @@ from rlvr.seeds import seed_everything
 from rlvr.tasks import Example, Task, TooFewExamples, get_task
 from rlvr.train.checkpoint import load_state, set_rng_state
 from rlvr.train.learner import Learner
-from rlvr.train.preflight import check_context, preflight
+from rlvr.train.preflight import check_context, plain, preflight
 from rlvr.train.rollout import Rollout, build_engine
 from rlvr.train.validate import check_registries
 
@@ -42,24 +44,46 @@ def held_out_examples(cfg: Config, task: Task) -> list[Example]:
         raise ConfigError(f"task.eval_size={cfg.task.eval_size}: {err}") from None
 
 
+BUILT_WITH = "built_with.json"  # in a model folder the run built: the settings it was built from
+
+
+def _reusable(path: Path, settings: dict) -> bool:
+    """Whether the folder `path` holds a model this run built earlier from `settings` (a resume, or a start
+    again after a failure). One built from other settings (a failed start's, re-run with a changed config) is
+    removed, so it is built again rather than silently used; a folder without a record (an older rlvr) is kept."""
+    if not (path / "config.json").is_file():
+        return False
+    record = path / BUILT_WITH
+    if not record.is_file() or json.loads(record.read_text()) == settings:
+        return True
+    shutil.rmtree(path)
+    return False
+
+
 def start_model(cfg: Config, run_dir: Path, task: Task, on_sft=None) -> Path:
     """The model RL starts from (and the KL reference): the configured folder or a tiny model built
     in the run folder, after the SFT warm start if configured (on model.device, in model.dtype, saved
-    as float32). Each stage is saved once, so a resumed run reuses it instead of redoing it."""
-    path = Path(cfg.model.path) if cfg.model.path else run_dir / "init_model"
-    if not cfg.model.path and not (path / "config.json").is_file():
-        make_tiny_model_dir(path, arch=cfg.model.tiny_arch, preset=cfg.model.tiny_preset, seed=cfg.seed,
-                            **cfg.model.tiny_sizes)
+    as float32). Each stage is saved once, with the settings it was built from, so a resumed run reuses
+    it instead of redoing it."""
+    m = cfg.model
+    tiny = {"tiny_arch": m.tiny_arch, "tiny_preset": m.tiny_preset, "tiny_sizes": m.tiny_sizes, "seed": cfg.seed}
+    path = Path(m.path) if m.path else run_dir / "init_model"
+    if not m.path and not _reusable(path, plain(tiny)):
+        make_tiny_model_dir(path, arch=m.tiny_arch, preset=m.tiny_preset, seed=cfg.seed, **m.tiny_sizes)
+        (path / BUILT_WITH).write_text(json.dumps(plain(tiny)))
     if cfg.sft.steps == 0:
         return path
     sft_dir = run_dir / "sft_model"
-    if not (sft_dir / "config.json").is_file():
+    warm = plain({"model": m.path or tiny, "sft": asdict(cfg.sft), "seed": cfg.seed,
+                  "task": {"name": cfg.task.name, "options": cfg.task.options, "train_size": cfg.task.train_size}})
+    if not _reusable(sft_dir, warm):
         model = load_policy(cfg.model, path, lora=False)  # placed as the policy will be; full fine-tuning
         tokenizer = load_tokenizer(path)
         pairs = pairs_from_jsonl(cfg.sft.data) if cfg.sft.data else pairs_from_task(task, cfg.task.train_size,
                                                                                    cfg.seed + 1)
         train_sft(model, tokenizer, pairs, cfg.sft.steps, cfg.sft.batch_size, cfg.sft.lr, cfg.seed, on_sft)
         save_model(model, tokenizer, sft_dir)
+        (sft_dir / BUILT_WITH).write_text(json.dumps(warm))
     return sft_dir
 
 
@@ -84,8 +108,9 @@ def prepare_run(cfg: Config, resume: bool = False, on_sft=None, or_start: bool =
     run_dir = Path(cfg.out_dir)
     checkpoint = preflight(cfg, resume, or_start)
     if checkpoint is None and (run_dir / "metrics.jsonl").exists():
-        raise ConfigError(f"run folder {str(run_dir)!r} already holds a run; resume it with --resume "
-                          f"{run_dir} or choose another out_dir")
+        raise ConfigError(f"run folder {str(run_dir)!r} already holds a run; resume it with --resume {run_dir} "
+                          f"(--resume-or-start also starts it again if it stopped before its first checkpoint), or "
+                          f"choose another out_dir")
     task = get_task(cfg.task.name, **cfg.task.options)
     eval_examples = held_out_examples(cfg, task)  # drawn before any work: a task may not have that many
     check_context(cfg, [ex.prompt for ex in eval_examples])
