@@ -6,7 +6,8 @@ Each subcommand lives in a module that provides `add_parser(subparsers)`; the pa
 Errors, the same for every subcommand and for `python -m rlvr`: bad input (config, argument, missing
 file, bad data row) prints one line and exits with 2; anything else is an internal error, one line and
 exit code 1. RLVR_DEBUG=1 shows the traceback instead. A run that stops itself (too many non-finite
-steps, a full disk: exit 1; SIGINT/SIGTERM after its checkpoint: 130/143) says so in one line.
+steps, a full disk: exit 1; SIGINT/SIGTERM after its checkpoint: 130/143) says so in one line. Ctrl-C
+at any other moment, start-up included, is one line `rlvr [COMMAND]: interrupted` and exit code 130.
 Subcommands raise; only `main` maps.
 
 Run from the shell (argv None), `main` first re-executes itself with a fast allocator preloaded
@@ -51,13 +52,16 @@ USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError)  # ConfigError
 
 def main(argv: list[str] | None = None) -> int:
     """`rlvr ...` and `python -m rlvr ...`: the one place errors become exit codes."""
-    if argv is None:  # the real command line, not a call from Python: set up the allocator first
-        try:
+    try:  # Ctrl-C in the first seconds (the subcommands' imports) is an interrupt too, not a traceback
+        if argv is None:  # the real command line, not a call from Python: set up the allocator first
             setup_allocator()
-        except AllocatorError as err:
-            print(f"rlvr: error: {err}", file=sys.stderr)
-            return 2
-    args = build_parser().parse_args(argv)
+        args = build_parser().parse_args(argv)
+    except AllocatorError as err:
+        print(f"rlvr: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("rlvr: interrupted", file=sys.stderr)
+        return 130
     try:
         return int(args.func(args) or 0)
     except BrokenPipeError:  # `rlvr train --help-config | head`

@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
+from rlvr.logging.sinks import METRICS
 from rlvr.report.doctor import diagnose, load_run
 from rlvr.report.html import write_report
 
 
 def _doctor(args: argparse.Namespace) -> int:
     log = load_run(args.run_dir)
+    steps = max((row.get("step", 0) for row in log.metrics), default=0)
+    if not steps:  # a run that has just started: no training step to judge yet
+        held = "is empty" if (Path(args.run_dir) / METRICS).is_file() else "does not exist yet"
+        held = "holds only the evaluation before step 1" if log.metrics else held
+        print(f"{args.run_dir}: no training step logged yet ({METRICS} {held}); nothing to diagnose, run "
+              "`rlvr doctor` again once steps are logged")
+        return 0
     findings = diagnose(log)
-    steps = [row.get("step", 0) for row in log.metrics]
-    print(f"{args.run_dir}: {max(steps, default=0)} steps logged, {len(findings)} finding(s)")
+    print(f"{args.run_dir}: {steps} steps logged, {len(findings)} finding(s)")
     for finding in findings:
         print(finding.line())
     if not findings:

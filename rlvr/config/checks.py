@@ -151,6 +151,8 @@ def _check_distributed(cfg: Config) -> None:
 
 
 def _check_files(cfg: Config) -> None:
+    if not cfg.out_dir.strip():  # Path("") is the current folder: the run would be written into it
+        raise ConfigError("out_dir must not be empty")
     if cfg.model.path and not (Path(cfg.model.path) / "config.json").is_file():
         raise ConfigError(f"model.path: no Hugging Face model folder at {cfg.model.path!r} (no config.json)")
     if cfg.sft.data and not Path(cfg.sft.data).is_file():

@@ -32,13 +32,39 @@ def config_file(name: str | Path, folder: str = "", what: str = "config file") -
         for shipped in (candidate, candidate.with_name(candidate.name + ".yaml")):
             if shipped.is_file():
                 return shipped
+    if path.is_dir():
+        raise ConfigError(f"{what} {str(name)!r} is a folder, not a YAML file")
     raise ConfigError(f"{what} {str(name)!r} does not exist (nor is it a shipped config under {SHIPPED_CONFIGS})")
 
 
+class _DuplicateKey(yaml.YAMLError):
+    def __init__(self, key: Any, line: int) -> None:
+        super().__init__(f"duplicate key {key!r} at line {line}")
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """safe_load that refuses a key given twice in one mapping: PyYAML keeps the last one silently, so
+    `train: {steps: 3}` then `train: {steps: 4}` would drop the first section without a word."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen = set()
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<:` merges may be overridden on purpose; other keys are refused by PyYAML
+            key = self.construct_object(key_node)
+            if key in seen:
+                raise _DuplicateKey(key, key_node.start_mark.line + 1)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
 def parse_yaml(text: str, where: str) -> Any:
-    """YAML text -> value; a syntax error is one ConfigError line naming `where` and the error's line."""
+    """YAML text -> value; a syntax error or a duplicate key is one ConfigError line naming `where` and the
+    error's line."""
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: builds no Python objects
+    except _DuplicateKey as err:
+        raise ConfigError(f"{where}: {err}") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

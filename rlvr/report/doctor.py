@@ -25,6 +25,7 @@ SPIKE = 10.0  # KL or grad-norm over this many times its early median
 KL_FLOOR, RATIO_MAX, CLIP_SHARE = 0.05, 10.0, 0.2
 HACK_REWARD_RISE, HACK_ACCURACY_RISE = 0.1, 0.02  # reward up by this while held-out accuracy is not
 SLOW_STEP = 2.0  # s/step over this many times the median
+CONFIG = "config.yaml"  # written when a run starts, before its first log record
 
 
 @dataclass(frozen=True)
@@ -261,16 +262,18 @@ CHECKS: list[Callable[[RunLog], list[Finding]]] = [
 
 
 def load_run(run_dir: str | Path) -> RunLog:
-    """Raises ConfigError (exit 2) naming the folder or file when it is not a readable run folder."""
+    """Raises ConfigError (exit 2) naming the folder or file when it is not a readable run folder; a run that
+    has not logged a step yet has empty logs."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ConfigError(f"{run_dir} is not a run folder")
-    if not (run_dir / METRICS).is_file():
+    # config.yaml alone: a run that started but has logged nothing yet (it may be in its SFT warm start)
+    if not (run_dir / METRICS).is_file() and not (run_dir / CONFIG).is_file():
         runs = sorted(str(m.parent) for m in run_dir.glob(f"*/{METRICS}"))  # `rlvr compare` / `rlvr recipe`
         if runs:
             shown = ", ".join(runs[:6]) + (f" and {len(runs) - 6} more" if len(runs) > 6 else "")
             raise ConfigError(f"{run_dir} holds {len(runs)} runs, not one: name one of {shown}")
-        raise ConfigError(f"{run_dir} has no {METRICS}: not a run folder, or the run never logged a step")
+        raise ConfigError(f"{run_dir} has no {METRICS} nor {CONFIG}: not a run folder")
     logs = []
     for name in (METRICS, TIMINGS):
         try:  # the run may be writing its next record now

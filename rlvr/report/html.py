@@ -18,6 +18,7 @@ from rlvr.logging.sinks import SAMPLES
 from rlvr.report.doctor import PROBLEM, Finding, RunLog, diagnose, load_run, step_ranges
 
 REPORT = "report.html"
+MARKER = '<meta name="generator" content="rlvr report">'  # in the head of every report: --out may overwrite it
 # panel title -> [(metric key, legend label)]
 PANELS: dict[str, list[tuple[str, str]]] = {
     "Reward and accuracy (rollout batch)": [("reward", "reward"), ("accuracy", "accuracy")],
@@ -122,7 +123,7 @@ def build_report(run_dir: str | Path) -> str:
     steps = max((row.get("step", 0) for row in log.metrics), default=0)
     title = html.escape(f"rlvr run report: {run_dir.name}")
     return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<html lang="en"><head><meta charset="utf-8">{MARKER}<title>{title}</title>
 <script>window.onerror = function (message) {{
   var box = document.getElementById("page-errors") || document.documentElement;
   box.setAttribute("data-errors", (box.getAttribute("data-errors") || "") + message + ";");
@@ -139,12 +140,25 @@ def build_report(run_dir: str | Path) -> str:
 """
 
 
+def _is_report(path: Path) -> bool:
+    """An existing file whose head is that of a report of ours (older ones: the title, as MARKER is newer)."""
+    try:
+        with path.open("rb") as file:
+            head = file.read(2048).decode("utf-8", errors="replace")
+    except OSError:
+        return False
+    return head.startswith("<!DOCTYPE html>") and (MARKER in head or "<title>rlvr run report: " in head)
+
+
 def write_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
     """The report of `run_dir` written to `out`: a file, or report.html in `out` when it is a folder
     (default: in the run folder); missing parent folders are made. Returns the file's path."""
     path = Path(out) if out else Path(run_dir) / REPORT
     if path.is_dir():
         path = path / REPORT
+    if path.exists() and not _is_report(path):  # e.g. --out RUN/metrics.jsonl would lose the run's metrics
+        raise ValueError(f"--out: {str(path)!r} exists and is not a report written by `rlvr report`; refusing to "
+                         "write over it (choose another file)")
     text = build_report(run_dir)  # first: a folder that is not a run is refused before anything is made
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

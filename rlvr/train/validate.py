@@ -16,7 +16,7 @@ from rlvr.models import PRESETS, build_char_tokenizer, resolve_placement, tiny_c
 from rlvr.rewards.safe import worker_problem
 from rlvr.rewards.scoring import build_reward
 from rlvr.models.tiny import ARCHS
-from rlvr.tasks import TASKS, get_task
+from rlvr.tasks import TASKS, TaskOptionError, get_task
 from rlvr.tasks.base import Example
 from rlvr.data.stream import PROMPT_SAMPLERS, build_prompt_stream
 from rlvr.train.family import check_family_options
@@ -75,6 +75,8 @@ def check_registries(cfg: Config) -> Config:
         raise ConfigError(f"algorithm: {err}") from None
     try:
         task = get_task(cfg.task.name, **cfg.task.options)
+    except TaskOptionError as err:  # named as the user writes it: task.options.length
+        raise ConfigError(f"task.options{'' if err.missing else '.' + err.key}: {err}") from None
     except (TypeError, ValueError) as err:
         raise ConfigError(f"task.options: {err}") from None
     try:
@@ -86,7 +88,38 @@ def check_registries(cfg: Config) -> Config:
             raise ConfigError(f"reward.workers={cfg.reward.workers}: reward {name!r} {problem}")
     check_prompt_sampler(cfg, task)
     check_family_options(cfg)
+    check_advantage_batch(cfg)
     return cfg
+
+
+def _fits(advantage: str, eps: float, n: int, group_size: int) -> bool:
+    """Whether group estimator `advantage` accepts n rewards in groups of `group_size` (distinct stand-ins)."""
+    try:
+        core.get_advantage_fn(advantage, eps)(torch.arange(n, dtype=torch.float32), group_size)  # (N,)
+    except ValueError:
+        return False
+    return True
+
+
+def check_advantage_batch(cfg: Config) -> None:
+    """The advantage tried on a stand-in batch of train.batch_size rewards in groups of train.group_size, so a
+    group too small for it (grpo and rloo need >= 2) or a batch too small (whitened) fails here, before any
+    work, not at step 1 after the run folder is written."""
+    a, b, g = cfg.algorithm, cfg.train.batch_size, cfg.train.group_size
+    if a.advantage in TOKEN_ADVANTAGES:
+        if a.whiten_advantages and b < 2:  # core.masked_whiten: an unbiased variance needs 2 tokens
+            raise ConfigError(f"train.batch_size={b}: algorithm.whiten_advantages whitens over the batch, which "
+                              "needs at least 2 completions; raise train.batch_size or set "
+                              "algorithm.whiten_advantages=false")
+        return
+    if _fits(a.advantage, a.advantage_eps, b, g):
+        return
+    fitting = [name for name in sorted(core.ADVANTAGES) if _fits(name, a.advantage_eps, b, g)]
+    if not _fits(a.advantage, a.advantage_eps, 2 * g, g):  # fails whatever the batch: the group is too small
+        raise ConfigError(f"train.group_size={g}: algorithm.advantage={a.advantage} needs groups of at least 2 "
+                          f"completions to compare; raise train.group_size or choose one of {fitting}")
+    raise ConfigError(f"train.batch_size={b}: algorithm.advantage={a.advantage} normalises over the batch, which "
+                      f"needs at least 2 completions; raise train.batch_size or choose one of {fitting}")
 
 
 def check_prompt_sampler(cfg: Config, task: Any) -> None:

@@ -40,6 +40,8 @@ def world(tmp_path_factory) -> Path:
     (root / "empty.yaml").write_text("")
     (root / "list.yaml").write_text("- 1\n- 2\n")
     (root / "invalid.yaml").write_text("train: {steps: [\n")
+    (root / "dup.yaml").write_text("train: {steps: 3}\ntrain: {steps: 4}\n")
+    (root / "dup_nested.yaml").write_text("train:\n  steps: 3\n  steps: 4\n")
     (root / "latin1.yaml").write_bytes("seed: 0 # caf\xe9\n".encode("latin-1"))
     (root / "a_file").write_text("x")
     (root / "bad.json").write_text('[{"question": "1+1", "answer": "2"},\n oops]\n')
@@ -92,6 +94,11 @@ SETS = [  # (--set, the text the error line must contain)
     ("distributed.rollout_workers=2", "distributed.rollout_workers=2 needs distributed.backend=ray"),
     ("task.options.length=[3", "--set task.options.length: invalid YAML"),  # free-form options are read as YAML
     ("optim.betas=[0.9", "--set optim.betas: invalid YAML"),  # so are list-typed fields
+    ("task.options={length: 3, length: 4}", "--set task.options: duplicate key 'length' at line 1"),
+    ("task.options={length: 5.0}", "task.options.length: sort option 'length' expects an integer, got 5.0"),
+    ("task.options={lenght: 5}", "task.options.lenght: sort has no option 'lenght'"),
+    # refused at step 1 by the core (not naming the key), after the run folder and step-0 metrics were written
+    ("train.group_size=1", "train.group_size=1: algorithm.advantage=grpo needs groups of at least 2"),
 ]
 SET_CASES = [pytest.param(["--set", s], key, id=s) for s, key in SETS] + [
     pytest.param(["--set", "reward.workers=2", "reward.timeout=0"], "reward.timeout > 0",
@@ -101,11 +108,22 @@ SET_CASES = [pytest.param(["--set", s], key, id=s) for s, key in SETS] + [
                  id="task.eval_size-beyond-the-held-out-share"),
     pytest.param(["--set", "rollout.max_new_tokens=600"],  # was refused at the first evaluation, metrics written
                  "rollout.max_new_tokens=600: the longest held-out prompt (11 tokens) + 600 exceeds the model's "
-                 "max_position_embeddings (512); at most 501 fit", id="rollout.max_new_tokens-beyond-the-context")]
+                 "max_position_embeddings (512); at most 501 fit", id="rollout.max_new_tokens-beyond-the-context"),
+    pytest.param(["--set", "train.group_size=1", "algorithm.advantage=rloo"],
+                 "train.group_size=1: algorithm.advantage=rloo needs groups of at least 2 completions to compare; "
+                 "raise train.group_size or choose one of ['centered', 'max_only', 'raw', 'reinforce_pp_baseline', "
+                 "'whitened']", id="rloo-group_size-1"),
+    *[pytest.param(["--set", "train.batch_size=1", "train.group_size=1", f"algorithm.advantage={adv}"],
+                   f"train.batch_size=1: algorithm.advantage={adv} normalises over the batch", id=f"{adv}-batch-1")
+      for adv in ("whitened", "reinforce_pp_baseline")],
+    pytest.param(["--set", "train.batch_size=1", "train.group_size=1", "algorithm.advantage=gae"],
+                 "train.batch_size=1: algorithm.whiten_advantages whitens over the batch", id="gae-whiten-batch-1")]
 
 FILE_CASES = [  # (argv built from the world folder, text the error line must contain)
     ("empty.yaml", "empty.yaml"), ("list.yaml", "list.yaml"), ("invalid.yaml", "invalid.yaml"),
     ("latin1.yaml", "latin1.yaml"), ("no_such.yaml", "no_such.yaml"),
+    ("dup.yaml", "dup.yaml: duplicate key 'train' at line 2"), ("dup_nested.yaml", "duplicate key 'steps' at line 3"),
+    ("model", "config file '{w}/model' is a folder, not a YAML file"),
     ("out_dir={w}/a_file", "out_dir"), ("out_dir={w}/a_file/run", "out_dir"),
     ("model.path={w}/missing", "model.path"), ("model.path={w}/noconfig", "model.path"),
     ("model.path={w}/badconfig", "config.json"), ("model.path={w}/truncated", "model.safetensors"),
@@ -149,8 +167,25 @@ def test_bad_config_value(world, tmp_path, capsys, sets, key):
 
 @pytest.mark.parametrize("spec, needle", FILE_CASES, ids=[s for s, _ in FILE_CASES])
 def test_bad_file(world, tmp_path, capsys, spec, needle):
-    check(capsys, _argv(world, tmp_path, spec), needle, tmp_path / "out")
+    check(capsys, _argv(world, tmp_path, spec), needle.format(w=world), tmp_path / "out")
     assert not (world / "a_file" / "run").exists() and (world / "a_file").read_text() == "x"
+
+
+def test_an_empty_out_dir_is_refused(world, tmp_path, capsys, monkeypatch):
+    """Path("") is the current folder: the run was written into it."""
+    base = write(tmp_path / "base.yaml", {**RUN, "model": {"path": str(world / "model")}})
+    monkeypatch.chdir(tmp_path)
+    for empty in ("out_dir=", "out_dir= "):
+        check(capsys, ["train", str(base), "--set", empty], "error: out_dir must not be empty", tmp_path)
+
+
+@pytest.mark.parametrize("advantage", ["raw", "centered", "max_only"])
+def test_advantages_without_a_baseline_from_the_group_accept_groups_of_one(advantage):
+    from rlvr.config import load_config
+    from rlvr.train.validate import check_registries
+
+    sets = ["train.group_size=1", "train.batch_size=1", f"algorithm.advantage={advantage}", "task.train_size=50"]
+    assert check_registries(load_config(None, sets)).train.group_size == 1
 
 
 def test_a_bad_task_data_file_is_refused_before_the_run_folder(world, tmp_path, capsys):

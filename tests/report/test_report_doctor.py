@@ -61,7 +61,7 @@ def test_cli_prints_findings_and_refuses_a_non_run(tmp_path, capsys):
     assert capsys.readouterr().err.strip() == f"rlvr doctor: error: {tmp_path / 'nope'} is not a run folder"
     (tmp_path / "empty").mkdir()
     assert main(["doctor", str(tmp_path / "empty")]) == 2
-    assert "has no metrics.jsonl" in capsys.readouterr().err
+    assert "has no metrics.jsonl nor config.yaml: not a run folder" in capsys.readouterr().err
     broken = write_run(tmp_path / "broken", healthy_rows())
     (broken / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2, \n')
     assert main(["doctor", str(broken)]) == 2
@@ -95,3 +95,20 @@ PLAUSIBLE_IN_A_TINY_RUN = {"converged", "no learning signal", "truncation", "zer
 def test_a_real_tiny_run_shows_nothing_alarming(tiny_run):
     findings = diagnose(tiny_run)
     assert {f.title for f in findings} <= PLAUSIBLE_IN_A_TINY_RUN, [f.line() for f in findings]
+
+
+@pytest.mark.parametrize("metrics, held", [(None, "does not exist yet"), ("", "is empty"),
+                                           ('{"step": 0, "eval/greedy_accuracy": 0.1}\n',
+                                            "holds only the evaluation before step 1")])
+def test_a_run_without_a_training_step_says_so(tmp_path, capsys, metrics, held):
+    """An empty metrics.jsonl said "0 steps logged ... nothing alarming"; a missing one (a run in its warm
+    start: config.yaml only) was "not a run folder", exit 2."""
+    run = write_run(tmp_path / "run", [])
+    if metrics is None:
+        (run / "metrics.jsonl").unlink()
+    else:
+        (run / "metrics.jsonl").write_text(metrics)
+    assert main(["doctor", str(run)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == (f"{run}: no training step logged yet (metrics.jsonl {held}); nothing to diagnose, "
+                            "run `rlvr doctor` again once steps are logged\n") and captured.err == ""

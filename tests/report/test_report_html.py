@@ -95,3 +95,27 @@ def test_out_may_be_a_folder_or_a_path_whose_folders_do_not_exist_yet(tmp_path, 
     err = capsys.readouterr().err
     assert err == f"rlvr report: error: --out: {str(tmp_path / 'a_file')!r} is a file, not a folder\n"
     assert (tmp_path / "a_file").read_text() == "x"
+
+
+@pytest.mark.parametrize("name", ["metrics.jsonl", "config.yaml", "notes.html"])
+def test_out_never_writes_over_a_file_that_is_not_a_report(tmp_path, capsys, name):
+    """`--out RUN/metrics.jsonl` replaced the run's metrics with HTML, exit 0."""
+    run = planted(tmp_path / "run", "flat")
+    (run / "notes.html").write_text("<!DOCTYPE html><p>mine</p>")
+    before = {p.name: p.read_bytes() for p in run.iterdir()}
+    assert main(["report", str(run), "--out", str(run / name)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"rlvr report: error: --out: {str(run / name)!r} exists and is not a report written by "
+                   "`rlvr report`; refusing to write over it (choose another file)\n")
+    assert {p.name: p.read_bytes() for p in run.iterdir()} == before
+
+
+def test_out_writes_over_an_earlier_report(tmp_path, capsys):
+    run = planted(tmp_path / "run", "flat")
+    for out in (run, run / "report.html", tmp_path / "r.html", tmp_path / "r.html"):
+        assert main(["report", str(run), "--out", str(out)]) == 0
+    old = build_report(run).replace('<meta name="generator" content="rlvr report">', "")  # before the marker
+    (tmp_path / "r.html").write_text(old)
+    assert main(["report", str(run), "--out", str(tmp_path / "r.html")]) == 0
+    assert '<meta name="generator" content="rlvr report">' in (tmp_path / "r.html").read_text()
+    capsys.readouterr()
