@@ -246,7 +246,8 @@ class CheckpointConfig:
 class LogConfig:
     progress: bool = f(True, "Live progress bar (rich).")
     tensorboard: bool = f(True, "TensorBoard event files in the run folder.")
-    plots: bool = f(True, "PNG plots of the main curves, redrawn at every evaluation.")
+    plots: bool = f(True, "PNG plots of the main curves in plots/, drawn when the run ends or is stopped by "
+                          "Ctrl-C/SIGTERM (`rlvr report` draws them for a run still going).")
     samples_per_eval: int = f(8, "Held-out completions written to samples.jsonl at every evaluation.")
 
 

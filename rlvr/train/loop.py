@@ -53,6 +53,12 @@ def _logged_evals(run_dir: Path) -> tuple[dict[str, float], dict[str, float]]:
     return (evals[0], evals[-1]) if evals else ({}, {})
 
 
+def _plot(run: Run, guard: RunGuard) -> None:
+    if run.cfg.log.plots:
+        with guard.writing(run.run_dir / "plots"):
+            plot_metrics(read_jsonl(run.run_dir / METRICS), run.run_dir / "plots")
+
+
 def train(cfg: Config, resume: bool = False, run: Run | None = None, or_start: bool = False) -> RunResult:
     """Run (or resume) the RL loop described by `cfg`; returns the held-out metrics before and after.
     `or_start`: a resume of a folder without a checkpoint starts the run."""
@@ -100,11 +106,12 @@ def train(cfg: Config, resume: bool = False, run: Run | None = None, or_start: b
                 state = {**learner.state_dict(), "data": rollout.state_dict()}
                 with guard.writing(run.run_dir / CHECKPOINTS):
                     save_checkpoint(run.run_dir, step, learner.policy, learner.tokenizer, state, cfg.checkpoint.keep)
+            if guard.signal is not None:  # stopped by Ctrl-C/SIGTERM: the curves so far too
+                _plot(run, guard)
             guard.stop_if_signalled(step)
     with guard.writing(run.run_dir / "final_model"):
         learner.save(run.run_dir / "final_model", run.run_dir / "final_adapter")
-        if cfg.log.plots:
-            plot_metrics(read_jsonl(run.run_dir / METRICS), run.run_dir / "plots")
+    _plot(run, guard)
     run.logger.close()
     return RunResult(run.run_dir, first_eval, last_eval, cfg.train.steps)
 
