@@ -11,11 +11,11 @@ Each filtering command writes `<out>/<step>.kept.jsonl` and its report (`<step>.
 from __future__ import annotations
 
 import argparse
-import os
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from rlvr.config import check_out_dir
 from rlvr.data.decontaminate import DEFAULT_MIN_WORDS, decontaminate
 from rlvr.data.dedup import deduplicate
 from rlvr.data.report import CurationResult
@@ -35,16 +35,9 @@ def _check_out(out: str, *, folder: bool, outputs: Sequence[str] = (), inputs: S
     """Before any work: --out can be written as a folder (or a file, `folder=False`), and none of the
     `outputs` written there would replace an input, which is read first and would be lost."""
     path = Path(out)
-    if folder and path.exists() and not path.is_dir():
-        raise ValueError(f"--out: {out!r} is an existing file; give a folder")
     if not folder and path.is_dir():
         raise ValueError(f"--out: {out!r} is a folder; give a file path such as {str(path / 'fusion.jsonl')!r}")
-    start = path if folder else path.parent
-    existing = next(p for p in (start, *start.parents) if p.exists())
-    if not existing.is_dir():
-        raise ValueError(f"--out: {str(existing)!r} (in {out!r}) is a file, not a folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ValueError(f"--out: {str(existing)!r} is not writable")
+    check_out_dir(path if folder else path.parent, "--out")
     read = {p.resolve() for p in inputs}
     clash = next((t for t in ([path / name for name in outputs] if folder else [path]) if t.resolve() in read), None)
     if clash is not None:

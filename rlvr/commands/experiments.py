@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from rlvr.config import check_out_dir
 from rlvr.pipelines.experiments.sort_rewards import PROMPT_SETS, SORT_REWARDS
 from rlvr.pipelines.experiments.sort_toy import (DELTAS, SortToyConfig, format_table, plot_sort_toy, run_sort_toy,
                                                  save_metrics)
@@ -37,8 +38,6 @@ def _positive_float(text: str) -> float:
 def check_out_folder(folder: str | Path, flag: str, files: tuple[str, ...] = ()) -> Path:
     """`folder` is one, or can become one, that we may write in, and none of `files` (what the command writes
     there) is a folder: a bad `flag` is one line before any work, not an error after it with the results lost."""
-    from rlvr.train.preflight import check_out_dir  # imports the trainer: only here
-
     path = Path(folder)
     check_out_dir(path, flag)
     if folders := [name for name in files if (path / name).is_dir()]:

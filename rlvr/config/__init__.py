@@ -7,7 +7,7 @@ names are checked when a run is set up (`rlvr.train.validate`). `rlvr train --he
 field with its help.
 """
 
-from rlvr.config.checks import ROLLOUT_ENGINES, validate
+from rlvr.config.checks import ROLLOUT_ENGINES, check_out_dir, validate
 from rlvr.config.load import (SHIPPED_CONFIGS, apply_overrides, config_file, config_help, from_dict, load_config,
                               parse_yaml, read_yaml, save_config)
 from rlvr.config.sections import (OLD_LOGPROBS, AlgorithmConfig, CheckpointConfig, Config, ConfigError,
@@ -15,7 +15,7 @@ from rlvr.config.sections import (OLD_LOGPROBS, AlgorithmConfig, CheckpointConfi
                                   RewardConfig, RolloutConfig, SFTConfig, TaskConfig, TrainConfig, ValueConfig, f)
 
 __all__ = [
-    "ROLLOUT_ENGINES", "validate", "SHIPPED_CONFIGS", "apply_overrides", "config_file", "config_help", "from_dict",
+    "ROLLOUT_ENGINES", "check_out_dir", "validate", "SHIPPED_CONFIGS", "apply_overrides", "config_file", "config_help", "from_dict",
     "load_config", "parse_yaml", "read_yaml", "save_config", "OLD_LOGPROBS", "AlgorithmConfig", "CheckpointConfig", "Config", "ConfigError",
     "DistributedConfig", "EvalConfig", "LogConfig", "LoRAConfig", "ModelConfig", "OptimConfig", "RewardConfig",
     "RolloutConfig", "SFTConfig", "TaskConfig", "TrainConfig", "ValueConfig", "f",

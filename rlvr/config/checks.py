@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -169,3 +170,15 @@ def validate(cfg: Config) -> Config:
     _check_files(cfg)
     _check_rollout_engine(cfg)
     return cfg
+
+
+def check_out_dir(out_dir: str | Path, key: str = "out_dir") -> None:
+    """out_dir is a folder (or can become one) that this process may write in; errors name `key`."""
+    path = Path(out_dir)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{key}: {str(out_dir)!r} is an existing file, not a folder")
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        raise ConfigError(f"{key}: {str(existing)!r} (a parent of {str(out_dir)!r}) is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"{key}: {str(existing)!r} is not writable")

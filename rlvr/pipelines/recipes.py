@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rlvr.pipelines.compare import _flatten
-from rlvr.config import Config, ConfigError, config_file, load_config, parse_yaml, read_yaml
-from rlvr.train.preflight import check_out_dir, describe, differences, plain
+from rlvr.config import Config, ConfigError, check_out_dir, config_file, load_config, parse_yaml, read_yaml
+from rlvr.train.preflight import describe, differences, plain
 from rlvr.train.validate import check_registries
 from rlvr.pipelines.recipe_options import KINDS, check_stage_options
 from rlvr.pipelines.recipe_stages import STAGE_FUNCTIONS, initial_model

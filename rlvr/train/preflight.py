@@ -5,31 +5,18 @@ A mistake found here is one line naming the file; nothing has been written yet."
 from __future__ import annotations
 
 import json
-import os
 import struct
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from rlvr.algorithms.sft import pairs_from_jsonl
-from rlvr.config import Config, ConfigError, load_config
+from rlvr.config import Config, ConfigError, check_out_dir, load_config
 from rlvr.models import PRESETS, build_char_tokenizer, load_tokenizer, tiny_config
 from rlvr.train.checkpoint import CHECKPOINTS, LATEST, latest_checkpoint, load_state
 from rlvr.train.rollout import engine_name
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
-
-
-def check_out_dir(out_dir: str | Path, key: str = "out_dir") -> None:
-    """out_dir is a folder (or can become one) that this process may write in; errors name `key`."""
-    path = Path(out_dir)
-    if path.exists() and not path.is_dir():
-        raise ConfigError(f"{key}: {str(out_dir)!r} is an existing file, not a folder")
-    existing = next(p for p in (path, *path.parents) if p.exists())
-    if not existing.is_dir():
-        raise ConfigError(f"{key}: {str(existing)!r} (a parent of {str(out_dir)!r}) is a file, not a folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigError(f"{key}: {str(existing)!r} is not writable")
 
 
 def check_output_folder(folder: str | Path, outputs: list[str], overwrite: bool, key: str = "--out") -> None:

@@ -199,7 +199,7 @@ def test_a_bad_task_data_file_is_refused_before_the_run_folder(world, tmp_path, 
 
 def test_out_dir_not_writable(world, tmp_path, capsys, monkeypatch):
     """Root may write anywhere, so the permission answer is faked: what matters is the check runs first."""
-    monkeypatch.setattr("rlvr.train.preflight.os.access", lambda path, mode: False)
+    monkeypatch.setattr("rlvr.config.checks.os.access", lambda path, mode: False)
     check(capsys, _argv(world, tmp_path, "out_dir={w}/ro/run"), "not writable", tmp_path / "out")
 
 
