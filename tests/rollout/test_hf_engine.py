@@ -240,6 +240,19 @@ class WeightCasts(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
+def casts_and_samples(engines: dict) -> tuple[dict, dict]:
+    """Per (engine name, decoding steps 3 and 6): the weight casts counted and the (tokens, log-probs) drawn."""
+    casts, samples = {}, {}
+    for name, engine in engines.items():
+        for steps in (3, 6):
+            with WeightCasts(engine.model) as counter:
+                completions = engine.generate(PROMPTS, 2, SamplingParams(max_new_tokens=steps, ignore_eos=True, seed=3))
+            casts[name, steps] = counter.count
+            samples[name, steps] = [(c.token_ids, c.logprobs) for c in completions]
+            assert all(len(c.token_ids) == steps for c in completions)
+    return casts, samples
+
+
 def test_bfloat16_weights_are_cast_once_per_call_and_sample_as_the_policy(sharp_factory):
     """`model.dtype: bfloat16`: the policy's own autocast hooks cast every weight at every decoding
     step; the engine's region keeps the casts for the whole call and samples the same tokens and
@@ -251,14 +264,7 @@ def test_bfloat16_weights_are_cast_once_per_call_and_sample_as_the_policy(sharp_
     engines = {"hooks alone": HFEngine(policy, tokenizer),
                "region": HFEngine(policy, tokenizer, autocast=torch.bfloat16),
                "plain copy": HFEngine(plain, tokenizer, autocast=torch.bfloat16)}
-    casts, samples = {}, {}
-    for name, engine in engines.items():
-        for steps in (3, 6):
-            with WeightCasts(engine.model) as counter:
-                completions = engine.generate(PROMPTS, 2, SamplingParams(max_new_tokens=steps, ignore_eos=True, seed=3))
-            casts[name, steps] = counter.count
-            samples[name, steps] = [(c.token_ids, c.logprobs) for c in completions]
-            assert all(len(c.token_ids) == steps for c in completions)
+    casts, samples = casts_and_samples(engines)
     weights = len(list(policy.parameters()))
     assert 0 < casts["region", 3] == casts["region", 6] <= weights  # once per call, whatever the length
     assert casts["plain copy", 3] == casts["plain copy", 6] == casts["region", 3]
@@ -290,13 +296,7 @@ def test_a_lora_policys_frozen_base_is_cast_once_per_call(sharp_factory):
     assert not any("lora_" in name for name in frozen)  # adapters train: autocast keeps their casts
     assert any(name.endswith("base_layer.weight") for name in frozen)
     engines = {"hooks alone": HFEngine(policy, tokenizer), "region": HFEngine(policy, tokenizer, autocast=torch.bfloat16)}
-    casts, samples = {}, {}
-    for name, engine in engines.items():
-        for steps in (3, 6):
-            with WeightCasts(engine.model) as counter:
-                completions = engine.generate(PROMPTS, 2, SamplingParams(max_new_tokens=steps, ignore_eos=True, seed=3))
-            casts[name, steps] = counter.count
-            samples[name, steps] = [(c.token_ids, c.logprobs) for c in completions]
+    casts, samples = casts_and_samples(engines)
     assert 0 < casts["region", 3] == casts["region", 6] <= len(list(policy.parameters()))
     assert casts["hooks alone", 6] > casts["hooks alone", 3] > casts["region", 3]
     for steps in (3, 6):
