@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ from rlvr.config import Config
 from rlvr.distributed.workers import LearnerWorker, RolloutWorker, WrongWeights
 from rlvr.rollout.scored import ScoredBatch
 from rlvr.tasks import Example, Task
+from rlvr.train.checkpoint import latest_checkpoint
 from rlvr.train.guard import RunStopped
 
 try:
@@ -41,6 +43,23 @@ except ImportError:
     ray = None
 
 log = logging.getLogger("rlvr.distributed")
+
+
+def continue_hint(run_dir: Path) -> str:
+    """How to go on after the run stopped: resume from its checkpoint, or, with none yet (an actor that died
+    while being set up), start again once the cause is fixed."""
+    if latest_checkpoint(run_dir) is not None:
+        return f"Resume it from its last checkpoint: rlvr train --resume {run_dir}"
+    return f"It has no checkpoint yet: once the cause is fixed, start it again with --resume-or-start ({run_dir})"
+
+
+def _cause(err: Exception) -> str:
+    """Ray's kind of failure, with the error the actor's own code raised when Ray reports one (the last
+    `SomethingError: ...` line of its traceback; e.g. a bad setting met while building the learner)."""
+    raised = [line.strip() for line in str(err).splitlines()
+              if re.match(r"^\s*[A-Za-z_.]*(Error|Exception): ", line) and not line.strip().startswith("ray.")
+              and type(err).__name__ not in line.split(":")[0]]
+    return type(err).__name__ + (f": {raised[-1]}" if raised else "")
 
 
 class LearnerFailed(RunStopped):
@@ -158,8 +177,8 @@ class RayRollout:
             self._fall_back("a rollout worker died")
         if self.restarts > self.cfg.distributed.max_restarts * len(self.actors):
             raise RolloutFailed(f"rollout workers failed {self.restarts} times (distributed.max_restarts="
-                                f"{self.cfg.distributed.max_restarts} per worker); the run stops. Resume it from its "
-                                f"last checkpoint: rlvr train --resume {self.cfg.out_dir}")
+                                f"{self.cfg.distributed.max_restarts} per worker); the run stops. "
+                                f"{continue_hint(Path(self.cfg.out_dir))}")
         stream = self._pending[step].stream_before
         for s in range(step, self._submitted + 1):
             old = self._pending[s]
@@ -246,8 +265,8 @@ class RayLearner:
                 ray.get(ready)
             return ray.get(refs)
         except ray.exceptions.RayActorError as err:
-            raise LearnerFailed(f"a learner actor died during {method} ({type(err).__name__}); the run stops. "
-                                f"Resume it from its last checkpoint: rlvr train --resume {self.run_dir}") from None
+            raise LearnerFailed(f"a learner actor died during {method} ({_cause(err)}); the run stops. "
+                                f"{continue_hint(self.run_dir)}") from None
 
     def wait(self, refs: list, method: str) -> list:
         return self._get(refs, method)

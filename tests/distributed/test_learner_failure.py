@@ -53,3 +53,22 @@ def test_a_dead_learner_stops_the_run_and_its_checkpoint_resumes_it(ray_cluster,
     assert main(["train", "--resume", str(run_dir)]) == 0
     assert [row["step"] for row in read_jsonl(run_dir / "metrics.jsonl")] == list(range(13))
     assert (run_dir / "final_model" / "config.json").is_file()
+
+
+def test_the_hint_after_a_failure_matches_what_the_run_folder_holds(tmp_path):
+    """An actor that died while being set up left no checkpoint: the hint named `rlvr train --resume`, which
+    then said there is none. With none it names --resume-or-start; the actor's own error is kept."""
+    from rlvr.distributed.ray_roles import _cause, continue_hint
+
+    assert "--resume-or-start" in continue_hint(tmp_path) and "--resume " not in continue_hint(tmp_path)
+    (tmp_path / "checkpoints" / "step_000002").mkdir(parents=True)
+    (tmp_path / "checkpoints" / "step_000002" / "state.pt").write_bytes(b"")
+    (tmp_path / "checkpoints" / "latest").write_text("step_000002")
+    assert continue_hint(tmp_path) == f"Resume it from its last checkpoint: rlvr train --resume {tmp_path}"
+
+    class ActorDiedError(Exception):
+        pass
+
+    report = "The actor died because of an error raised in its creation task\n  File 'x'\nValueError: model.lora: bad"
+    assert _cause(ActorDiedError(report)) == "ActorDiedError: ValueError: model.lora: bad"
+    assert _cause(ActorDiedError("The actor was killed by ray.kill.")) == "ActorDiedError"
