@@ -73,7 +73,7 @@ def test_saved_config_round_trips(tmp_path):
     ({"algorithm": {"advantage_eps": -1.0}}, [], "algorithm.advantage_eps must be >= 0, got -1.0"),
     ({"optim": {"schedule": "step"}}, [], "optim.schedule: unknown schedule 'step'"),
     ({"task": {"name": "sorting"}}, [], "task.name: unknown name 'sorting'"),
-    ({"task": {"options": {"lenght": 4}}}, [], "task.options:"),
+    ({"task": {"options": {"lenght": 4}}}, [], "task.options.lenght: sort has no option"),
     ({"task": {"rewards": [{"name": "nope"}]}}, [], "task.rewards: unknown reward 'nope'"),
     ({"model": {"tiny_preset": "huge"}}, [], "model.tiny_preset: unknown name 'huge'"),
     ({}, ["rollout.engine=vlm"], "rollout.engine: unknown name 'vlm'; choose from ['auto', 'hf', 'vllm']"),
