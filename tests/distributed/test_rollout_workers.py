@@ -1,5 +1,7 @@
 """Rollout workers on Ray: the same batches as one in-process Rollout, also across a killed worker."""
 
+import re
+
 import pytest
 import torch
 
@@ -48,12 +50,13 @@ def test_two_workers_equal_one_process_and_survive_a_kill(ray_cluster, tmp_path,
 
 def test_workers_dying_past_max_restarts_stop_the_run(ray_cluster, tmp_path, warm_model):
     """max_restarts=0: Ray does not restart the killed worker, its request fails, the run stops with
-    one line that names the resume command."""
+    one line that names the command to go on with (no checkpoint yet: --resume-or-start)."""
     cfg = load_config(None, [], base=tiny_config(tmp_path / "run", warm_model,
                                                  distributed=ray_sections(max_restarts=0)))
     learner, _ = local_roles(cfg, get_task(cfg.task.name, **cfg.task.options), warm_model, warm_model)
     worker = ray_cluster.remote(RolloutWorker).options(num_cpus=0.5, max_restarts=0).remote(cfg, warm_model)
     remote = RayRollout(cfg, [worker], RemoteWeights(ray_cluster.put(dict(learner.named_weights()))))
     ray_cluster.kill(worker)
-    with pytest.raises(RolloutFailed, match=f"rollout workers failed 1 times .* --resume {tmp_path / 'run'}$"):
+    with pytest.raises(RolloutFailed, match=rf"rollout workers failed 1 times .* --resume-or-start "
+                                            rf"\({re.escape(str(tmp_path / 'run'))}\)$"):
         remote.collect(1)
