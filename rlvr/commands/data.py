@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Iterator, Sequence
 
 from rlvr.config import check_out_dir
 from rlvr.data.decontaminate import DEFAULT_MIN_WORDS, decontaminate

@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from rlvr.commands.experiments import check_out_folder, make_out_folder
+from rlvr.commands.outputs import check_out_folder, make_out_folder
 from rlvr.commands.placement_flags import add_placement_flags, config_from_flags
 from rlvr.commands.task_options import task_from_cli
 from rlvr.eval.evaluate import evaluate

@@ -12,9 +12,8 @@ sub-command's function is stored as `args.func(args) -> exit code`.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from rlvr.config import check_out_dir
+from rlvr.commands.outputs import check_out_folder, make_out_folder
 from rlvr.pipelines.experiments.sort_rewards import PROMPT_SETS, SORT_REWARDS
 from rlvr.pipelines.experiments.sort_toy import (DELTAS, SortToyConfig, format_table, plot_sort_toy, run_sort_toy,
                                                  save_metrics)
@@ -33,25 +32,6 @@ def _positive_float(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
     return value
-
-
-def check_out_folder(folder: str | Path, flag: str, files: tuple[str, ...] = ()) -> Path:
-    """`folder` is one, or can become one, that we may write in, and none of `files` (what the command writes
-    there) is a folder: a bad `flag` is one line before any work, not an error after it with the results lost."""
-    path = Path(folder)
-    check_out_dir(path, flag)
-    if folders := [name for name in files if (path / name).is_dir()]:
-        raise ValueError(f"{flag}: {str(path / folders[0])!r} is a folder; the results are written there as a file")
-    return path
-
-
-def make_out_folder(path: Path, flag: str) -> Path:
-    """`path` made, missing parents too, still before any work (/proc/x passes every check but this one)."""
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise ValueError(f"{flag}: cannot make the folder {str(path)!r} ({err.strerror})") from None
-    return path
 
 
 def sort_toy_configs(args: argparse.Namespace) -> dict[str, SortToyConfig]:
