@@ -62,16 +62,20 @@ def record_place(path: str | Path, index: int) -> str:
     return read_jsonl_located(path)[index][0]
 
 
+def _place(path: Any, n: int) -> str:
+    return record_place(path, n - 1) if path and Path(path).is_file() else f"{path} record {n}".lstrip()
+
+
 def map_fields(rows: list[Mapping[str, Any]], fields: Mapping[str, str], path: Any = "") -> list[dict]:
     """Rename columns: fields = {"question": "problem", "answer": "solution"} reads `problem` as
     the question. Every mapped column must exist in every row; the others are kept as they are."""
     out = []
     for n, row in enumerate(rows, 1):
         if not isinstance(row, Mapping):
-            raise ValueError(f"{path} record {n}: expected an object with fields, got {type(row).__name__}")
+            raise ValueError(f"{_place(path, n)}: expected an object with fields, got {type(row).__name__}")
         missing = [src for src in fields.values() if src not in row]
         if missing:
-            raise ValueError(f"{path} record {n}: missing field(s) {missing}; it has {sorted(row)}")
+            raise ValueError(f"{_place(path, n)}: missing field(s) {missing}; it has {sorted(row)}")
         mapped = dict(row)
         mapped.update({dst: row[src] for dst, src in fields.items()})
         out.append(mapped)

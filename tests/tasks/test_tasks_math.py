@@ -70,8 +70,10 @@ def test_bad_files_and_options(tmp_path):
     (tmp_path / "x.csv").write_text("question,answer\n")
     with pytest.raises(ValueError, match="unsupported"):
         read_records(tmp_path / "x.csv")
-    with pytest.raises(ValueError, match=r"d.jsonl record 2: missing field\(s\) \['problem'\]; it has \['q'\]"):
-        map_fields([{"problem": 0}, {"q": 1}], {"question": "problem"}, "d.jsonl")
+    rows = tmp_path / "d.jsonl"
+    rows.write_text('{"problem": 0}\n\n{"q": 1}\n')  # a blank line: the second row is on line 3
+    with pytest.raises(ValueError, match=r"d.jsonl:3: missing field\(s\) \['problem'\]; it has \['q'\]"):
+        map_fields(read_records(rows), {"question": "problem"}, rows)
     with pytest.raises(ValueError, match="d.json record 1: expected an object with fields, got list"):
         map_fields([[1, 2]], {"question": "problem"}, "d.json")
     with pytest.raises(FileNotFoundError, match="is a folder"):
