@@ -140,6 +140,8 @@ def _check_distributed(cfg: Config) -> None:
                           "placed as a group)")
     if d.shard:
         for unmet, need in [(d.backend != "ray", "distributed.backend=ray"),
+                            (d.learners < 2, f"distributed.learners >= 2 (got {d.learners}: one learner holds the "
+                                             "whole policy, there is nothing to shard)"),
                             (cfg.model.lora.r > 0, "model.lora.r=0 (a LoRA policy is not sharded)"),
                             (cfg.algorithm.advantage == "gae", "an advantage without a value model (not gae)"),
                             (cfg.train.micro_batch_tokens > 0, "train.micro_batch_tokens=0 (every learner must "

@@ -4,7 +4,9 @@ the roles' reservations before anything is placed or written (`rlvr.distributed.
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import socket
 import sys
 from typing import Any
 
@@ -33,6 +35,7 @@ def start_ray(cfg: Config) -> bool:
     if address == "local":  # a new instance, even if one runs on this node (a killed driver's, `ray start`)
         ray.init(address="local", include_dashboard=False, log_to_driver=False)
     else:
+        _check_reachable(address)
         try:
             ray.init(address=address, log_to_driver=False)
         except ConnectionError as err:  # nothing there: the key's value is what to fix
@@ -40,6 +43,23 @@ def start_ray(cfg: Config) -> bool:
             raise ConfigError(f"distributed.address={address}: {str(err).splitlines()[0]} ({hint})") from None
     _exit_on_sigterm()
     return True
+
+
+def _check_reachable(address: str, timeout: float = 5.0) -> None:
+    """A head at HOST:PORT (or ray://HOST:PORT) must answer before `ray.init`, which otherwise retries for
+    minutes, printing its client's warnings. `auto` is left to Ray (it fails at once when nothing runs),
+    unless RAY_ADDRESS names the head."""
+    target = os.environ.get("RAY_ADDRESS", "") if address == "auto" else address
+    scheme, _, rest = target.rpartition("://")
+    host, _, port = rest.rpartition(":")
+    if not host or not port.isdigit() or scheme not in ("", "ray"):
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as err:
+        where = f"distributed.address={address}" + (f" (RAY_ADDRESS={target})" if target != address else "")
+        raise ConfigError(f"{where}: nothing answers at {host}:{port} ({err.strerror or err}); is the Ray head "
+                          f"running there (`ray start --head --port={port}`) and reachable from here?") from None
 
 
 def check_resources(cfg: Config) -> None:

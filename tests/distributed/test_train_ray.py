@@ -2,6 +2,7 @@
 asynchronously (max_staleness 1) with truncated importance sampling; resume works as without Ray."""
 
 import re
+import socket
 
 import pytest
 import yaml
@@ -95,10 +96,43 @@ def test_no_cluster_at_the_address_is_one_line_naming_the_key(tmp_path, warm_mod
 
     monkeypatch.setattr(roles.ray, "is_initialized", lambda: False)
     monkeypatch.setattr(roles.ray, "init", init)
-    for address, hint in (("auto", "ray start --head"), ("10.0.0.1:6379", "reachable")):
+    with socket.socket() as head:  # something answers at this port, so the address passes the reachability check
+        head.bind(("127.0.0.1", 0))
+        head.listen()
+        port = head.getsockname()[1]
+        for address, hint in (("auto", "ray start --head"), (f"127.0.0.1:{port}", "reachable")):
+            cfg = load_config(None, [], base=tiny_config(tmp_path / "run", warm_model,
+                                                         distributed=ray_sections(address=address)))
+            with pytest.raises(ConfigError, match=rf"^distributed.address={re.escape(address)}: Could not find any "
+                                                  rf"running Ray instance\..*{hint}") as err:
+                roles.start_ray(cfg)
+            assert "\n" not in str(err.value)
+
+
+def test_an_address_where_nothing_answers_is_refused_before_ray_init(tmp_path, warm_model, monkeypatch):
+    """`ray.init("HOST:PORT")` with no head there retries for minutes printing its client's warnings (measured:
+    over 5 minutes); the address is tried first, and the run refuses in one line within seconds."""
+    import rlvr.distributed.cluster as roles
+
+    def init(address, **_):
+        raise AssertionError("ray.init must not be reached")
+
+    monkeypatch.setattr(roles.ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(roles.ray, "init", init)
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]  # bound, not listening: a connection is refused
+        for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}"):
+            cfg = load_config(None, [], base=tiny_config(tmp_path / "run", warm_model,
+                                                         distributed=ray_sections(address=address)))
+            with pytest.raises(ConfigError, match=rf"^distributed.address={re.escape(address)}: nothing answers at "
+                                                  rf"127.0.0.1:{port} \(.*\); is the Ray head running there "
+                                                  rf"\(`ray start --head --port={port}`\)") as err:
+                roles.start_ray(cfg)
+            assert "\n" not in str(err.value)
+        monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
         cfg = load_config(None, [], base=tiny_config(tmp_path / "run", warm_model,
-                                                     distributed=ray_sections(address=address)))
-        with pytest.raises(ConfigError, match=rf"^distributed.address={re.escape(address)}: Could not find any "
-                                              rf"running Ray instance\..*{hint}") as err:
+                                                     distributed=ray_sections(address="auto")))
+        with pytest.raises(ConfigError, match=rf"^distributed.address=auto \(RAY_ADDRESS=127.0.0.1:{port}\): "
+                                              "nothing answers"):
             roles.start_ray(cfg)
-        assert "\n" not in str(err.value)

@@ -39,6 +39,9 @@ def test_saved_config_round_trips(tmp_path):
     assert load_config(tmp_path / "config.yaml") == cfg
 
 
+SHARD = ["distributed.backend=ray", "distributed.learners=2", "distributed.shard=true"]
+
+
 @pytest.mark.parametrize("data, overrides, message", [
     ({"trian": {"steps": 1}}, [], "unknown config key 'trian'; did you mean 'train'"),
     ({"train": {"stpes": 1}}, [], "unknown config key 'train.stpes'; did you mean 'train.steps'"),
@@ -81,9 +84,11 @@ def test_saved_config_round_trips(tmp_path):
     ({}, ["model.lora.r=8", "rollout.engine=hf", "rollout.vllm_lora=adapter"], "needs model.lora.r > 0 and "
                                                                                 "rollout.engine=vllm"),
     ({}, ["distributed.shard=true"], "distributed.shard: true needs distributed.backend=ray"),
-    ({}, ["distributed.backend=ray", "distributed.shard=true", "model.lora.r=8"], "needs model.lora.r=0"),
-    ({}, ["distributed.backend=ray", "distributed.shard=true", "algorithm.advantage=gae"], "not gae"),
-    ({}, ["distributed.backend=ray", "distributed.shard=true", "train.micro_batch_tokens=64"],
+    ({}, ["distributed.backend=ray", "distributed.shard=true"], "distributed.shard: true needs distributed.learners "
+                                                                ">= 2 (got 1: one learner holds the whole policy"),
+    ({}, [*SHARD, "model.lora.r=8"], "needs model.lora.r=0"),
+    ({}, [*SHARD, "algorithm.advantage=gae"], "not gae"),
+    ({}, [*SHARD, "train.micro_batch_tokens=64"],
      "needs train.micro_batch_tokens=0"),
     ({}, ["distributed.learner_gpus=-1"], "distributed.learner_gpus must be >= 0, got -1"),
     ({}, ["distributed.backend=ray", "distributed.learners=2", "distributed.learner_cpus=0"],
