@@ -164,7 +164,7 @@ def run_recipe(recipe: Recipe, out_dir: str | Path, log: Callable[[str], None] =
     stage_dirs = [out_dir / f"{i:02d}_{stage.name}" for i, stage in enumerate(recipe.stages, 1)]
     settings = [stage_settings(recipe, stage) for stage in recipe.stages]
     start = start_settings(base)
-    if (out_dir / START).is_file():
+    if (out_dir / START).is_file() and any(d.exists() for d in stage_dirs):  # none begun: rebuilt (start_model)
         check_unchanged(json.loads((out_dir / START).read_text()), start, "the starting model", out_dir)
     for stage, stage_dir, current in zip(recipe.stages, stage_dirs, settings):
         if (stage_dir / "stage.json").is_file():

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
+from safetensors.torch import load_file
 
 from rlvr.pipelines.recipe_stages import preference_pairs
 from rlvr.pipelines.recipes import load_recipe, rl_config, run_recipe
@@ -228,3 +231,21 @@ def test_an_out_that_is_a_file_is_refused_before_any_work(tmp_path, capsys):
     assert main(["recipe", str(RECIPES / "r1_zero.yaml"), "--out", str(tmp_path / "afile")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--out" in err and "not a folder" in err
+
+
+def test_a_changed_starting_model_is_rebuilt_when_no_stage_has_begun(tmp_path):
+    """The starting model's settings changed, but no stage has begun (stopped while the starting model was
+    built): nothing depends on it yet, so it is rebuilt under the new settings (refused before), and the
+    recipe gives what it gives in a fresh folder."""
+    path = tmp_path / "one.yaml"
+    path.write_text(yaml.safe_dump({"stages": [{"name": "a", "kind": "sft", "steps": 1, "demonstrations": 4}]}))
+    out, fresh = tmp_path / "out", tmp_path / "fresh"
+    run_recipe(load_recipe(path, TINY), out, log=lambda _: None)
+    shutil.rmtree(out / "01_a")
+    again = run_recipe(load_recipe(path, [*TINY, "seed=3"]), out, log=lambda _: None)
+    expected = run_recipe(load_recipe(path, [*TINY, "seed=3"]), fresh, log=lambda _: None)
+    assert [r["metrics"] for r in again] == [r["metrics"] for r in expected]
+    assert json.loads((out / "recipe_start.json").read_text())["seed"] == 3
+    weights = [load_file(next((d / "01_a").rglob("*.safetensors"))) for d in (out, fresh)]
+    assert weights[0].keys() == weights[1].keys()
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
