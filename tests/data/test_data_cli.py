@@ -3,6 +3,7 @@ from pathlib import Path
 
 import pytest
 
+import rlvr.commands.data as data_command
 from rlvr.cli import main as rlvr_main
 
 
@@ -87,7 +88,7 @@ def test_decontaminate_small_n_is_stricter_and_min_words_above_n_refused(three, 
     assert not Path("bad").exists()
 
 
-def test_out_that_cannot_be_written_is_refused_before_any_work(three, capsys):
+def test_out_that_cannot_be_written_is_refused_before_any_work(three, capsys, monkeypatch):
     Path("afile").write_text("keep me")
     Path("afolder").mkdir()
     write_jsonl(Path("tr.jsonl"), [{"prompt": "Q1", "thinking": "t", "answer": "x"}])
@@ -105,9 +106,15 @@ def test_out_that_cannot_be_written_is_refused_before_any_work(three, capsys):
     assert Path("afile").read_text() == "keep me" and list(Path("afolder").iterdir()) == []
     assert Path("cur/deduplicate.kept.jsonl").read_text() == '{"question": "q"}\n'
     assert sorted(p.name for p in Path("cur").iterdir()) == ["deduplicate.kept.jsonl"]
-    if Path("/proc/self").is_dir():  # not writable even as root; the error still names --out
-        _refused(capsys, [*dc, "--out", "/proc/x"], "--out: ", "'/proc/x'")
-        _refused(capsys, ["fusion", "tr.jsonl", "--out", "/proc/x"], "--out: ", "'/proc/x'")
+    if Path("/proc/self").is_dir():  # not writable even as root: refused before the work (it failed at the write)
+        monkeypatch.setattr(data_command, "decontaminate", _no_work)
+        monkeypatch.setattr(data_command, "build_fusion_data", _no_work)
+        _refused(capsys, [*dc, "--out", "/proc/x"], "--out: cannot write '/proc/x'")
+        _refused(capsys, ["fusion", "tr.jsonl", "--out", "/proc/x"], "--out: cannot write '/proc/x'")
+
+
+def _no_work(*_, **__):
+    raise AssertionError("the work started before --out was found unwritable")
 
 
 def test_fusion_row_errors_name_file_and_line(tmp_path, capsys):
