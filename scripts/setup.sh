@@ -18,10 +18,10 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   fi
 fi
 stamp=.venv/.rlvr-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ scripts/setup.sh -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q "torch==2.13.0"
-  .venv/bin/python -m pip install -q -e ".[test,gym,peft,ray]" "torch==2.13.0"
+  .venv/bin/python -m pip install -q -e ".[test,gym,peft,ray,parquet]" "torch==2.13.0"
   touch "$stamp"
 fi
 # A fast allocator: the rlvr command re-executes itself with tcmalloc preloaded when it is installed

@@ -1,6 +1,7 @@
 """GSM8K, MATH-500 and user files: splits, field mapping, templates, verification."""
 
 import json
+import sys
 
 import pytest
 
@@ -87,18 +88,25 @@ def test_bad_files_and_options(tmp_path):
         gsm8k_answer("no marker")
 
 
-def test_parquet_needs_pyarrow_only_when_used(tmp_path):
+def test_parquet_rows_are_read_with_pyarrow(tmp_path):
+    """The `parquet` extra (installed by scripts/setup.sh, so CI runs this): rows as the other formats give them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
     path = tmp_path / "data.parquet"
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError:
-        path.write_bytes(b"PAR1")
-        with pytest.raises(ImportError, match="pip install pyarrow"):
-            read_records(path)
-    else:
-        pq.write_table(pa.table({"question": ["1+1?"], "answer": ["2"]}), path)
-        assert read_records(path) == [{"question": "1+1?", "answer": "2"}]
+    pq.write_table(pa.table({"question": ["1+1?", "2+3?"], "answer": ["2", "5"]}), path)
+    assert read_records(path) == [{"question": "1+1?", "answer": "2"}, {"question": "2+3?", "answer": "5"}]
+    task = get_task("math_file", path=str(path), eval_fraction=0.5)
+    examples = task.train_examples(0, seed=0) + task.eval_examples(0, seed=0)
+    assert sorted(e.answer for e in examples) == ["2", "5"]
+
+
+def test_parquet_without_pyarrow_is_one_line_naming_the_install(tmp_path, monkeypatch):
+    path = tmp_path / "data.parquet"
+    path.write_bytes(b"PAR1")
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # an import of it now raises ImportError
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    with pytest.raises(ImportError, match="pip install pyarrow"):
+        read_records(path)
 
 
 def test_templates():
