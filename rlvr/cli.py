@@ -5,9 +5,11 @@ Each subcommand lives in a module that provides `add_parser(subparsers)`; the pa
 
 Errors, the same for every subcommand and for `python -m rlvr`: bad input (config, argument, missing
 file, bad data row) prints one line and exits with 2; anything else is an internal error, one line and
-exit code 1. RLVR_DEBUG=1 shows the traceback instead. A run that stops itself (too many non-finite
-steps, a full disk: exit 1; SIGINT/SIGTERM after its checkpoint: 130/143) says so in one line. Ctrl-C
-at any other moment, start-up included, is one line `rlvr [COMMAND]: interrupted` and exit code 130.
+exit code 1. RLVR_DEBUG=1 shows the traceback instead. argparse's own errors (unknown flag or command,
+missing or bad argument) are one line too, naming the (sub)command and its --help, exit code 2. A run that
+stops itself (too many non-finite steps, a full disk: exit 1; SIGINT/SIGTERM after its checkpoint: 130/143)
+says so in one line. Ctrl-C at any other moment, start-up included, is one line `rlvr [COMMAND]: interrupted`
+and exit code 130; a second Ctrl-C during a run adds how to continue it.
 Subcommands raise; only `main` maps.
 
 Run from the shell (argv None), `main` first re-executes itself with a fast allocator preloaded
@@ -34,11 +36,37 @@ COMMAND_MODULES = [  # each provides add_parser(subparsers) (or add_parsers, for
 ]
 
 
-def build_parser() -> argparse.ArgumentParser:
+_INNERMOST = "_rlvr_innermost_prog"  # the deepest (sub)command that left arguments unparsed
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's errors as one line, `rlvr train: error: ... (see rlvr train --help)`, exit code 2, instead
+    of the usage block; --help is unchanged. The subparsers of every command inherit the class."""
+
+    def error(self, message: str) -> None:
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras and not hasattr(namespace, _INNERMOST):  # a subcommand's namespace is copied into its parent's
+            setattr(namespace, _INNERMOST, self.prog)
+        return namespace, extras
+
+    def parse_args(self, args=None, namespace=None):
+        """Unknown arguments are reported by the subcommand they followed, not by `rlvr`."""
+        namespace, extras = self.parse_known_args(args, namespace)
+        prog = vars(namespace).pop(_INNERMOST, self.prog)
+        if extras:
+            message = f"unrecognized arguments: {' '.join(extras)}"
+            self.exit(2, f"{prog}: error: {message} (see {prog} --help)\n")
+        return namespace
+
+
+def build_parser() -> ArgumentParser:
     from rlvr import __version__
 
-    parser = argparse.ArgumentParser(prog="rlvr", description="Post-train language models with RL from "
-                                     "verifiable rewards. Start with `rlvr demo`.")
+    parser = ArgumentParser(prog="rlvr", description="Post-train language models with RL from "
+                            "verifiable rewards. Start with `rlvr demo`.")
     parser.add_argument("--version", action="version", version=f"rlvr {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
@@ -66,8 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except BrokenPipeError:  # `rlvr train --help-config | head`
         return 0
-    except KeyboardInterrupt:
-        print(f"rlvr {args.command}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as err:  # a run's second Ctrl-C (rlvr.train.guard.StoppedAtOnce) says how to continue
+        print(f"rlvr {args.command}: interrupted" + (f": {err}" if str(err) else ""), file=sys.stderr)
         return 130
     except USER_ERRORS as err:
         if os.environ.get("RLVR_DEBUG"):

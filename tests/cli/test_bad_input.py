@@ -255,7 +255,7 @@ def test_resume_without_checkpoint_needs_resume_or_start(world, tmp_path, capsys
     (["rft", "--model", "{w}/model", "--task-option", "lenght=3", "--out", "{t}/out"], "lenght"),
     (["eval", "--model", "{w}/model", "--task", "math_file", "--task-option", "path={w}/bad.json"], "bad.json:2"),
     (["eval", "--model", "{w}/model", "--task", "math_file", "--task-option", "path={w}/nofield.jsonl"],
-     "nofield.jsonl record 1: missing field(s) ['question', 'answer']"),
+     "nofield.jsonl:1: missing field(s) ['question', 'answer']"),
     (["eval", "--model", "{w}/model", "--task", "subset", "--task-option", "path={w}/subset.jsonl"],
      "subset.jsonl:2: missing field(s) ['answer']"),
     (["sft", "--task", "sort", "--steps", "2", "--out", "{w}/run"], "already holds metrics.jsonl from an earlier run"),
@@ -284,3 +284,38 @@ def test_a_run_folder_given_as_a_model_names_its_model(world, tmp_path, capsys):
     check(capsys, ["eval", "--model", str(run), "--task", "sort"],  # crashed before the end: its checkpoint
           f"a run folder without a final model: its latest checkpoint's is {run / 'checkpoints/step_000002/model'}",
           tmp_path / "out")
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["train", "--foo"], "rlvr train: error: unrecognized arguments: --foo (see rlvr train --help)"),
+    (["train", "cfg.yaml", "--foo", "x"], "rlvr train: error: unrecognized arguments: --foo x (see rlvr train --help)"),
+    (["sft", "--steps", "abc"], "rlvr sft: error: argument --steps: invalid int value: 'abc' (see rlvr sft --help)"),
+    (["eval", "--model"], "rlvr eval: error: argument --model: expected one argument (see rlvr eval --help)"),
+    (["experiment", "sort-toy", "--delta", "median"], "rlvr experiment sort-toy: error: argument --delta: invalid "
+     "choice: 'median' (choose from 'raw', 'centered', 'normalized', 'max_only', 'all') (see rlvr experiment "
+     "sort-toy --help)"),
+    (["experiment", "sort-toy", "--epochs", "0"],
+     "rlvr experiment sort-toy: error: argument --epochs: must be >= 1, got 0 (see rlvr experiment sort-toy --help)"),
+    (["data", "dedup", "in.jsonl", "--out", "o.jsonl", "--bogus"],
+     "rlvr data dedup: error: unrecognized arguments: --bogus (see rlvr data dedup --help)"),
+    (["--bogus", "doctor", "runs/x"], "rlvr: error: unrecognized arguments: --bogus (see rlvr --help)"),
+    (["nosuch"], "rlvr: error: argument COMMAND: invalid choice: 'nosuch' (choose from "),
+    ([], "rlvr: error: the following arguments are required: COMMAND (see rlvr --help)"),
+], ids=["unknown-flag", "unknown-after-config", "bad-int", "missing-value", "bad-choice", "bad-type",
+        "nested-subcommand", "before-the-command", "unknown-command", "no-command"])
+def test_argparse_errors_are_one_line_naming_the_command(tmp_path, capsys, monkeypatch, argv, line):
+    """argparse printed its usage block, then the error: several lines, unlike every other bad input."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    captured = capsys.readouterr()
+    assert stop.value.code == 2 and captured.out == ""
+    assert captured.err.count("\n") == 1 and captured.err.startswith(line), captured.err
+    assert not list(tmp_path.iterdir())  # refused before any work
+
+
+def test_help_is_still_argparse_usage(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["train", "--help"])
+    out = capsys.readouterr().out
+    assert stop.value.code == 0 and out.startswith("usage: rlvr train [-h]") and "--resume-or-start" in out
