@@ -20,12 +20,12 @@ def _presets(args: argparse.Namespace) -> int:
 
 def _compare(args: argparse.Namespace) -> int:
     from rlvr.pipelines.compare import parse_variant, plot_comparison, run_comparison, summarize
-    from rlvr.train.guard import Interrupted
+    from rlvr.train.guard import Interrupted, StoppedAtOnce
 
     variants = [parse_variant(spec) for spec in args.variants]
     try:
         histories = run_comparison(args.config, variants, args.out, args.overrides, resume=args.resume)
-    except Interrupted as err:  # the run's own hint would finish one variant and draw no comparison
+    except (Interrupted, StoppedAtOnce) as err:  # the run's own hint would finish one variant, draw no comparison
         raise err.continued_with("the same `rlvr compare` command and --resume") from None
     table = summarize(histories)
     out = Path(args.out)
@@ -38,11 +38,11 @@ def _compare(args: argparse.Namespace) -> int:
 
 def _recipe(args: argparse.Namespace) -> int:
     from rlvr.pipelines.recipes import load_recipe, run_recipe
-    from rlvr.train.guard import Interrupted
+    from rlvr.train.guard import Interrupted, StoppedAtOnce
 
     try:
         records = run_recipe(load_recipe(args.recipe, args.overrides), args.out)
-    except Interrupted as err:
+    except (Interrupted, StoppedAtOnce) as err:
         raise err.continued_with("the same `rlvr recipe` command (finished stages are skipped, this one "
                                  "resumes)") from None
     final = next((r["model"] for r in reversed(records) if r.get("model")), None)

@@ -32,8 +32,7 @@ from rlvr.config import Config
 from rlvr.distributed.workers import LearnerWorker, RolloutWorker, WrongWeights
 from rlvr.rollout.scored import ScoredBatch
 from rlvr.tasks import Example, Task
-from rlvr.train.checkpoint import latest_checkpoint
-from rlvr.train.guard import RunStopped
+from rlvr.train.guard import RunStopped, continue_hint
 
 try:
     import ray
@@ -43,14 +42,6 @@ except ImportError:
     ray = None
 
 log = logging.getLogger("rlvr.distributed")
-
-
-def continue_hint(run_dir: Path) -> str:
-    """How to go on after the run stopped: resume from its checkpoint, or, with none yet (an actor that died
-    while being set up), start again once the cause is fixed."""
-    if latest_checkpoint(run_dir) is not None:
-        return f"Resume it from its last checkpoint: rlvr train --resume {run_dir}"
-    return f"It has no checkpoint yet: once the cause is fixed, start it again with --resume-or-start ({run_dir})"
 
 
 def _cause(err: Exception) -> str:

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from rlvr.report.doctor import RunLog, check_entropy, check_reward_collapse, check_spikes
+from rlvr.train.checkpoint import latest_checkpoint
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +42,32 @@ class Interrupted(RuntimeError):
 
     def continued_with(self, command: str) -> "Interrupted":
         return Interrupted(self.what, self.signum, command)
+
+
+class StoppedAtOnce(KeyboardInterrupt):
+    """A second SIGINT/SIGTERM: the run stopped at once, mid-step, without this step's checkpoint; `hint` says
+    how to continue (a pipeline around the run names its own command). A KeyboardInterrupt: exit code 130."""
+
+    def __init__(self, what: str, hint: str):
+        super().__init__(f"{what}. {hint}")
+        self.what = what
+
+    def continued_with(self, command: str) -> "StoppedAtOnce":
+        return StoppedAtOnce(self.what, f"Continue with {command}")
+
+
+def continue_hint(run_dir: Path, failed: bool = True) -> str:
+    """How to go on after the run stopped: resume from its checkpoint, or, with none yet (an actor that died
+    while being set up, a second Ctrl-C before the first checkpoint), start it again; after a failure
+    (`failed`), once its cause is fixed."""
+    try:
+        checkpointed = latest_checkpoint(run_dir) is not None
+    except FileNotFoundError:  # `latest` names a missing step: --resume says which earlier one is intact
+        checkpointed = True
+    if checkpointed:
+        return f"Resume it from its last checkpoint: rlvr train --resume {run_dir}"
+    return (f"It has no checkpoint yet: {'once the cause is fixed, ' * failed}start it again with --resume-or-start "
+            f"({run_dir})")
 
 
 def finite_step(losses: list[Tensor], norm: Tensor) -> bool:
@@ -97,10 +124,12 @@ class RunGuard:
 
     @contextmanager
     def signals(self) -> Iterator[None]:
-        """SIGINT/SIGTERM set a flag the loop reads at the next step boundary; a second one stops at once."""
+        """SIGINT/SIGTERM set a flag the loop reads at the next step boundary; a second one stops at once
+        (StoppedAtOnce, saying how to continue)."""
         def handle(signum: int, frame: Any) -> None:
             if self.signal is not None:
-                raise KeyboardInterrupt
+                raise StoppedAtOnce(f"{signal.Signals(signum).name} again: stopped at once, mid-step",
+                                    continue_hint(self.run_dir, failed=False))
             self.signal = signum
             logger.warning("%s: writing a checkpoint at the end of this step, then stopping (again: stop now)",
                            signal.Signals(signum).name)
@@ -117,5 +146,6 @@ class RunGuard:
 
     def stop_if_signalled(self, step: int) -> None:
         if self.signal is not None:
-            raise Interrupted(f"{signal.Signals(self.signal).name} at step {step}: checkpoint written in {self.run_dir}",
-                              self.signal, f"`rlvr train --resume {self.run_dir}`")
+            name = signal.Signals(self.signal).name
+            raise Interrupted(f"{name} at step {step}: checkpoint written in {self.run_dir}", self.signal,
+                              f"`rlvr train --resume {self.run_dir}`")

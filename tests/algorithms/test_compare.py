@@ -100,10 +100,11 @@ def test_a_variant_folder_holding_a_run_is_refused_before_any_variant_trains(tmp
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("stop", ["signal", "kill"])
+@pytest.mark.parametrize("stop", ["signal", "kill", "signal-twice"])
 def test_an_interrupted_comparison_continues_with_resume_as_if_never_stopped(tmp_path, capsys, monkeypatch, stop):
     """Variant b stops at step 2: by SIGINT (checkpoint written; resumed from it) or by a crash before its
-    first checkpoint (started again). A plain re-run is refused naming --resume; with --resume the
+    first checkpoint (started again), or by a second SIGINT at once (nothing saved; its line names the compare
+    command, not the run's `rlvr train --resume`). A plain re-run is refused naming --resume; with --resume the
     finished variant a is kept and b's metrics and weights equal those of a comparison never stopped."""
     import os
     import signal
@@ -120,15 +121,20 @@ def test_an_interrupted_comparison_continues_with_resume_as_if_never_stopped(tmp
             if stop == "kill":
                 raise KeyboardInterrupt  # nothing saved: no checkpoint yet
             os.kill(os.getpid(), signal.SIGINT)  # the guard saves this step's checkpoint, then stops
+            if stop == "signal-twice":
+                os.kill(os.getpid(), signal.SIGINT)  # stop now: nothing saved
         return real_save(run_dir, step, *args, **kwargs)
 
     monkeypatch.setattr(loop_module, "save_checkpoint", stop_b_at_step_2)
     cut = tmp_path / "cut"
     capsys.readouterr()
-    assert main([*argv, "--out", str(cut)]) == (130 if stop == "kill" else 128 + signal.SIGINT)
+    assert main([*argv, "--out", str(cut)]) == (128 + signal.SIGINT if stop == "signal" else 130)
     err = capsys.readouterr().err
     if stop == "signal":
         assert "SIGINT at step 2" in err and "the same `rlvr compare` command and --resume" in err
+    if stop == "signal-twice":  # the compare's command, not the run's `rlvr train --resume`
+        assert err == ("rlvr compare: interrupted: SIGINT again: stopped at once, mid-step. Continue with the same "
+                       "`rlvr compare` command and --resume\n")
     monkeypatch.setattr(loop_module, "save_checkpoint", real_save)
     assert (cut / "grpo" / "final_model").is_dir() and not (cut / "dr_grpo" / "final_model").exists()
     a_before = (cut / "grpo" / "metrics.jsonl").read_text()

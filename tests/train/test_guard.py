@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 from rlvr.config import load_config
 from rlvr.train.checkpoint import latest_checkpoint
 from rlvr.algorithms.optim import clip_gradients
-from rlvr.train.guard import SKIPPED, RunGuard, RunStopped, finite_step
+from rlvr.train.guard import SKIPPED, RunGuard, RunStopped, StoppedAtOnce, continue_hint, finite_step
 from rlvr.train.loop import train
 from rlvr.train.preflight import check_checkpoint
 from rlvr.train.setup import prepare_run
@@ -173,6 +173,46 @@ def test_signal_writes_a_checkpoint_at_the_step_boundary(tmp_path, rlvr, signum,
     resumed = rlvr("train", "--resume", str(tmp_path / "run"), "--set", f"train.steps={step + 1}")
     assert resumed.returncode == 0, resumed.stderr
     assert latest_checkpoint(tmp_path / "run").name == f"step_{step + 1:06d}"
+
+
+@pytest.mark.parametrize("every, hint", [
+    (1, "Resume it from its last checkpoint: rlvr train --resume {run}"),
+    (0, "It has no checkpoint yet: start it again with --resume-or-start ({run})")], ids=["checkpointed", "none-yet"])
+def test_a_second_ctrl_c_stops_at_once_and_says_how_to_continue(tmp_path, capsys, monkeypatch, every, hint):
+    """The second SIGINT stopped the run mid-step with a bare `rlvr train: interrupted`: no run folder, no way
+    on. Its one line names the run and the command that continues it, which then finishes the run."""
+    import os
+
+    from rlvr.cli import main
+    from rlvr.config import save_config
+
+    real_after_update = RunGuard.after_update
+
+    def ctrl_c_twice_in_step_2(guard, step, metrics):
+        if step == 2:
+            os.kill(os.getpid(), signal.SIGINT)  # the guard: checkpoint at the end of this step
+            os.kill(os.getpid(), signal.SIGINT)  # the user: stop now
+        return real_after_update(guard, step, metrics)
+
+    monkeypatch.setattr(RunGuard, "after_update", ctrl_c_twice_in_step_2)
+    save_config(tiny(tmp_path, f"checkpoint.every={every}"), tmp_path / "c.yaml")
+    capsys.readouterr()
+    assert main(["train", str(tmp_path / "c.yaml")]) == 130
+    run = tmp_path / "run"
+    expected = f"rlvr train: interrupted: SIGINT again: stopped at once, mid-step. {hint.format(run=run)}\n"
+    assert capsys.readouterr().err == expected
+    assert latest_checkpoint(run) == (run / "checkpoints" / "step_000001" if every else None)
+    monkeypatch.setattr(RunGuard, "after_update", real_after_update)
+    assert main(["train", "--resume", str(run), *["--resume-or-start"] * (not every)]) == 0
+    assert (run / "final_model").is_dir() and latest_checkpoint(run).name == "step_000003"
+
+
+def test_a_pipeline_names_its_own_command_after_a_second_ctrl_c(tmp_path):
+    err = StoppedAtOnce("SIGINT again: stopped at once, mid-step", continue_hint(tmp_path, failed=False))
+    assert str(err).endswith(f"start it again with --resume-or-start ({tmp_path})")
+    assert isinstance(err, KeyboardInterrupt)
+    assert str(err.continued_with("the same `rlvr compare` command and --resume")) == (
+        "SIGINT again: stopped at once, mid-step. Continue with the same `rlvr compare` command and --resume")
 
 
 def test_samples_jsonl_rows_carry_the_reward_components(tmp_path):
