@@ -1,6 +1,7 @@
 """`rlvr experiment lecture17 --quick`: the whole pipeline at tiny sizes writes a report with every claim."""
 
 import math
+import re
 
 import pytest
 
@@ -30,7 +31,8 @@ def test_quick_run_writes_every_claim_and_its_figures(tmp_path, capsys):
     for key in CLAIM_KEYS:
         assert f'<a id="{key}"></a>' in text and f"(#{key})" in text
     for line in table:  # every line carries a measured number and a computed verdict
-        assert "±" in line or "exact" in line
+        assert "±" in line or "(n=" in line or "exact" in line
+        assert not re.search(r"\bnan\b", line), line
         assert any(v in line for v in ("**holds**", "**does not hold**", "**undecided**"))
     for name in ("sort_toy_deltas.png", "sort_toy_reward_hack.png", "length_bias.png", "kimi_length.png",
                  "thinking_budget.png"):
@@ -43,9 +45,18 @@ def test_statistics_by_hand():
     assert mean_sd([1.0, 3.0]) == (2.0, math.sqrt(2.0))
     assert mean_sd([5.0]) == (5.0, 0.0)
     assert fmt([1.0, 3.0], 2) == "2.00 ± 1.41 (n=2)"
+    assert fmt([5.0], 2) == "5.00 (n=1)"  # no sd from one value
     assert se_of_difference([1.0, 3.0], [0.0, 0.0]) == pytest.approx(1.0)  # sqrt(2 / 2 + 0)
     with pytest.raises(ValueError):
         mean_sd([])
+
+
+def test_undefined_values_print_no_nan():
+    """A seed whose groups were all uniform has no share of |A| mass (NaN): the claim read 'nan ± nan (n=2)'."""
+    nan = float("nan")
+    assert fmt([nan, nan]) == "n/a (n=0 of 2 defined)"
+    assert fmt([0.5, nan, 0.7], 2) == "0.60 ± 0.14 (n=2 of 3 defined)"
+    assert fmt([nan, 0.53], 2) == "0.53 (n=1 of 2 defined)"
 
 
 def test_report_verdicts_come_from_the_claims(tmp_path):

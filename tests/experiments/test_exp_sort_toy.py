@@ -10,7 +10,9 @@ from rlvr.pipelines.experiments.sort_toy import (
     DELTAS,
     SortModel,
     SortToyConfig,
+    SortToyResult,
     expected_reward,
+    format_table,
     response_logprobs,
     run_deltas,
     run_sort_toy,
@@ -99,3 +101,21 @@ def test_baselines_beat_raw_rewards_across_seeds():
     for r in res.values():  # every delta learns: the policy ends better than it started
         start = sum(r.expected_reward[0]) / len(r.expected_reward[0])
         assert r.final_mean > start
+
+
+def test_the_table_aligns_whatever_the_label_length():
+    """Labels past 11 characters (`--delta all --reward all`: 'normalized/inclusion') pushed their row's
+    numbers out of their columns; short labels keep the table as it was."""
+    def result(final):
+        return SortToyResult(SortToyConfig(), final_expected_reward=[final, 2.0], final_exact_match=[0.1, 0.3],
+                             sampled_reward=[[1.0, 2.0]], max_reward=5.0)
+
+    short = format_table({"raw": result(2.5)}).splitlines()
+    assert short == ["run         final E[R]    min    max of max  last batch R exact match",
+                     "raw              2.250  2.000  2.500      5         1.500       0.200"]
+    lines = format_table({"raw": result(2.5), "normalized/inclusion": result(12.25)}).splitlines()
+    assert len({len(line) for line in lines}) == 1
+    for column in ("final E[R]", "exact match"):  # right-aligned: every cell ends where its header ends
+        end = lines[0].index(column) + len(column)
+        assert all(line[end - 1] != " " and (end == len(line) or line[end] == " ") for line in lines)
+    assert lines[2].startswith("normalized/inclusion  ") and lines[1].startswith("raw" + " " * 19)

@@ -40,9 +40,14 @@ def mean_sd(values: Sequence[float]) -> tuple[float, float]:
 
 
 def fmt(values: Sequence[float], digits: int = 3) -> str:
-    """'mean +- sd (n=K)'."""
-    mean, sd = mean_sd(values)
-    return f"{mean:.{digits}f} ± {sd:.{digits}f} (n={len(values)})"
+    """'mean ± sd (n=K)' over the values that are defined (not NaN); the sd only where it is (K >= 2):
+    'mean (n=1)'; undefined values are counted ('(n=2 of 3 defined)'), all undefined is 'n/a'."""
+    defined = [v for v in values if not math.isnan(v)]
+    n = f"n={len(defined)}" + (f" of {len(values)} defined" if len(defined) < len(values) else "")
+    if not defined:
+        return f"n/a ({n})"
+    mean, sd = mean_sd(defined)
+    return f"{mean:.{digits}f}" + (f" ± {sd:.{digits}f}" if len(defined) > 1 else "") + f" ({n})"
 
 
 def se_of_difference(a: Sequence[float], b: Sequence[float]) -> float:

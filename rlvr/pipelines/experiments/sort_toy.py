@@ -258,16 +258,21 @@ def plot_sort_toy(results: dict[str, SortToyResult], path: str | Path) -> Path:
     return path
 
 
+TABLE_COLUMNS = (("run", 11), ("final E[R]", 10), ("min", 6), ("max", 6), ("of max", 6), ("last batch R", 13),
+                 ("exact match", 11))  # (header, least width): a column widens to its longest cell
+
+
 def format_table(results: dict[str, SortToyResult]) -> str:
     """One row per run: final exact expected reward (mean, min, max over seeds), its maximum, the last
-    sampled reward and the final exact-match probability."""
-    lines = [f"{'run':<11} {'final E[R]':>10} {'min':>6} {'max':>6} {'of max':>6} {'last batch R':>13} "
-             f"{'exact match':>11}"]
-    for label, res in results.items():
-        f = res.final_expected_reward
-        lines.append(f"{label:<11} {res.final_mean:>10.3f} {min(f):>6.3f} {max(f):>6.3f} {res.max_reward:>6g} "
-                     f"{sum(res.sampled_reward[-1]) / len(f):>13.3f} {res.final_exact_mean:>11.3f}")
-    return "\n".join(lines)
+    sampled reward and the final exact-match probability; the run label left-aligned, numbers right-aligned."""
+    rows = [[label, f"{res.final_mean:.3f}", f"{min(res.final_expected_reward):.3f}",
+             f"{max(res.final_expected_reward):.3f}", f"{res.max_reward:g}",
+             f"{sum(res.sampled_reward[-1]) / len(res.final_expected_reward):.3f}", f"{res.final_exact_mean:.3f}"]
+            for label, res in results.items()]
+    cells = [[header for header, _ in TABLE_COLUMNS], *rows]
+    widths = [max(least, *(len(row[i]) for row in cells)) for i, (_, least) in enumerate(TABLE_COLUMNS)]
+    return "\n".join(" ".join([row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:])])
+                     for row in cells)
 
 
 def save_metrics(results: dict[str, SortToyResult], path: str | Path) -> Path:
