@@ -141,7 +141,7 @@ def _fusion(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("data", help="data curation: decontaminate, dedup, thinking-fusion data")
-    sub = parser.add_subparsers(dest="data_command", required=True)
+    sub = parser.add_subparsers(dest="data_command", metavar="STEP", required=True)
 
     dc = sub.add_parser("decontaminate", help="drop items sharing an n-gram with an eval set")
     dc.add_argument("input", help="jsonl of training items")

@@ -88,7 +88,7 @@ def _two_state(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("experiment", help="the lecture experiments (sorting toy, two-state baseline)")
-    sub = parser.add_subparsers(dest="experiment", required=True)
+    sub = parser.add_subparsers(dest="experiment", metavar="EXPERIMENT", required=True)
 
     toy = sub.add_parser("sort-toy", help="policy gradient on 3-number sorting with raw/centered/normalized/"
                                           "max_only deltas (CS336 lecture 17)")

@@ -301,8 +301,12 @@ def test_a_run_folder_given_as_a_model_names_its_model(world, tmp_path, capsys):
     (["--bogus", "doctor", "runs/x"], "rlvr: error: unrecognized arguments: --bogus (see rlvr --help)"),
     (["nosuch"], "rlvr: error: argument COMMAND: invalid choice: 'nosuch' (choose from "),
     ([], "rlvr: error: the following arguments are required: COMMAND (see rlvr --help)"),
+    (["data"], "rlvr data: error: the following arguments are required: STEP (see rlvr data --help)"),
+    (["experiment"], "rlvr experiment: error: the following arguments are required: EXPERIMENT (see rlvr "
+     "experiment --help)"),
 ], ids=["unknown-flag", "unknown-after-config", "bad-int", "missing-value", "bad-choice", "bad-type",
-        "nested-subcommand", "before-the-command", "unknown-command", "no-command"])
+        "nested-subcommand", "before-the-command", "unknown-command", "no-command", "no-data-step",
+        "no-experiment"])
 def test_argparse_errors_are_one_line_naming_the_command(tmp_path, capsys, monkeypatch, argv, line):
     """argparse printed its usage block, then the error: several lines, unlike every other bad input."""
     monkeypatch.chdir(tmp_path)
