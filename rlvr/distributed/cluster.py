@@ -47,9 +47,9 @@ def start_ray(cfg: Config) -> bool:
 
 def _check_reachable(address: str, timeout: float = 5.0) -> None:
     """A head at HOST:PORT (or ray://HOST:PORT) must answer before `ray.init`, which otherwise retries for
-    minutes, printing its client's warnings. `auto` is left to Ray (it fails at once when nothing runs),
-    unless RAY_ADDRESS names the head."""
-    target = os.environ.get("RAY_ADDRESS", "") if address == "auto" else address
+    minutes, printing its client's warnings. `auto` is resolved as Ray does (RAY_ADDRESS, then the last
+    `ray start` on this node, which a killed head leaves behind); with nothing found Ray's own error says so."""
+    target = _resolve_auto() if address == "auto" else address
     scheme, _, rest = target.rpartition("://")
     host, _, port = rest.rpartition(":")
     if not host or not port.isdigit() or scheme not in ("", "ray"):
@@ -57,9 +57,17 @@ def _check_reachable(address: str, timeout: float = 5.0) -> None:
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
     except OSError as err:
-        where = f"distributed.address={address}" + (f" (RAY_ADDRESS={target})" if target != address else "")
+        where = f"distributed.address={address}" + (f" (found: {target})" if target != address else "")
         raise ConfigError(f"{where}: nothing answers at {host}:{port} ({err.strerror or err}); is the Ray head "
                           f"running there (`ray start --head --port={port}`) and reachable from here?") from None
+
+
+def _resolve_auto() -> str:
+    try:
+        from ray._private.services import get_ray_address_from_environment
+        return get_ray_address_from_environment("auto", None) or ""
+    except Exception:  # nothing found (ray.init says so), or another Ray version's internals
+        return os.environ.get("RAY_ADDRESS", "")
 
 
 def check_resources(cfg: Config) -> None:

@@ -112,6 +112,8 @@ def test_no_cluster_at_the_address_is_one_line_naming_the_key(tmp_path, warm_mod
 def test_an_address_where_nothing_answers_is_refused_before_ray_init(tmp_path, warm_model, monkeypatch):
     """`ray.init("HOST:PORT")` with no head there retries for minutes printing its client's warnings (measured:
     over 5 minutes); the address is tried first, and the run refuses in one line within seconds."""
+    import ray._private.services as services
+
     import rlvr.distributed.cluster as roles
 
     def init(address, **_):
@@ -133,6 +135,12 @@ def test_an_address_where_nothing_answers_is_refused_before_ray_init(tmp_path, w
         monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
         cfg = load_config(None, [], base=tiny_config(tmp_path / "run", warm_model,
                                                      distributed=ray_sections(address="auto")))
-        with pytest.raises(ConfigError, match=rf"^distributed.address=auto \(RAY_ADDRESS=127.0.0.1:{port}\): "
+        with pytest.raises(ConfigError, match=rf"^distributed.address=auto \(found: 127.0.0.1:{port}\): "
+                                              "nothing answers"):
+            roles.start_ray(cfg)
+        monkeypatch.delenv("RAY_ADDRESS")  # the address a killed `ray start --head` left in Ray's temp folder
+        monkeypatch.setattr(services, "find_gcs_addresses", lambda: frozenset())
+        monkeypatch.setattr(services, "find_bootstrap_address", lambda temp_dir: f"127.0.0.1:{port}")
+        with pytest.raises(ConfigError, match=rf"^distributed.address=auto \(found: 127.0.0.1:{port}\): "
                                               "nothing answers"):
             roles.start_ray(cfg)
