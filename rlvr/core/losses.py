@@ -137,14 +137,16 @@ def sequence_clipped_surrogate_loss(
     adv = _per_token("advantages", advantages, logprobs)  # (B, T)
     m = as_bool_mask(mask, logprobs, like_name="logprobs")
     log_ratio = logprobs - old_logprobs.detach()  # (B, T)
-    seq_log_ratio = masked_mean(log_ratio, m, dim=-1)  # (B,)
+    valid = m.any(dim=-1)  # a row with no token left (the overlong filter's) has s_b = 1, not 0/0 (a NaN gradient)
+    seq_log_ratio = masked_sum(log_ratio, m, dim=-1) / m.sum(dim=-1).clamp(min=1)  # (B,)
     token_ratio = (seq_log_ratio.detach()[:, None] + logprobs - logprobs.detach()).exp()  # (B, T)
     loss = _clipped_objective(token_ratio, adv, clip_low, clip_high)
     with torch.no_grad():
-        seq_ratio = seq_log_ratio.exp()  # (B,)
+        seq_ratio = seq_log_ratio[valid].exp()  # over the sequences that have tokens
         metrics = _clip_fractions(token_ratio, adv, m, clip_low, clip_high)
         metrics["approx_kl"] = _ratio_metrics(log_ratio.exp(), log_ratio, m)["approx_kl"]
-        metrics["seq_ratio_mean"], metrics["seq_ratio_max"] = seq_ratio.mean(), seq_ratio.max()
+        metrics["seq_ratio_mean"] = seq_ratio.mean()
+        metrics["seq_ratio_max"] = seq_ratio.max() if seq_ratio.numel() else seq_ratio.new_tensor(float("nan"))
     return loss, metrics
 
 
