@@ -186,3 +186,82 @@ def test_flat_group_share_matches_the_zero_advantage_groups(groups, g, seed):
     assert 0.0 <= share.item() <= 1.0 and share.item() == pytest.approx(zero.item())
     perm = torch.cat([torch.randperm(g, generator=gen) + i * g for i in range(groups)])
     assert flat_group_share(rewards[perm], g).item() == share.item()
+
+
+# --- closed forms and remaining hand cases (audit additions) ---------------------------------------
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**31), groups=st.integers(1, 4), g=st.integers(2, 8),
+       scale=st.floats(1e-2, 1e2), shift=st.floats(-1e2, 1e2))
+def test_grpo_zscore_has_zero_mean_and_unit_std_in_every_group(seed, groups, g, scale, shift):
+    """GRPO (Shao et al. 2024, outcome supervision): A = (r - mean) / std per group, so with eps = 0
+    every group's advantages have mean exactly 0 and (unbiased, torch.std) standard deviation exactly 1."""
+    r = scale * _rewards(seed, groups, g) + shift
+    adv = grpo_advantages(r, g, eps=0.0).reshape(groups, g)
+    torch.testing.assert_close(adv.mean(1), torch.zeros(groups, dtype=r.dtype), atol=1e-9, rtol=0)
+    torch.testing.assert_close(adv.std(1), torch.ones(groups, dtype=r.dtype))
+    # the sign (order) of the rewards inside a group is kept: z-scoring is strictly increasing
+    assert torch.equal(adv.argsort(1), r.reshape(groups, g).argsort(1))
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**31), groups=st.integers(1, 4), g=st.integers(1, 6))
+def test_whitened_has_zero_mean_and_unit_std_over_the_batch_not_per_group(seed, groups, g):
+    """REINFORCE++ (Hu et al. 2025): one mean and std for the whole batch, groups ignored."""
+    assume(groups * g >= 2)
+    r = _rewards(seed, groups, g)
+    adv = whitened_advantages(r, g, eps=0.0)
+    torch.testing.assert_close(adv.mean(), torch.tensor(0.0, dtype=r.dtype), atol=1e-9, rtol=0)
+    torch.testing.assert_close(adv.std(), torch.tensor(1.0, dtype=r.dtype))
+    # the group layout does not matter: the same rewards read as one group give the same advantages
+    torch.testing.assert_close(whitened_advantages(r, r.numel(), eps=0.0), adv)
+
+
+def test_reinforce_pp_baseline_by_hand():
+    """Two groups of 2: r = (0, 2 | 3, 7). Group means 1 and 5 -> centred (-1, 1, -2, 2); their batch mean
+    is 0 and unbiased std sqrt((1 + 1 + 4 + 4) / 3) = sqrt(10 / 3). Differs from both GRPO (per-group std)
+    and plain whitening (no group baseline)."""
+    r = torch.tensor([0.0, 2.0, 3.0, 7.0], dtype=torch.float64)
+    std = math.sqrt(10 / 3)
+    expected = torch.tensor([-1.0, 1.0, -2.0, 2.0], dtype=torch.float64) / std
+    torch.testing.assert_close(reinforce_pp_baseline_advantages(r, 2, eps=0.0), expected)
+    torch.testing.assert_close(reinforce_pp_baseline_advantages(r, 2), expected * std / (std + 1e-4))
+    # GRPO: each group's unbiased std is sqrt(2) and sqrt(8): (-1, 1) / sqrt(2), (-2, 2) / sqrt(8)
+    s = 1 / math.sqrt(2)
+    torch.testing.assert_close(grpo_advantages(r, 2, eps=0.0), torch.tensor([-s, s, -s, s], dtype=torch.float64))
+    # plain whitening: batch mean 3, unbiased std sqrt((9 + 1 + 0 + 16) / 3)
+    torch.testing.assert_close(whitened_advantages(r, 2, eps=0.0),
+                               torch.tensor([-3.0, -1.0, 0.0, 4.0], dtype=torch.float64) / math.sqrt(26 / 3))
+
+
+@SETTINGS
+@given(values=st.lists(st.integers(-5, 5), min_size=1, max_size=12), g=st.sampled_from([1, 2, 3, 4]))
+def test_raw_advantages_are_the_rewards_as_a_float_copy(values, g):
+    """REINFORCE without a baseline: A_i = r_i exactly; integer rewards come back as floats, and the
+    result is a copy (a caller writing into the advantages never changes the rewards)."""
+    values = values[: len(values) // g * g]
+    assume(values)
+    r = torch.tensor(values)
+    adv = raw_advantages(r, g)
+    assert adv.dtype == torch.get_default_dtype()
+    assert adv.tolist() == [float(v) for v in values]
+    rf = r.double()
+    out = raw_advantages(rf, g)
+    out += 1
+    assert rf.tolist() == [float(v) for v in values]
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**31), groups=st.integers(1, 4), g=st.integers(2, 6))
+def test_rloo_baseline_excludes_the_sample_itself(seed, groups, g):
+    """Kool et al. 2019: the leave-one-out baseline b_i = mean_{j != i} r_j does not depend on r_i, so
+    changing one reward r_i by d changes A_i by exactly d and every other A_j in its group by -d / (G - 1)."""
+    r = _rewards(seed, groups, g)
+    d = 0.75
+    bumped = r.clone()
+    bumped[0] += d
+    delta = (rloo_advantages(bumped, g) - rloo_advantages(r, g)).reshape(groups, g)
+    expected = torch.zeros(groups, g, dtype=r.dtype)
+    expected[0, 0], expected[0, 1:] = d, -d / (g - 1)
+    torch.testing.assert_close(delta, expected)

@@ -103,3 +103,39 @@ def test_bad_input():
         gae(r, r, torch.full((2, 3), 0.5), 1.0, 1.0)
     with pytest.raises(ValueError, match="non-finite"):
         gae(torch.tensor([[0.0, float("nan")]]), torch.zeros(1, 2), torch.ones(1, 2), 1.0, 1.0)
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**31), b=st.integers(1, 4), t=st.integers(1, 8), gamma=st.floats(0, 1),
+       holes=st.booleans())
+def test_lambda_one_is_discounted_return_minus_value_for_any_gamma(seed, b, t, gamma, holes):
+    """Schulman et al. 2016, eq. 18: GAE(gamma, 1) = sum_k gamma^k r_{t+k} - V_t, the Monte-Carlo return
+    minus the baseline; the other tokens' values telescope away. k counts valid tokens (holes skipped)."""
+    rewards, values, mask = _case(seed, b, t, holes)
+    adv, ret = gae(rewards, values, mask, gamma, 1.0)
+    expected = torch.zeros_like(rewards)
+    for row in range(b):
+        idx = [i for i in range(t) if mask[row, i]]
+        for j, i in enumerate(idx):
+            expected[row, i] = sum(gamma**k * rewards[row, idx[j + k]] for k in range(len(idx) - j))
+    torch.testing.assert_close(ret, expected)
+    torch.testing.assert_close(adv, torch.where(mask, expected - values, 0.0))
+    # changing the value of one valid token changes only that token's advantage (telescoping)
+    bumped = values.clone()
+    bumped[mask] += 1.0
+    adv2, _ = gae(rewards, bumped, mask, gamma, 1.0)
+    torch.testing.assert_close(adv2, torch.where(mask, adv - 1.0, 0.0))
+
+
+def test_lambda_zero_bootstraps_from_the_next_valid_token_across_a_hole():
+    """A masked hole (tool output) is skipped: token 0 bootstraps from token 2's value, not token 1's.
+    gamma = 0.5, lambda = 0: A_0 = r_0 + 0.5 * V_2 - V_0 = 1 + 0.125 - 0.5 = 0.625, A_2 = r_2 - V_2 = 1.75."""
+    rewards = torch.tensor([[1.0, 9.0, 2.0]], dtype=torch.float64)
+    values = torch.tensor([[0.5, 100.0, 0.25]], dtype=torch.float64)
+    mask = torch.tensor([[True, False, True]])
+    adv, ret = gae(rewards, values, mask, 0.5, 0.0)
+    torch.testing.assert_close(adv, torch.tensor([[0.625, 0.0, 1.75]], dtype=torch.float64))
+    torch.testing.assert_close(ret, torch.tensor([[1.125, 0.0, 2.0]], dtype=torch.float64))
+    # with lambda = 1 the same row: A_0 = 1 + 0.5 * 2 - 0.5 = 1.5
+    adv1, _ = gae(rewards, values, mask, 0.5, 1.0)
+    torch.testing.assert_close(adv1, torch.tensor([[1.5, 0.0, 1.75]], dtype=torch.float64))

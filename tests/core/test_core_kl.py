@@ -160,3 +160,37 @@ def test_registry_and_bad_input():
         kl_shaped_rewards(torch.zeros(2), a, a, torch.tensor([[1, 0, 0], [0, 0, 0]]), 0.1)
     with pytest.raises(ValueError, match="one entry per row"):
         kl_shaped_rewards(torch.zeros(3), a, a, torch.ones(2, 3), 0.1)
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**31), v=st.integers(2, 8), spread=st.floats(0.1, 3.0))
+def test_k1_and_k3_are_unbiased_exactly_by_enumeration(seed, v, spread):
+    """Schulman 2020: E_{x~p}[k1] = E_{x~p}[k3] = KL(p || q) exactly (E_p[q/p - 1] = 0), summed over
+    the whole support instead of sampled. For k2, with u = log(q/p): E_p[k2] = E[u^2] / 2 >= (E[u])^2 / 2
+    = KL^2 / 2 (Jensen); its bias is shown by hand in the next test."""
+    g = torch.Generator().manual_seed(seed)
+    logp = torch.log_softmax(spread * torch.randn(v, generator=g, dtype=torch.float64), -1)
+    logq = torch.log_softmax(spread * torch.randn(v, generator=g, dtype=torch.float64), -1)
+    p = logp.exp()
+    exact = (p * (logp - logq)).sum()
+    for fn in (kl_k1, kl_k3):
+        torch.testing.assert_close((p * fn(logp[None], logq[None])[0]).sum(), exact)
+    e_k2 = (p * kl_k2(logp[None], logq[None])[0]).sum()
+    assert e_k2 >= 0.5 * exact**2 - 1e-12
+    # swapping the roles gives KL(q || p) for samples from q, not KL(p || q): the estimator is directional
+    q = logq.exp()
+    torch.testing.assert_close((q * kl_k3(logq[None], logp[None])[0]).sum(), (q * (logq - logp)).sum())
+
+
+def test_k2_is_biased_by_hand():
+    """Two outcomes p = (1/2, 1/2), q = (1/4, 3/4): KL(p || q) = 1/2 log(2) + 1/2 log(2/3), while
+    E_p[k2] = 1/4 (log 2)^2 + 1/4 (log(2/3))^2: different numbers, so k2 is biased; k3 is not."""
+    logp = torch.tensor([[math.log(0.5), math.log(0.5)]], dtype=torch.float64)
+    logq = torch.tensor([[math.log(0.25), math.log(0.75)]], dtype=torch.float64)
+    kl = 0.5 * math.log(2) + 0.5 * math.log(2 / 3)
+    e_k2 = 0.25 * math.log(2) ** 2 + 0.25 * math.log(2 / 3) ** 2
+    assert abs(e_k2 - kl) > 1e-2
+    torch.testing.assert_close((0.5 * kl_k2(logp, logq)).sum(), torch.tensor(e_k2, dtype=torch.float64))
+    k3 = [(0.5 - math.log(0.5) - 1), (1.5 - math.log(1.5) - 1)]  # r = q/p = 1/2, 3/2
+    torch.testing.assert_close(kl_k3(logp, logq), torch.tensor([k3], dtype=torch.float64))
+    torch.testing.assert_close((0.5 * kl_k3(logp, logq)).sum(), torch.tensor(kl, dtype=torch.float64))

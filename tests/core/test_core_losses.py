@@ -235,3 +235,71 @@ def test_clip_low_of_one_or_more_switches_the_lower_clip_off(clip_low):
     assert float(metrics["clip_frac_low"]) == 0.0
     clipped, _ = clipped_surrogate_loss(logp, old, adv, 0.2, 0.2, mask)
     assert not torch.allclose(clipped, loss)  # with 0.2 the lower clip does bind on these ratios
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**31), per_token=st.booleans())
+def test_pg_loss_gradient_is_minus_the_advantage(seed, per_token):
+    """REINFORCE (Williams 1992): d(-A log pi)/d log pi = -A per token; the advantage is a constant (no
+    gradient reaches it even when it requires one)."""
+    logp, _, adv, _ = _case(seed)
+    adv = (torch.randn_like(logp) if per_token else adv).requires_grad_()
+    loss, metrics = pg_loss(logp, adv)
+    assert metrics == {}
+    expected = -(adv if per_token else adv[:, None].expand_as(logp)).detach()
+    torch.testing.assert_close(_grad(loss.sum(), logp), expected)
+    torch.testing.assert_close(loss, expected * logp.detach())
+    assert torch.autograd.grad(loss.sum(), adv, retain_graph=True, allow_unused=True)[0] is None
+
+
+def test_pg_registry_entry_is_pg_loss_in_value_and_gradient():
+    """The `pg` entry ignores old log-probs and clips (REINFORCE): same loss and gradient as `pg_loss`."""
+    logp, old, adv, mask = _case(1, spread=0.5)
+    entry, _ = POLICY_LOSSES["pg"](logp, old, adv, mask, clip_low=0.1, clip_high=0.1, tau=0.3)
+    direct, _ = pg_loss(logp, adv)
+    torch.testing.assert_close(entry, direct)
+    torch.testing.assert_close(_grad(entry.sum(), logp), _grad(direct.sum(), logp))
+
+
+def test_gspo_by_hand_clipped_and_unclipped():
+    """One sequence, log-ratios (0.3, 0.5) and a padding token: s = exp(0.4) = 1.4918, far above 1 + 0.1.
+    A = +1: the clipped branch binds, loss -1.1 per token, gradient 0. A = -1: max(s, 1.1) = s, unclipped,
+    and under seq_mean_token_mean the gradient per valid token is -A * s / |y| = s / 2 (GSPO)."""
+    logp = torch.tensor([[0.3, 0.5, 7.0]], dtype=torch.float64, requires_grad=True)
+    old, mask = torch.zeros(1, 3, dtype=torch.float64), torch.tensor([[True, True, False]])
+    s = math.exp(0.4)
+    loss, metrics = sequence_clipped_surrogate_loss(logp, old, torch.tensor([1.0], dtype=torch.float64), mask,
+                                                    0.1, 0.1)
+    torch.testing.assert_close(loss[0, :2], torch.tensor([-1.1, -1.1], dtype=torch.float64))
+    total = aggregate_loss(loss, mask, "seq_mean_token_mean")
+    torch.testing.assert_close(_grad(total, logp), torch.zeros(1, 3, dtype=torch.float64))
+    assert metrics["clip_frac_high"] == 1.0 and metrics["clip_frac_low"] == 0.0
+    torch.testing.assert_close(metrics["seq_ratio_mean"], torch.tensor(s, dtype=torch.float64))
+    loss, metrics = sequence_clipped_surrogate_loss(logp, old, torch.tensor([-1.0], dtype=torch.float64), mask,
+                                                    0.1, 0.1)
+    torch.testing.assert_close(loss[0, :2], torch.tensor([s, s], dtype=torch.float64))
+    total = aggregate_loss(loss, mask, "seq_mean_token_mean")
+    torch.testing.assert_close(_grad(total, logp), torch.tensor([[s / 2, s / 2, 0.0]], dtype=torch.float64))
+    assert metrics["clip_frac_high"] == 0.0 and metrics["clip_frac_low"] == 0.0
+
+
+@pytest.mark.parametrize("aggregation, rows", [("token_mean", 1), ("seq_mean_token_sum", 2)])
+def test_gspo_row_with_no_valid_token_has_zero_gradient_not_nan(aggregation, rows):
+    """The overlong filter clears a truncated row's mask (every aggregation but seq_mean_token_mean, where
+    an empty row is NaN by design): its sequence ratio was 0/0, whose NaN reached the gradient (0 x NaN
+    through exp) and so every weight. The row now counts as s = 1 with no tokens: no gradient, and the loss
+    is the other rows' (over the `rows` the aggregation divides by: token_mean counts tokens, seq_mean_* every
+    row)."""
+    logp = torch.tensor([[-1.0, -2.0], [-0.5, -0.3]], dtype=torch.float64, requires_grad=True)
+    old = logp.detach() - 0.01
+    adv, mask = torch.tensor([1.0, -1.0], dtype=torch.float64), torch.tensor([[True, True], [False, False]])
+    loss, metrics = sequence_clipped_surrogate_loss(logp, old, adv, mask)
+    total = aggregate_loss(loss, mask, aggregation)
+    grad = _grad(total, logp)
+    assert torch.isfinite(grad).all() and torch.equal(grad[1], torch.zeros(2, dtype=torch.float64))
+    alone, alone_metrics = sequence_clipped_surrogate_loss(logp[:1], old[:1], adv[:1], mask[:1])
+    alone_total = aggregate_loss(alone, mask[:1], aggregation) / rows
+    torch.testing.assert_close(total, alone_total)
+    torch.testing.assert_close(grad[:1], _grad(alone_total, logp)[:1])
+    torch.testing.assert_close(metrics["seq_ratio_mean"], alone_metrics["seq_ratio_mean"])
+    torch.testing.assert_close(metrics["seq_ratio_max"], alone_metrics["seq_ratio_max"])

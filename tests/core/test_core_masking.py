@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from rlvr.core import (
     AGGREGATION_MODES,
     aggregate_loss,
+    masked_count,
     masked_mean,
     masked_normalize,
     masked_sum,
@@ -149,3 +150,64 @@ def test_token_mean_needs_the_global_denominator():
     mask = torch.tensor([[1, 1, 1], [1, 0, 0]])
     local = sum(aggregate_loss(loss[i : i + 1], mask[i : i + 1], "token_mean") for i in range(2)) / 2
     assert local != aggregate_loss(loss, mask, "token_mean")
+
+
+def test_masked_whiten_by_hand():
+    """Valid elements 1, 2, 4: mean 7/3, unbiased variance ((4/3)^2 + (1/3)^2 + (5/3)^2) / 2 = 7/3."""
+    w = masked_whiten(X, M, eps=0.0)
+    sd = math.sqrt(7 / 3)
+    expected = torch.tensor([[(1 - 7 / 3) / sd, (2 - 7 / 3) / sd, 0.0], [(4 - 7 / 3) / sd, 0.0, 0.0]])
+    torch.testing.assert_close(w, expected)
+    eps = 0.5  # eps goes inside the square root: (x - mean) / sqrt(var + eps)
+    torch.testing.assert_close(masked_whiten(X, M, eps=eps)[0, 0], torch.tensor((1 - 7 / 3) / math.sqrt(7 / 3 + eps)))
+
+
+def test_masked_count_by_hand():
+    assert masked_count(M, X) == 3 and masked_count(M, X).dtype == X.dtype
+    torch.testing.assert_close(masked_count(M, X, dim=1), torch.tensor([2.0, 1.0]))
+    assert masked_count(M.long(), X.long()).dtype == torch.get_default_dtype()  # integer data: float count
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**31), b=st.integers(1, 5), t=st.integers(1, 7), constant=st.floats(0.5, 64))
+def test_masked_count_and_normalize_match_the_selection(seed, b, t, constant):
+    x, mask = _random_batch(seed, b, t)
+    assert masked_count(mask, x) == mask.sum()
+    torch.testing.assert_close(masked_count(mask, x, dim=1), mask.sum(1).double())
+    torch.testing.assert_close(masked_normalize(x, mask, constant), x[mask].sum() / constant)
+    per_row = torch.stack([x[i][mask[i]].sum() for i in range(b)]) / constant
+    torch.testing.assert_close(masked_normalize(x, mask, constant, dim=1), per_row)
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**31), b=st.integers(1, 5), t=st.integers(1, 7), constant=st.floats(1, 16))
+def test_per_token_weight_of_each_aggregation_is_the_closed_form(seed, b, t, constant):
+    """d loss / d L_bt, the weight one token gets (Liu et al. 2025, Dr. GRPO; Yu et al. 2025, DAPO):
+    token_mean 1 / sum m; seq_mean_token_mean 1 / (B |o_b|), so tokens of short sequences weigh more (the
+    length bias); seq_mean_token_sum 1 / B; seq_sum_constant 1 / (B C), the same for every length. 0 on padding."""
+    x, mask = _random_batch(seed, b, t)
+    x.requires_grad_()
+    lengths = mask.sum(1, keepdim=True).double()  # (B, 1) |o_b|
+    expected = {
+        "token_mean": torch.full_like(x, 1.0) / mask.sum(),
+        "seq_mean_token_mean": (1.0 / (b * lengths)).expand_as(x),
+        "seq_mean_token_sum": torch.full_like(x, 1.0 / b),
+        "seq_sum_constant": torch.full_like(x, 1.0 / (b * constant)),
+    }
+    for mode, weight in expected.items():
+        grad, = torch.autograd.grad(aggregate_loss(x, mask, mode, constant), x)
+        torch.testing.assert_close(grad, torch.where(mask, weight.detach(), 0.0))
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**31), b=st.integers(1, 5), t=st.integers(1, 7))
+def test_aggregations_agree_when_every_sequence_has_the_full_length(seed, b, t):
+    """No padding and C = T: all four modes weigh every token alike; token_mean = seq_mean_token_mean =
+    seq_sum_constant, and seq_mean_token_sum = T * token_mean."""
+    x = torch.randn(b, t, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    mask = torch.ones(b, t, dtype=torch.bool)
+    token_mean = aggregate_loss(x, mask, "token_mean")
+    torch.testing.assert_close(token_mean, x.mean())
+    torch.testing.assert_close(aggregate_loss(x, mask, "seq_mean_token_mean"), token_mean)
+    torch.testing.assert_close(aggregate_loss(x, mask, "seq_sum_constant", constant=t), token_mean)
+    torch.testing.assert_close(aggregate_loss(x, mask, "seq_mean_token_sum"), t * token_mean)

@@ -3,7 +3,7 @@
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlvr.rewards import (BatchContext, CombinedReward, KimiLengthReward, LanguageConsistencyReward, MathReward,
@@ -159,3 +159,40 @@ def test_language_properties(latin_words, han, neutral):
     assert script_share(mixed + " " + neutral, ("LATIN",)) == share  # digits and symbols make no word
     assert script_share(mixed + " " + " ".join(latin_words), ("LATIN",)) >= share
     assert script_share(" ".join(latin_words), ("LATIN",)) == 1.0
+
+
+# --- format reward: properties over generated layouts -----------------------------------------------
+
+_TAG_FREE = st.text(alphabet="ab 1<>/=\n", max_size=12)  # these characters cannot spell a tag
+_BODY = st.one_of(_TAG_FREE, st.tuples(_TAG_FREE, st.sampled_from(["<think>", "</think>", "<answer>", "</answer>"]),
+                                       _TAG_FREE).map("".join))
+_GAP = st.text(alphabet=" \n\tx", max_size=4)  # whitespace, sometimes a stray non-space character
+
+
+@settings(max_examples=200, deadline=None)
+@given(lead=_GAP, think=_BODY, sep=_GAP, answer=_BODY, trail=_GAP)
+def test_lenient_format_is_exactly_one_think_then_one_answer_block(lead, think, sep, answer, trail):
+    """R1's format (DeepSeek-AI 2025, sec. 2.2.2), lenient: accepted iff the bodies hold no tag and only
+    whitespace surrounds and separates the two blocks."""
+    text = f"{lead}<think>{think}</think>{sep}<answer>{answer}</answer>{trail}"
+    tags = ("<think>", "</think>", "<answer>", "</answer>")
+    expected = not any(tag in body for body in (think, answer) for tag in tags) and \
+        all(not gap.strip() for gap in (lead, sep, trail))
+    assert format_ok(text) == expected
+    assert format_ok(f"<answer>{answer}</answer><think>{think}</think>") is False  # order matters
+    assert r1_format_reward(R1_PROMPT, text[len(lead):].removeprefix("<think>"), {}) == \
+        float(format_ok(text[len(lead):]))  # a prompt that opens <think> supplies the tag
+
+
+@settings(max_examples=200, deadline=None)
+@given(think=_BODY, answer=_BODY, newline_at_end=st.booleans())
+def test_strict_format_is_open_r1s_layout_and_implies_lenient(think, answer, newline_at_end):
+    """Strict (open-r1): `<think>\\n...\\n</think>\\n<answer>\\n...\\n</answer>`, an optional final newline.
+    Strict implies lenient; any extra space before <think> breaks strict but not lenient."""
+    text = f"<think>\n{think}\n</think>\n<answer>\n{answer}\n</answer>" + ("\n" if newline_at_end else "")
+    tags = ("<think>", "</think>", "<answer>", "</answer>")
+    tag_free = not any(tag in body for body in (think, answer) for tag in tags)
+    assert format_ok(text, strict=True) == tag_free
+    assert format_ok(text) == tag_free  # strict => lenient
+    assert not format_ok(" " + text, strict=True) and format_ok(" " + text) == tag_free
+    assert r1_format_reward_strict("p", text, {}) == float(tag_free)
