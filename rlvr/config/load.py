@@ -1,7 +1,9 @@
 """YAML file or shipped config name + `--set key=value` overrides -> a validated Config; save and help.
 
-Precedence: defaults < algorithm preset < file < --set. Every value is typed by its field; an unknown key
-names the closest valid one.
+Precedence: defaults < algorithm preset < file < --set, where a preset counts at the level that names it:
+one named in the file sits under the file's keys, one named by `--set algorithm.preset=X` over them (the
+file's algorithm becomes X, as in `rlvr compare`), and other --set keys win over both. Every value is typed
+by its field; an unknown key names the closest valid one.
 """
 
 from __future__ import annotations
@@ -99,16 +101,18 @@ def load_config(path: str | Path | None = None, overrides: list[str] = (), base:
 
 
 def _with_preset(raw: dict, overrides: list[str]) -> dict:
-    """defaults < preset < file < --set: the preset's keys go under the file's (rlvr.presets)."""
+    """The preset's keys (rlvr.presets) under the file's when the file names it, over them when --set does
+    (`--set algorithm.preset=dapo` on a file that spells out GRPO runs DAPO); --set keys are applied later."""
     sets = [o.partition("=")[2] for o in overrides if o.partition("=")[0] == "algorithm.preset"]
     section = raw.get("algorithm")
     name = sets[-1] if sets else section.get("preset") if isinstance(section, dict) else None
     if name in (None, "", "null", "none"):
         return raw
     try:
-        return deep_merge(nested(get_preset(name).overrides), raw)
+        preset = nested(get_preset(name).overrides)
     except ValueError as err:
         raise ConfigError(f"algorithm.preset: {err}") from None
+    return deep_merge(raw, preset) if sets else deep_merge(preset, raw)
 
 
 def save_config(cfg: Config, path: str | Path) -> None:

@@ -152,8 +152,9 @@ class AlgorithmConfig:
     mu: int = f(1, "Inner PPO epochs over each rollout batch (GRPO's mu). With mu=1 and one minibatch "
                    "the old log-probs are the current ones detached: no extra forward pass.")
     preset: str | None = f(None, "A named algorithm (`rlvr presets`: grpo, dr_grpo, dapo, rloo, reinforce_pp, "
-                                 "gspo, max_only, kimi, ppo) whose keys become this config's defaults; keys in "
-                                 "the file and --set still win.")
+                                 "gspo, max_only, kimi, ppo). Named in the file, its keys are the file's defaults "
+                                 "(the file's own keys win); named by --set, they replace the file's (other --set "
+                                 "keys still win).")
     kl_reward_coef: float = f(0.0, "KL in the reward instead of the loss: -coef * KL_t on every token, the score "
                                    "on the last (Ziegler et al. 2019; InstructGPT). Needs advantage gae or "
                                    "reinforce_pp.")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import yaml
@@ -16,6 +17,8 @@ from rlvr.train.validate import check_registries
 from rlvr.config import ConfigError, load_config
 from rlvr.train.loop import train
 from variant_helpers import TINY, changed, start_dir
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_preset_has_a_citation_a_summary_and_valid_keys():
@@ -38,6 +41,26 @@ def test_precedence_defaults_preset_file_set(tmp_path):
     assert cfg.algorithm.aggregation == "token_mean" and cfg.algorithm.dynamic_sampling  # from the preset
     assert cfg.algorithm.beta == 0.01  # --set beats everything
     assert load_config(path, ["algorithm.preset=grpo"]).algorithm.aggregation == "seq_mean_token_mean"
+
+
+SHIPPED = sorted((ROOT / "configs").glob("*.yaml")) + sorted((ROOT / "rlvr" / "configs").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("config", [p for p in SHIPPED if "algorithm" in yaml.safe_load(p.read_text())],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_a_preset_set_on_the_command_line_replaces_the_files_algorithm(config):
+    """`rlvr train configs/sort.yaml --set algorithm.preset=kimi` ran GRPO labelled kimi (the file spells out
+    GRPO's keys, and they beat the preset), and ppo was refused for a key the user never set; `rlvr compare`
+    with the same preset ran kimi. A preset named by --set now goes over the file, as in compare; other --set
+    keys still win over it, and a preset the file names stays under the file's keys."""
+    for name, preset in PRESETS.items():
+        cfg = check_registries(load_config(config, [f"algorithm.preset={name}", "algorithm.mu=3"]))
+        for key, value in preset.overrides.items():
+            if key != "algorithm.mu":
+                assert getattr(getattr(cfg, key.split(".")[0]), key.split(".")[1]) == value, (config.name, name, key)
+        assert cfg.algorithm.mu == 3  # a --set key beats the preset, whatever their order
+        variant = load_config(config, [f"algorithm.preset={name}", *preset_overrides(name), "algorithm.mu=3"])
+        assert variant == cfg  # what `rlvr compare` runs for that variant
 
 
 def test_unknown_preset_is_one_clear_error():
