@@ -8,7 +8,9 @@ by its field; an unknown key names the closest valid one.
 
 from __future__ import annotations
 
+import copy
 import difflib
+import os
 import types
 import typing
 from dataclasses import MISSING, asdict, fields, is_dataclass
@@ -113,6 +115,29 @@ def _with_preset(raw: dict, overrides: list[str]) -> dict:
     except ValueError as err:
         raise ConfigError(f"algorithm.preset: {err}") from None
     return deep_merge(raw, preset) if sets else deep_merge(preset, raw)
+
+
+def with_absolute_paths(cfg: Config) -> Config:
+    """A copy with every file or folder path made absolute (from the current folder): out_dir, model.path,
+    value.path, sft.data, and the `path` / `*_path` options of the task and its reward terms. A run's saved
+    config.yaml holds these, so `rlvr train --resume RUN` works from any folder (relative paths were read
+    from wherever the resume ran)."""
+    def absolute(value: Any) -> Any:
+        return os.path.abspath(value) if isinstance(value, (str, Path)) and str(value) else value
+
+    def options(opts: Any) -> Any:
+        if not isinstance(opts, dict):
+            return opts
+        return {k: absolute(v) if k == "path" or k.endswith("_path") else v for k, v in opts.items()}
+
+    out = copy.deepcopy(cfg)
+    out.out_dir = absolute(out.out_dir)
+    out.model.path, out.value.path, out.sft.data = absolute(out.model.path), absolute(out.value.path), \
+        absolute(out.sft.data)
+    out.task.options = options(out.task.options)
+    out.task.rewards = [{**term, "options": options(term.get("options"))} if isinstance(term, dict)
+                        and isinstance(term.get("options"), dict) else term for term in out.task.rewards]
+    return out
 
 
 def save_config(cfg: Config, path: str | Path) -> None:

@@ -54,7 +54,7 @@ class TaskConfig:
     options: dict = f({}, "Keyword options for the task factory, e.g. {length: 4, reward: sparse}.")
     rewards: list = f([], "Extra reward terms added to the task's verifier, each {name, weight, options} "
                           "from rlvr.rewards.REWARDS, e.g. [{name: overlong, weight: 1.0, options: "
-                          "{max_len: 16, buffer: 4}}] for DAPO's soft overlong punishment.")
+                          "{max_len: 16, cache_len: 4}}] for DAPO's soft overlong punishment.")
     train_size: int = f(20000, "Number of training prompts drawn once; the loop draws its batches from them "
                                "(prompt_sampler).")
     eval_size: int = f(100, "Size of the fixed held-out set (disjoint from training).")

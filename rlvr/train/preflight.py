@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.algorithms.sft import pairs_from_jsonl
-from rlvr.config import Config, ConfigError, check_out_dir, load_config
+from rlvr.config import Config, ConfigError, check_out_dir, load_config, with_absolute_paths
 from rlvr.models import PRESETS, build_char_tokenizer, load_tokenizer, tiny_config
 from rlvr.train.checkpoint import CHECKPOINTS, LATEST, latest_checkpoint, load_state
 from rlvr.train.rollout import engine_name
@@ -243,8 +243,8 @@ def check_resumed_config(cfg: Config, run_dir: Path, step: int) -> None:
     saved_path = run_dir / "config.yaml"
     if not saved_path.is_file():
         return
-    saved = load_config(saved_path)
-    changed = [d for d in differences(plain(asdict(saved)), plain(asdict(cfg))) if not d[0].startswith(RESUMABLE)]
+    saved, now = with_absolute_paths(load_config(saved_path)), with_absolute_paths(cfg)  # as config.yaml holds them
+    changed = [d for d in differences(plain(asdict(saved)), plain(asdict(now))) if not d[0].startswith(RESUMABLE)]
     if changed:
         keys = ", ".join(key for key, _, _ in changed[:3])
         raise ConfigError(f"--resume: {str(run_dir)!r} was trained with other settings ({describe(changed)}); a "

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from rlvr.algorithms.sft import pairs_from_jsonl, pairs_from_task, train_sft
-from rlvr.config import Config, ConfigError, save_config
+from rlvr.config import Config, ConfigError, save_config, with_absolute_paths
 from rlvr.logging.sinks import MetricsLogger
 from rlvr.models import load_policy, load_tokenizer, make_tiny_model_dir, save_model
 from rlvr.seeds import seed_everything
@@ -118,7 +118,7 @@ def prepare_run(cfg: Config, resume: bool = False, on_sft=None, or_start: bool =
         torch.set_num_threads(cfg.threads)
     seed_everything(cfg.seed)
     run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, run_dir / "config.yaml")
+    save_config(with_absolute_paths(cfg), run_dir / "config.yaml")  # resumable from any folder
     init = start_model(cfg, run_dir, task, on_sft)
     learner, rollout = build_roles(cfg, task, checkpoint / "model" if checkpoint else init, init)
     start_step = 0

@@ -128,3 +128,30 @@ def test_a_run_stopped_by_a_signal_draws_its_plots(tmp_path, monkeypatch):
     with pytest.raises(Interrupted):
         train(cfg)
     assert list((tmp_path / "run" / "plots").glob("*.png"))
+
+
+def test_a_run_with_relative_paths_resumes_from_any_folder(tmp_path, warm_model, monkeypatch, capsys):
+    """config.yaml kept model.path and out_dir as given: `rlvr train --resume /abs/RUN` from another folder
+    read `runs/...` from there ("model.path: no Hugging Face model folder"). The saved config holds absolute
+    paths; the resumed run equals one never stopped; the original relative config still resumes where it ran."""
+    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shutil.copytree(warm_model, work / "models" / "warm")
+    monkeypatch.chdir(work)
+    settings = yaml.safe_load(_built_here(tmp_path, "x").read_text())
+    settings.pop("sft")
+    relative = {**settings, "model": {"path": "models/warm"}, "out_dir": "runs/a", "train": {**settings["train"],
+                                                                                               "steps": 2}}
+    (work / "a.yaml").write_text(yaml.safe_dump(relative))
+    assert main(["train", "a.yaml"]) == 0
+    saved = yaml.safe_load((work / "runs/a/config.yaml").read_text())
+    assert saved["model"]["path"] == str(work / "models/warm") and saved["out_dir"] == str(work / "runs/a")
+    (work / "b.yaml").write_text(yaml.safe_dump({**relative, "out_dir": "runs/b", "train": {**relative["train"],
+                                                                                             "steps": 3}}))
+    assert main(["train", "b.yaml"]) == 0  # the same run, never stopped
+    monkeypatch.chdir(elsewhere)
+    assert main(["train", "--resume", str(work / "runs/a"), "--set", "train.steps=3"]) == 0, capsys.readouterr().err
+    resumed, whole = _weights(work / "runs/a/final_model"), _weights(work / "runs/b/final_model")
+    assert resumed.keys() == whole.keys() and all(torch.equal(resumed[k], whole[k]) for k in whole)
+    monkeypatch.chdir(work)
+    assert main(["train", "a.yaml", "--set", "train.steps=4", "--resume-or-start"]) == 0, capsys.readouterr().err

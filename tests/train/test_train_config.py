@@ -1,12 +1,13 @@
 """Config loading, --set overrides and validation: every error is one ConfigError line."""
 
 import importlib.util
+from pathlib import Path
 
 import pytest
 import yaml
 
 from rlvr.config import (Config, ConfigError, apply_overrides, config_help, load_config, parse_yaml, read_yaml,
-                         save_config)
+                         save_config, with_absolute_paths)
 from rlvr.train.validate import check_registries
 
 
@@ -181,3 +182,21 @@ def test_auto_engine_is_vllm_where_installed_on_a_gpu(tmp_path, monkeypatch, dev
     for explicit in ("hf", "vllm"):  # an explicit choice is kept
         cfg.rollout.engine = explicit
         assert engine_name(cfg) == explicit
+
+
+def test_with_absolute_paths_makes_every_path_absolute_and_nothing_else(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("d").mkdir()
+    Path("d/sft.jsonl").write_text('{"prompt": "p", "completion": "c"}\n')
+    cfg = load_config(None, ["out_dir=runs/a", "sft.data=d/sft.jsonl", "task.name=math_file",
+                             "task.options={path: d/train.jsonl, eval_path: d/test.jsonl, template: plain}",
+                             "task.rewards=[{name: reward_model, options: {path: rm}}, {name: overlong, "
+                             "options: {cache_len: 4}}]"])
+    out = with_absolute_paths(cfg)
+    assert out.out_dir == str(tmp_path / "runs/a") and out.sft.data == str(tmp_path / "d/sft.jsonl")
+    assert out.task.options == {"path": str(tmp_path / "d/train.jsonl"), "eval_path": str(tmp_path / "d/test.jsonl"),
+                                "template": "plain"}
+    assert out.task.rewards[0]["options"] == {"path": str(tmp_path / "rm")}
+    assert out.task.rewards[1] == cfg.task.rewards[1] and out.model.path is None and out.value.path is None
+    assert cfg.out_dir == "runs/a" and cfg.task.options["path"] == "d/train.jsonl"  # the argument is not changed
+    assert with_absolute_paths(out) == out
