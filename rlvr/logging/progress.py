@@ -40,7 +40,7 @@ class TrainProgress:
     """Keeps the latest value of each shown metric (`enabled=False`: silent). `stream`: where the
     plain lines go when it is not a terminal (default stderr, like the bar)."""
 
-    def __init__(self, total: int, start: int = 0, enabled: bool = True, description: str = "GRPO",
+    def __init__(self, total: int, start: int = 0, enabled: bool = True, description: str = "RL",
                  every_steps: int = 10, every_seconds: float = 30.0, stream: TextIO | None = None):
         self.stream = stream if stream is not None else sys.stderr
         self.console = Console(file=self.stream)

@@ -66,7 +66,9 @@ def train(cfg: Config, resume: bool = False, run: Run | None = None, or_start: b
     rollout, learner = run.rollout, run.learner
     guard = RunGuard(run.run_dir, cfg.train.max_nonfinite_steps)
     first_eval, last_eval = _logged_evals(run.run_dir) if run.start_step else ({}, {})
-    with TrainProgress(cfg.train.steps, run.start_step, cfg.log.progress) as progress, guard.signals():
+    label = cfg.algorithm.preset or cfg.algorithm.advantage  # what the bar names: kimi, ppo, ... or grpo, rloo
+    with TrainProgress(cfg.train.steps, run.start_step, cfg.log.progress, description=label) as progress, \
+            guard.signals():
         if run.start_step == 0:
             first_eval = last_eval = _evaluate(run, 0, guard)
             with guard.writing(run.run_dir / METRICS):

@@ -17,8 +17,8 @@ def test_a_line_every_n_steps_and_at_the_end():
             bar.update(step, {"reward": step / 100, "kl": 0.001, "completion_length": 12.0})
     lines = _lines(out)
     assert [line.split()[2] for line in lines] == ["10/25", "20/25", "25/25"]
-    assert lines[0].startswith("GRPO step 10/25  reward 0.100  kl 0.0010  len 12.0")
-    assert lines[-1].startswith("GRPO step 25/25  reward 0.250")
+    assert lines[0].startswith("RL step 10/25  reward 0.100  kl 0.0010  len 12.0")
+    assert lines[-1].startswith("RL step 25/25  reward 0.250")
 
 
 def test_a_line_every_s_seconds(monkeypatch):

@@ -93,3 +93,12 @@ def test_same_seed_same_metrics(config_factory):
     cfg = load_config(config_factory("c", seed=1, train={"steps": 2}))
     assert (train(cfg).run_dir / "metrics.jsonl").read_text() != texts[0]
     assert all(json.loads(line) for line in texts[0].splitlines())
+
+
+def test_the_progress_lines_name_the_algorithm(config_factory, capsys):
+    """The bar said "GRPO step" for every algorithm (ppo, rloo, kimi runs too)."""
+    for algorithm, label in (({"preset": "kimi"}, "kimi"), ({"advantage": "rloo"}, "rloo")):
+        cfg = load_config(config_factory(label, algorithm=algorithm, train={"steps": 1}, log={"progress": True}))
+        train(cfg)
+        err = capsys.readouterr().err
+        assert f"{label} step 1/1" in err and "GRPO" not in err, err
