@@ -37,12 +37,15 @@ from rlvr.train.learner import Learner
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)  # whole tensors, on rank 0, in CPU memory
 
 
-def mean_over_ranks(metrics: dict[str, float], world: int) -> dict[str, float]:
-    """Every rank's metrics averaged over the ranks (the same dict on every rank)."""
-    keys = sorted(metrics)
-    values = torch.tensor([metrics[k] for k in keys], dtype=torch.float64)
-    dist.all_reduce(values)
-    return dict(zip(keys, (values / world).tolist()))
+def add_over_ranks(sums: dict[str, float], maxes: dict[str, float]) -> tuple[dict[str, float], dict[str, float]]:
+    """Every rank's partial metrics (`rlvr.train.learner.partial_metrics`) added up, maxima the largest: the
+    metrics of the whole update, the same on every rank and equal to one process's."""
+    sum_keys, max_keys = sorted(sums), sorted(maxes)
+    added = torch.tensor([sums[k] for k in sum_keys], dtype=torch.float64)
+    largest = torch.tensor([maxes[k] for k in max_keys], dtype=torch.float64)
+    dist.all_reduce(added)
+    dist.all_reduce(largest, op=dist.ReduceOp.MAX)
+    return dict(zip(sum_keys, added.tolist())), dict(zip(max_keys, largest.tolist()))
 
 
 def shard_policy(policy: torch.nn.Module, world: int, device_type: str) -> None:
@@ -92,8 +95,8 @@ class DataParallelLearner(Learner):
             p.grad = flat[offset : offset + g.numel()].view_as(p).clone()
             offset += g.numel()
 
-    def _reduce_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
-        return mean_over_ranks(metrics, self.world)
+    def _reduce_metrics(self, sums: dict[str, float], maxes: dict[str, float]) -> tuple[dict, dict]:
+        return add_over_ranks(sums, maxes)
 
 
 class ShardedLearner(Learner):
@@ -108,8 +111,8 @@ class ShardedLearner(Learner):
             dist.broadcast(p.data, src=0)
         shard_policy(self.policy, self.world, self.device.type)
 
-    def _reduce_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
-        return mean_over_ranks(metrics, self.world)
+    def _reduce_metrics(self, sums: dict[str, float], maxes: dict[str, float]) -> tuple[dict, dict]:
+        return add_over_ranks(sums, maxes)
 
     def named_weights(self) -> Iterator[tuple[str, Tensor]]:
         """Whole tensors, gathered from the ranks' shards (every rank must iterate them)."""

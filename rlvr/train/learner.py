@@ -131,7 +131,7 @@ class Learner:
         return forward_with_values(self.policy, self.value_model, mb, T, with_entropy=with_entropy, packing=packing)
 
     def _micro_step(self, mb: RolloutBatch, denominator: Tensor | int, scale: float,
-                    with_entropy: bool) -> dict[str, Tensor]:
+                    with_entropy: bool) -> dict[str, Any]:
         """Forward + backward of one micro-batch; its loss is already divided for accumulation. The
         entropy (a metric, no gradient) is measured in the first epoch only: every row once, at the
         weights it was sampled from or a minibatch later (a softmax over the vocabulary per token)."""
@@ -146,7 +146,8 @@ class Learner:
         loss.backward()
         if entropy is not None:
             metrics = {**metrics, "entropy": masked_mean(entropy, mb.mask)}
-        return {"loss": loss.detach() * scale, **metrics}
+        return {"loss": loss.detach() * scale, **metrics, TOKENS: mb.mask.sum(), ROWS: mb.mask.any(-1).sum(),
+                PARTS: scale}
 
     def update(self, batch: ScoredBatch) -> dict[str, float]:
         """mu epochs x minibatches, each one optimizer step over accumulated micro-batches."""
@@ -180,8 +181,9 @@ class Learner:
                 self.scheduler.step()
         self.policy.eval()
         self.version += 1
-        metrics = {**self._reduce_metrics(_means(stats)), "lr": self.scheduler.get_last_lr()[0],
-                   SKIPPED: float(skipped), **{k: v.item() for k, v in self._is_metrics.items()}}
+        metrics = {**finish_metrics(*self._reduce_metrics(*partial_metrics(stats))),
+                   "lr": self.scheduler.get_last_lr()[0], SKIPPED: float(skipped),
+                   **{k: v.item() for k, v in self._is_metrics.items()}}
         if grad_norms:
             metrics["grad_norm"] = torch.stack(grad_norms).mean().item()
         return metrics
@@ -197,8 +199,9 @@ class Learner:
     def _reduce_grads(self) -> None:
         """Sum gradients over data-parallel ranks; one process has nothing to sum."""
 
-    def _reduce_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
-        return metrics
+    def _reduce_metrics(self, sums: dict[str, float], maxes: dict[str, float]) -> tuple[dict, dict]:
+        """Add the data-parallel ranks' partial metrics (`partial_metrics`); one process has nothing to add."""
+        return sums, maxes
 
     def named_weights(self) -> Iterator[tuple[str, Tensor]]:
         """The policy's (name, tensor) pairs under the plain model's names, as a rollout engine loads them;
@@ -234,7 +237,40 @@ class Learner:
             save_file(self.value_model.state_dict(), path / VALUE_MODEL_FILE)
 
 
-def _means(stats: list[dict[str, Tensor]]) -> dict[str, float]:
-    """Average each metric over micro-batches; the single place the update's tensors become floats."""
-    keys = sorted({k for s in stats for k in s})
-    return {k: torch.stack([s[k].float() for s in stats if k in s]).mean().item() for k in keys}
+TOKENS, ROWS, PARTS = "_tokens", "_rows", "_parts"  # what a micro-batch's metrics were measured over
+
+
+def partial_metrics(stats: list[dict[str, Any]]) -> tuple[dict[str, float], dict[str, float]]:
+    """The update's metrics as sums, so that neither the micro-batch split (row count, token budget) nor the
+    number of data-parallel ranks changes them: a token metric (entropy, kl, clip fractions, ratios) is a mean
+    over every valid token of the update, a `seq_` one over sequences, `loss` the mean minibatch loss (a
+    micro-batch's `loss` is its share times its minibatch's number of parts), a `_max` one the largest.
+    Returns ({KEY: weighted sum, KEY/w: weight}, {KEY: max}); the one place the update's tensors become
+    floats (one transfer)."""
+    sums: dict[str, Tensor] = {}
+    maxes: dict[str, Tensor] = {}
+    for s in stats:
+        for key, value in s.items():
+            if key in (TOKENS, ROWS, PARTS):
+                continue
+            value = value.detach().double()
+            if key.endswith("_max"):
+                maxes[key] = torch.maximum(maxes[key], value) if key in maxes else value
+                continue
+            if key == "loss":
+                weight = torch.full_like(value, 1 / s[PARTS])
+            else:
+                weight = (s[ROWS] if key.startswith("seq_") else s[TOKENS]).double()
+            sums[key] = sums.get(key, 0) + torch.where(weight > 0, value * weight, 0)  # no token: nothing to count
+            sums[f"{key}/w"] = sums.get(f"{key}/w", 0) + weight
+    keys = [*sums, *maxes]
+    values = torch.stack([*sums.values(), *maxes.values()]).tolist() if keys else []
+    floats = dict(zip(keys, values))
+    return {k: floats[k] for k in sums}, {k: floats[k] for k in maxes}
+
+
+def finish_metrics(sums: dict[str, float], maxes: dict[str, float]) -> dict[str, float]:
+    means = {k: sums[k] / sums[f"{k}/w"] for k in sums if not k.endswith("/w")}
+    return dict(sorted({**means, **maxes}.items()))
+
+

@@ -15,17 +15,19 @@ from rlvr.tasks import get_task
 from rlvr.train.setup import local_roles
 
 
-@pytest.mark.parametrize("aggregation, shard", [("token_mean", False), ("seq_mean_token_mean", False),
-                                                ("seq_mean_token_mean", True)])
-def test_two_learners_equal_one_after_three_steps(ray_cluster, tmp_path, warm_model, aggregation, shard):
+@pytest.mark.parametrize("aggregation, shard, micro", [("token_mean", False, 2), ("seq_mean_token_mean", False, 2),
+                                                       ("seq_mean_token_mean", True, 2), ("token_mean", False, 8)])
+def test_two_learners_equal_one_after_three_steps(ray_cluster, tmp_path, warm_model, aggregation, shard, micro):
     """token_mean splits a token-count denominator across ranks, seq_mean_token_mean a sequence count:
     both must give the one-process loss, gradient norm and weights. mu = 2 x two minibatches x two
     micro-batches per rank: accumulation, shuffling and the optimizer state all take part. Sharded
     (FSDP2), each rank holds half of every tensor; what leaves the ranks (weights, the policy and the
-    optimizer state of a checkpoint) is whole and equals the one-process learner's."""
+    optimizer state of a checkpoint) is whole and equals the one-process learner's. Every logged metric equals
+    the one-process one, also where the ranks split the micro-batches otherwise (one micro-batch of 8 rows in
+    one process, one of 4 on each rank: entropy, approx_kl, clip fractions and ratios differed)."""
     cfg = load_config(None, [], base=tiny_config(
         tmp_path / "run", warm_model, algorithm={"mu": 2, "aggregation": aggregation},
-        train={"steps": 3, "batch_size": 16, "group_size": 4, "mini_batch_size": 8, "micro_batch_size": 2},
+        train={"steps": 3, "batch_size": 16, "group_size": 4, "mini_batch_size": 8, "micro_batch_size": micro},
         distributed=ray_sections(learners=2, shard=shard)))
     task = get_task(cfg.task.name, **cfg.task.options)
     learner, rollout = local_roles(cfg, task, warm_model, warm_model)
@@ -37,8 +39,9 @@ def test_two_learners_equal_one_after_three_steps(ray_cluster, tmp_path, warm_mo
         one = learner.update(batch)
         two = ray_cluster.get([rank.update.remote(batch) for rank in ranks])
         assert two[0] == two[1]  # every rank reports the all-reduced metrics
-        for key in ("loss", "grad_norm"):
-            assert two[0][key] == pytest.approx(one[key], abs=1e-5, rel=1e-5), (step, key)
+        assert two[0].keys() == one.keys()
+        for key in one:
+            assert two[0][key] == pytest.approx(one[key], abs=1e-5, rel=1e-4), (step, key)
         rollout.load_weights(learner.named_weights())
     weights = ray_cluster.get([rank.weights.remote() for rank in ranks])[1]  # sharded: a collective
     for name, tensor in learner.named_weights():

@@ -1,6 +1,7 @@
 """The update path's shortcuts change nothing they should not: the sampler's log-probs as pi_old,
 and micro-batches cut by a token budget instead of a row count."""
 
+import pytest
 import torch
 
 from rlvr.config import load_config
@@ -102,3 +103,21 @@ def _record_gradients(learner):
     learner.optimizer.register_step_pre_hook(
         lambda optimizer, args, kwargs: recorded.append([p.grad.clone() for p in learner.params]))
     return recorded
+
+
+def test_the_update_metrics_do_not_depend_on_the_micro_batch_split(config_factory):
+    """Metrics were means over micro-batches of each one's means: another split (a row count, a token budget,
+    or two data-parallel ranks that halve the micro-batches) logged other entropy, approx_kl, clip fractions
+    and ratios for the same update. Now a token metric is a mean over the update's tokens, a sequence one over
+    its sequences, `loss` the mean minibatch loss, a maximum the largest: the same for every split."""
+    rollout, whole = _learner(config_factory, "whole", micro_batch_size=8)
+    learners = [whole] + [_learner(config_factory, name, **split)[1] for name, split in
+                          (("rows", {"micro_batch_size": 2}), ("four", {"micro_batch_size": 4}),
+                           ("tokens", {"micro_batch_tokens": 40}))]
+    batch = rollout.collect(1)
+    metrics = [learner.update(batch) for learner in learners]
+    assert {"entropy", "approx_kl", "clip_frac_low", "ratio_mean", "ratio_max", "loss"} <= metrics[0].keys()
+    for other in metrics[1:]:
+        assert other.keys() == metrics[0].keys()
+        for key, value in metrics[0].items():
+            assert other[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
