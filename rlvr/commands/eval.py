@@ -7,14 +7,16 @@ The CLI owner wires it in with `rlvr.commands.eval.add_parser(subparsers)`; the 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
 
-from rlvr.commands.outputs import check_out_folder, make_out_folder
+from rlvr.commands.outputs import check_out_folder, make_out_folder, resolve_out_file
 from rlvr.commands.placement_flags import add_placement_flags, config_from_flags
 from rlvr.commands.task_options import task_from_cli
-from rlvr.eval.evaluate import evaluate
+from rlvr.eval.evaluate import evaluate, is_eval_jsonl
+from rlvr.thinking.budget import EARLY_STOP_TEXT
 from rlvr.thinking.sweep import add_thinking_budget_args, run_budget_eval
 
 _ORDER = ("accuracy", "reward", "mean_length", "format_error_rate", "truncation_rate")
@@ -48,8 +50,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--seed", type=int, default=0, help="held-out selection and sampling seed")
     p.add_argument("--batch-size", type=int, default=None, help="max sequences decoded at once (hf engine)")
     add_placement_flags(p, engine=True)
-    p.add_argument("--out", default=None, help="jsonl of graded samples, or a folder to write eval_TASK.jsonl in "
-                                               "(default: MODEL/eval_TASK.jsonl); missing folders are made")
+    p.add_argument("--out", default=None,
+                   help="jsonl of graded samples, or a folder to write eval_TASK.jsonl in (an existing one, or a path "
+                        "ending in '/'); missing folders are made; an existing file is written over only if it is an "
+                        "earlier eval's jsonl (default: MODEL/eval_TASK.jsonl, replaced on each run)")
     add_thinking_budget_args(p)
     p.set_defaults(func=run)
     return p
@@ -76,18 +80,50 @@ def print_summary(results: dict[str, dict[str, float]], title: str) -> None:
 DEFAULT_NEW_TOKENS = 512
 
 
-def _new_tokens(args: argparse.Namespace, engine, prompts: list[str]) -> int:
-    """--max-new-tokens, or the default capped to the context the longest prompt leaves (the tiny demo model
-    has 512 positions: 512 new tokens never fit, and `rlvr eval` with its defaults failed on it)."""
-    if args.max_new_tokens is not None:
-        return args.max_new_tokens
-    if engine.max_positions is None:
-        return DEFAULT_NEW_TOKENS
-    longest = max(map(len, engine.tokenizer(prompts, add_special_tokens=engine.add_special_tokens)["input_ids"]))
-    if longest >= engine.max_positions:
-        raise ValueError(f"--model: the longest prompt ({longest} tokens) fills the model's context "
-                         f"({engine.max_positions} positions)")
-    return min(DEFAULT_NEW_TOKENS, engine.max_positions - longest)
+def _fit(engine, longest: int, asked: int | None, flag: str, where: str, what: str) -> int:
+    """New tokens after `longest` prompt tokens (`what`): `asked` (by `flag`) checked to fit the model's context,
+    or the default capped to what the context leaves (the tiny demo model has 512 positions: 512 new tokens
+    never fit, and `rlvr eval` with its defaults failed on it). A prompt that fills the context names `where`."""
+    positions = engine.max_positions
+    if positions is not None and longest >= positions:
+        raise ValueError(f"{where}: {what} ({longest} tokens) fills the model's context ({positions} positions)")
+    if asked is None:
+        return DEFAULT_NEW_TOKENS if positions is None else min(DEFAULT_NEW_TOKENS, positions - longest)
+    if positions is not None and longest + asked > positions:
+        raise ValueError(f"{flag} {asked}: {what} ({longest} tokens) + {asked} exceeds the model's "
+                         f"max_position_embeddings ({positions}); at most {positions - longest} fit")
+    return asked
+
+
+def _new_tokens(args: argparse.Namespace, engine, prompts: list[str]) -> tuple[int, int]:
+    """(new tokens per completion, new tokens of the answer after the thinking under --thinking-budget), both
+    checked against the model's context before any work. The answer's prompt is a prompt, the largest budget's
+    thinking and the early-stop text: sized for the plain prompts only, the sweep failed after the eval."""
+    def tokens(texts: list[str], special: bool) -> int:
+        return max(map(len, engine.tokenizer(texts, add_special_tokens=special)["input_ids"]))
+
+    longest = tokens(prompts, engine.add_special_tokens)
+    new = _fit(engine, longest, args.max_new_tokens, "--max-new-tokens", "--model", "the longest prompt")
+    if not args.thinking_budget:
+        return new, new
+    budget = max(args.thinking_budget)
+    # an upper bound: prompt, thinking and early-stop text tokenised apart (together they may merge at the seams)
+    answer_prompt = longest + budget + tokens([EARLY_STOP_TEXT], False)
+    flag = "--answer-tokens" if args.answer_tokens is not None else "--max-new-tokens"
+    answer = _fit(engine, answer_prompt, args.answer_tokens or args.max_new_tokens, flag,
+                  f"--thinking-budget {budget}", f"the longest prompt + {budget} thinking + the early-stop text")
+    return new, answer
+
+
+def check_causal_lm(model: str, flag: str) -> None:
+    """The folder holds a causal LM, not a reward model (`rlvr reward-model` writes a ...ForSequenceClassification
+    folder): one was evaluated as a causal LM without its head, a 7-line load report on stderr, exit 0."""
+    config = json.loads((Path(model) / "config.json").read_text(encoding="utf-8"))  # valid: check_model_folder
+    architectures = (config.get("architectures") if isinstance(config, dict) else None) or []
+    heads = [a for a in architectures if str(a).endswith("ForSequenceClassification")]
+    if heads:
+        raise ValueError(f"{flag}: {model!r} holds a reward model ({heads[0]}: a sequence-classification head), "
+                         "not a causal LM")
 
 
 def check_flags(args: argparse.Namespace) -> None:
@@ -98,6 +134,8 @@ def check_flags(args: argparse.Namespace) -> None:
         raise ValueError(f"--batch-size must be >= 1 (or left out: all at once), got {args.batch_size}")
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    if args.answer_tokens is not None and args.answer_tokens < 1:
+        raise ValueError(f"--answer-tokens must be >= 1, got {args.answer_tokens}")
     if args.temperature < 0:
         raise ValueError(f"--temperature must be >= 0, got {args.temperature:g}")
     if not 0 < args.top_p <= 1:
@@ -108,11 +146,10 @@ def check_flags(args: argparse.Namespace) -> None:
 
 def out_file(args: argparse.Namespace) -> Path:
     """Where the graded samples go: --out, or eval_TASK.jsonl in it when it is a folder (as `rlvr report --out`
-    does), default in the model folder; checked before the model loads (`make_out_folder` makes it later)."""
-    name = f"eval_{args.task}.jsonl"
-    out = Path(args.out) if args.out else Path(args.model) / name
-    if out.is_dir():
-        out = out / name
+    does), default in the model folder; an existing file only if an earlier eval wrote it. Checked before the
+    model loads (`make_out_folder` makes the folder later)."""
+    out = resolve_out_file(args.out, Path(args.model) / f"eval_{args.task}.jsonl", "--out", is_eval_jsonl,
+                           "a jsonl of graded samples written by `rlvr eval`")
     check_out_folder(out.parent, "--out")
     if out.exists() and not os.access(out, os.W_OK):
         raise ValueError(f"--out: {str(out)!r} is not writable")
@@ -137,6 +174,7 @@ def run_eval(args: argparse.Namespace) -> dict[str, dict[str, float]]:
 
     check_flags(args)
     check_model_folder(args.model, "--model")
+    check_causal_lm(args.model, "--model")
     task = task_from_cli(args.task, args.task_option, args.model)
     try:
         examples = task.eval_examples(args.num_examples, args.seed)
@@ -144,7 +182,7 @@ def run_eval(args: argparse.Namespace) -> dict[str, dict[str, float]]:
         raise ValueError(f"--num-examples {args.num_examples}: {err}") from None
     out = out_file(args)
     engine = inference_engine(config_from_flags(args, training=False), args.model, args.batch_size)
-    args.max_new_tokens = _new_tokens(args, engine, [ex.prompt for ex in examples])
+    args.max_new_tokens, answer_tokens = _new_tokens(args, engine, [ex.prompt for ex in examples])
     make_out_folder(out.parent, "--out")
     if 0 < len(examples) < args.num_examples:  # a data file's held-out share is smaller than asked
         note = getattr(task, "held_out_note", None)
@@ -163,5 +201,5 @@ def run_eval(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     print(f"graded samples: {out}")
     if args.thinking_budget:  # Qwen3's thinking budget: accuracy against budget, table + plot
         run_budget_eval(args, engine, task, examples, out.parent, sampling=SamplingParams(
-            temperature=0.0, max_new_tokens=args.max_new_tokens, seed=args.seed))
+            temperature=0.0, max_new_tokens=answer_tokens, seed=args.seed))
     return results

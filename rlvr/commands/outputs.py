@@ -1,9 +1,12 @@
-"""Output folders of the commands that write results (`rlvr eval`, `rlvr experiment`): checked, and made,
-before any work, so a bad --out is one line rather than an error after the work with its results lost."""
+"""Output files and folders of the commands that write results (`rlvr eval`, `rlvr report`, `rlvr experiment`):
+checked, and made, before any work, so a bad --out is one line rather than an error after the work with its
+results lost, and never a file the command did not write itself."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Callable
 
 from rlvr.config import check_out_dir
 
@@ -24,4 +27,20 @@ def make_out_folder(path: Path, flag: str) -> Path:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise ValueError(f"{flag}: cannot make the folder {str(path)!r} ({err.strerror})") from None
+    return path
+
+
+def resolve_out_file(out: str | None, default: Path, flag: str, ours: Callable[[Path], bool], what: str) -> Path:
+    """The file a command writes: `default` without `out`; `out` itself, or `default.name` inside it when it is
+    a folder or ends in a slash (a folder, made later if missing). An existing file is written over only when
+    `ours` recognises it as an earlier output (`what`) of the command: `--out RUN/metrics.jsonl` or
+    `--out MODEL/model.safetensors` was replaced, exit 0."""
+    path = default if out is None else Path(out)
+    if out is not None and (path.is_dir() or out.endswith(("/", os.sep))):
+        path = path / default.name
+    if path.is_dir():
+        raise ValueError(f"{flag}: {str(path)!r} is a folder; the results are written there as a file")
+    if path.exists() and not ours(path):
+        raise ValueError(f"{flag}: {str(path)!r} exists and is not {what}; refusing to write over it "
+                         "(choose another file)")
     return path

@@ -6,9 +6,10 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from rlvr.commands.outputs import resolve_out_file
 from rlvr.logging.sinks import METRICS
 from rlvr.report.doctor import diagnose, load_run
-from rlvr.report.html import write_report
+from rlvr.report.html import REPORT, is_report, write_report
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -30,7 +31,9 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    print(f"wrote {write_report(args.run_dir, args.out)}")
+    out = resolve_out_file(args.out, Path(args.run_dir) / REPORT, "--out", is_report,
+                           "a report written by `rlvr report`")  # before any work, as `rlvr eval --out`
+    print(f"wrote {write_report(args.run_dir, out)}")
     return 0
 
 
@@ -44,5 +47,8 @@ def add_parsers(subparsers: Any) -> None:
                                    description="Curves, the doctor's findings, sampled completions and the "
                                    "config of RUN_DIR in one HTML file (default RUN_DIR/report.html).")
     report.add_argument("run_dir", metavar="RUN_DIR")
-    report.add_argument("--out", default=None, help="where to write the HTML file")
+    report.add_argument("--out", default=None,
+                        help=f"the HTML file, or a folder to write {REPORT} in (an existing one, or a path ending in "
+                             f"'/': made if missing); an existing file is written over only if it is an earlier "
+                             f"report (default: RUN_DIR/{REPORT}, replaced on each run)")
     report.set_defaults(func=_report)

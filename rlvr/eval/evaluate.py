@@ -72,6 +72,23 @@ def summarize(records: Sequence[dict[str, Any]], n: int, k_list: Sequence[int] =
     return out
 
 
+# The keys of every row `write_jsonl` writes of `grade`'s records: how `rlvr eval --out` knows an earlier output of
+# its own (a run's samples.jsonl has `step` and none of index, length, answer_key).
+ROW_KEYS = frozenset({"mode", "index", "prompt", "completion", "answer", "correct", "reward", "length",
+                      "finish_reason", "answer_key"})
+_FIRST_LINE_LIMIT = 1 << 24  # bytes: a binary file (weights) without a newline is not read whole
+
+
+def is_eval_jsonl(path: str | Path) -> bool:
+    """Whether the file's first line is a graded sample as `write_jsonl` writes them (an earlier `rlvr eval`)."""
+    try:
+        with Path(path).open("rb") as f:
+            row = json.loads(f.readline(_FIRST_LINE_LIMIT).decode("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(row, dict) and ROW_KEYS <= row.keys() and row["mode"] in ("greedy", "sampled")
+
+
 def write_jsonl(records: Sequence[dict[str, Any]], path: str | Path, mode: str) -> None:
     """Append graded samples, one JSON object per line, tagged with the sampling `mode`."""
     path = Path(path)

@@ -140,8 +140,9 @@ def build_report(run_dir: str | Path) -> str:
 """
 
 
-def _is_report(path: Path) -> bool:
-    """An existing file whose head is that of a report of ours (older ones: the title, as MARKER is newer)."""
+def is_report(path: Path) -> bool:
+    """An existing file whose head is that of a report of ours (older ones: the title, as MARKER is newer):
+    `rlvr report --out` writes over nothing else."""
     try:
         with path.open("rb") as file:
             head = file.read(2048).decode("utf-8", errors="replace")
@@ -151,14 +152,10 @@ def _is_report(path: Path) -> bool:
 
 
 def write_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
-    """The report of `run_dir` written to `out`: a file, or report.html in `out` when it is a folder
-    (default: in the run folder); missing parent folders are made. Returns the file's path."""
+    """The report of `run_dir` written to the file `out` (default: report.html in the run folder; the CLI
+    resolves a folder --out and refuses a file that `is_report` does not recognise); missing parent folders
+    are made. Returns the file's path."""
     path = Path(out) if out else Path(run_dir) / REPORT
-    if path.is_dir():
-        path = path / REPORT
-    if path.exists() and not _is_report(path):  # e.g. --out RUN/metrics.jsonl would lose the run's metrics
-        raise ValueError(f"--out: {str(path)!r} exists and is not a report written by `rlvr report`; refusing to "
-                         "write over it (choose another file)")
     text = build_report(run_dir)  # first: a folder that is not a run is refused before anything is made
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,15 +1,19 @@
 """`rlvr eval` bad input: exit 2, one stderr line naming the flag, option or file:LINE, nothing written;
---out as a folder or with missing parents; the note when a data file holds out fewer problems than asked."""
+--out as a folder or with missing parents, never over a file eval did not write; a reward model folder; the
+thinking budget's prompts checked against the context before any work; the note when a data file holds out
+fewer problems than asked."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
 
 from rlvr.cli import main
-from rlvr.models import make_tiny_model_dir
+from rlvr.models import load_model, load_tokenizer, make_tiny_model_dir, save_model
+from rlvr.rewards.reward_model import reward_model_from_lm
 
 
 @pytest.fixture(scope="module")
@@ -103,3 +107,87 @@ def test_a_smaller_held_out_share_than_asked_is_said_in_one_line(model, tmp_path
             in captured.err and "raise eval_fraction or give eval_path=" in captured.err), captured.err
     title = " ".join(captured.out.split())  # rich wraps the title to the table's width
     assert "1 problem" in title and "1 problems" not in title
+
+
+@pytest.mark.parametrize("name, text", [
+    ("metrics.jsonl", '{"step": 1, "reward": 0.5}\n'),
+    ("config.yaml", "seed: 0\n"),
+    ("samples.jsonl", '{"step": 4, "mode": "greedy", "prompt": "p", "completion": "c", "answer": "a", "reward": 1.0, '
+                      '"correct": true, "finish_reason": "stop"}\n'),  # a run's samples: mode, but not eval's rows
+    ("empty.jsonl", ""),
+], ids=["metrics", "config", "run-samples", "empty"])
+def test_out_never_writes_over_a_file_eval_did_not_write(model, tmp_path, capsys, name, text):
+    """`--out RUN/metrics.jsonl` replaced the run's metrics with graded samples, exit 0."""
+    (tmp_path / name).write_text(text)
+    refused(capsys, ["--model", str(model), *QUICK, "--out", str(tmp_path / name)],
+            f"--out: {str(tmp_path / name)!r} exists and is not a jsonl of graded samples written by `rlvr eval`; "
+            "refusing to write over it (choose another file)", tmp_path, model)
+
+
+def test_out_never_writes_over_the_models_weights(model, capsys):
+    """`--out MODEL/model.safetensors` destroyed the model."""
+    refused(capsys, ["--model", str(model), *QUICK, "--out", str(model / "model.safetensors")],
+            "model.safetensors' exists and is not a jsonl of graded samples", model)
+
+
+def test_out_writes_over_an_earlier_eval_and_says_so_in_help(model, tmp_path, capsys):
+    for _ in range(2):  # the second run replaces the first's rows (not appended to them)
+        assert main(["eval", "--model", str(model), *QUICK, "--out", str(tmp_path / "g.jsonl")]) == 0
+        assert len((tmp_path / "g.jsonl").read_text().splitlines()) == 2
+    with pytest.raises(SystemExit):
+        main(["eval", "--help"])
+    assert "replaced on each run" in " ".join(capsys.readouterr().out.split())
+
+
+def test_out_ending_in_a_slash_is_a_folder(model, tmp_path, capsys):
+    """`--out evals/tb/` wrote a file named evals/tb."""
+    assert main(["eval", "--model", str(model), *QUICK, "--out", f"{tmp_path / 'evals' / 'tb'}/"]) == 0
+    assert len((tmp_path / "evals" / "tb" / "eval_sort.jsonl").read_text().splitlines()) == 2
+    assert f"graded samples: {tmp_path / 'evals' / 'tb' / 'eval_sort.jsonl'}" in capsys.readouterr().out
+
+
+def test_a_reward_model_folder_is_refused_in_one_line(model, tmp_path, capsys):
+    """A `rlvr reward-model` folder (a sequence-classification head) was evaluated as a causal LM: a 7-line load
+    report on stderr, exit 0."""
+    rm = save_model(reward_model_from_lm(load_model(model), seed=3), load_tokenizer(model), tmp_path / "rm" / "model")
+    refused(capsys, ["--model", str(rm), *QUICK],
+            f"--model: {str(rm)!r} holds a reward model (Qwen2ForSequenceClassification: a sequence-classification "
+            "head), not a causal LM", tmp_path)
+
+
+@pytest.fixture(scope="module")
+def short_model(tmp_path_factory) -> Path:
+    """200 positions: a sort prompt (13 tokens) and 64 new tokens fit, the early-stop text (about 120) after
+    budget 8 thinking leaves about 60."""
+    return make_tiny_model_dir(tmp_path_factory.mktemp("eval") / "short", preset="test", max_position_embeddings=200)
+
+
+def test_thinking_budget_default_answer_fits_the_context(short_model, tmp_path, capsys):
+    """The default new tokens were sized for the plain prompts: the sweep failed after the eval (exit 2, its
+    table and jsonl written) as the budget prompts are longer."""
+    assert main(["eval", "--model", str(short_model), "--task", "sort", "--num-examples", "2", "--n", "0",
+                 "--thinking-budget", "4,8", "--out", str(tmp_path)]) == 0
+    assert [json.loads(line)["budget"] for line in (tmp_path / "thinking_budget.jsonl").read_text().splitlines()] \
+        == [4, 8]
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--max-new-tokens", "100", "--thinking-budget", "8"],
+     "--max-new-tokens 100: the longest prompt + 8 thinking + the early-stop text ("),
+    (["--max-new-tokens", "4", "--answer-tokens", "100", "--thinking-budget", "8"],
+     "--answer-tokens 100: the longest prompt + 8 thinking + the early-stop text ("),
+    (["--max-new-tokens", "4", "--thinking-budget", "4,100"],
+     "--thinking-budget 100: the longest prompt + 100 thinking + the early-stop text ("),
+    (["--answer-tokens", "0", "--thinking-budget", "8"], "--answer-tokens must be >= 1, got 0"),
+], ids=["max-new-tokens", "answer-tokens", "budget-fills-the-context", "answer-tokens-0"])
+def test_thinking_budget_prompts_are_checked_before_any_work(short_model, tmp_path, capsys, flags, needle):
+    refused(capsys, ["--model", str(short_model), "--task", "sort", "--num-examples", "2", "--n", "0", *flags,
+                     "--out", str(tmp_path)], needle, tmp_path, short_model)
+
+
+def test_max_new_tokens_beyond_the_context_keeps_the_earlier_eval(short_model, capsys):
+    """It was refused by the engine after the earlier MODEL/eval_sort.jsonl had been deleted."""
+    argv = ["--model", str(short_model), "--task", "sort", "--num-examples", "2", "--n", "0"]
+    assert main(["eval", *argv, "--max-new-tokens", "4"]) == 0
+    capsys.readouterr()
+    refused(capsys, [*argv, "--max-new-tokens", "512"], "--max-new-tokens 512: the longest prompt (", short_model)

@@ -119,3 +119,18 @@ def test_out_writes_over_an_earlier_report(tmp_path, capsys):
     assert main(["report", str(run), "--out", str(tmp_path / "r.html")]) == 0
     assert '<meta name="generator" content="rlvr report">' in (tmp_path / "r.html").read_text()
     capsys.readouterr()
+
+
+def test_out_ending_in_a_slash_is_a_folder_made_if_missing(tmp_path, capsys):
+    """`--out reps/new/` wrote a file named reps/new (no .html); the help says what --out may be."""
+    run = planted(tmp_path / "run", "flat")
+    assert main(["report", str(run), "--out", f"{tmp_path / 'reps' / 'new'}/"]) == 0
+    assert (tmp_path / "reps" / "new" / "report.html").read_text().startswith("<!DOCTYPE html>")
+    assert f"wrote {tmp_path / 'reps' / 'new' / 'report.html'}" in capsys.readouterr().out
+    (tmp_path / "held" / "report.html").mkdir(parents=True)  # a folder where the file would go
+    assert main(["report", str(run), "--out", str(tmp_path / "held")]) == 2
+    assert capsys.readouterr().err == (f"rlvr report: error: --out: {str(tmp_path / 'held' / 'report.html')!r} is a "
+                                       "folder; the results are written there as a file\n")
+    with pytest.raises(SystemExit):
+        main(["report", "--help"])
+    assert "a path ending in '/'" in " ".join(capsys.readouterr().out.split())
