@@ -10,9 +10,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rlvr.algorithms.preference import PreferenceConfig
+from rlvr.algorithms.sft import pairs_from_jsonl
 from rlvr.config import ConfigError
 from rlvr.core import PREFERENCE_LOSSES
 from rlvr.data.difficulty import MODES, filter_threshold
+from rlvr.tasks.data import read_records, record_places
+from rlvr.thinking.fusion import build_fusion_data
 
 # kind -> option defaults (None: optional, no default). Unknown options are an error.
 _SFT = {"steps": 100, "batch_size": 32, "lr": 1e-3}
@@ -72,15 +75,46 @@ CHECKS: dict[str, Callable[[Any], str | None]] = {
 }
 
 
+def fusion_rows(path: str | Path, unflagged_think: float, seed: int) -> list[dict[str, Any]]:
+    """The /think and /no_think SFT rows of a fusion_sft stage's `data` (records {prompt, thinking, answer} in
+    a .jsonl, .json or .parquet file); a bad record is named by its file and line."""
+    records = read_records(path)
+    if not records:
+        raise ValueError(f"{path}: no rows")
+    return build_fusion_data(records, unflagged_think=unflagged_think, seed=seed,
+                             where=record_places(path, len(records)))
+
+
+# kind -> its `data` file read as the stage reads it (rows checked, the same errors)
+DATA_READERS: dict[str, Callable[[dict[str, Any]], list]] = {
+    "sft": lambda opts: pairs_from_jsonl(opts["data"]),
+    "rejection_sft": lambda opts: pairs_from_jsonl(opts["data"]),
+    "fusion_sft": lambda opts: fusion_rows(opts["data"], opts["unflagged_think"], seed=0),
+}
+
+
+def check_stage_data(name: str, kind: str, options: dict[str, Any]) -> None:
+    """The stage's `data` file read and every row checked now, as the stage will read it, so that a bad row
+    stops the recipe before its first stage (not after the stages before this one); ConfigError naming
+    `STAGE.data` and the file's line."""
+    if options.get("data") is None or kind not in DATA_READERS:
+        return
+    try:
+        DATA_READERS[kind](options)
+    except (ValueError, OSError, ImportError) as err:
+        raise ConfigError(f"{name}.data: {err}") from None
+
+
 def check_stage_options(name: str, kind: str, options: dict[str, Any]) -> None:
     """Every option of one stage has a value of its type and range (None where the kind's default is None),
-    and the options that must agree do; ConfigError naming `STAGE.KEY` otherwise."""
+    the options that must agree do, and its `data` file reads; ConfigError naming `STAGE.KEY` otherwise."""
     for key, value in options.items():
         if value is None and KINDS[kind][key] is None:
             continue
         problem = CHECKS[key](value)
         if problem:
             raise ConfigError(f"{name}.{key}: {problem}, got {value!r}")
+    check_stage_data(name, kind, options)
     if kind == "filter":
         try:
             filter_threshold(options["samples"], options["k"], options["mode"], options["drop_unsolved"])

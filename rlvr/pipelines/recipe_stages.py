@@ -16,10 +16,10 @@ from rlvr.algorithms.sft import pairs_from_jsonl, pairs_from_task, train_sft
 from rlvr.config import Config
 from rlvr.data.difficulty import best_of_n_filter
 from rlvr.models import load_policy, load_tokenizer, resolve_placement, save_model
+from rlvr.pipelines.recipe_options import fusion_rows
 from rlvr.rollout.base import SamplingParams
 from rlvr.rollout.hf_engine import HFEngine
 from rlvr.tasks import Example, get_task
-from rlvr.tasks.data import read_records
 from rlvr.tasks.subset import write_examples
 from rlvr.thinking.fusion import THINK_FLAG, build_fusion_data, write_fusion_jsonl
 from rlvr.thinking.sweep import budget_sweep, save_budget_sweep
@@ -162,12 +162,12 @@ def run_fusion_sft(base: Config, opts: dict[str, Any], model_path: Path, stage_d
     Records come from `data` (jsonl of prompt, thinking, answer) or, for a toy task, from its
     demonstrations with the reasoning written by the `thinking` template ({prompt}, {answer})."""
     if opts["data"]:
-        records = read_records(opts["data"])
+        rows = fusion_rows(opts["data"], opts["unflagged_think"], base.seed)
     else:
         examples = _task(base).train_examples(opts["demonstrations"], base.seed + 4)
         records = [{"prompt": ex.prompt, "answer": ex.answer,
                     "thinking": opts["thinking"].format(prompt=ex.prompt, answer=ex.answer)} for ex in examples]
-    rows = build_fusion_data(records, unflagged_think=opts["unflagged_think"], seed=base.seed)
+        rows = build_fusion_data(records, unflagged_think=opts["unflagged_think"], seed=base.seed)
     write_fusion_jsonl(rows, stage_dir / "fusion.jsonl")
     model, tokenizer = _load(base, model_path)
     pairs = [(r["prompt"], r["completion"]) for r in rows]

@@ -6,7 +6,6 @@ Each entry is a factory taking keyword options. A task brings its own verifier
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Callable
 
 from rlvr.rewards.code import CodeReward
@@ -37,9 +36,11 @@ def _code(max_workers: int | None = None, isolation: str = "auto", **limits: Any
 
 def _reward_model(path: str, batch_size: int = 32, shift: float = 0.0, scale: float = 1.0, device: str = "cpu",
                   dtype: str = "float32") -> Any:
-    """A trained Bradley-Terry reward model folder (`rlvr reward-model`) as a reward: RLHF. `device` and
-    `dtype` place it as model.device and model.dtype place the policy (float32 weights, autocast)."""
-    from rlvr.rewards.reward_model import RewardModelReward, load_placed_reward_model  # torch models: on use only
+    """A trained Bradley-Terry reward model as a reward: RLHF. `path` is the --out folder of `rlvr reward-model`
+    or the model folder in it. `device` and `dtype` place it as model.device and model.dtype place the policy
+    (float32 weights, autocast)."""
+    from rlvr.rewards.reward_model import (RewardModelReward, load_placed_reward_model,  # torch models: on use only
+                                           reward_model_folder)
     from rlvr.models import load_tokenizer
     from rlvr.models.placement import resolve_device, resolve_dtype
 
@@ -48,10 +49,12 @@ def _reward_model(path: str, batch_size: int = 32, shift: float = 0.0, scale: fl
         compute = resolve_dtype(dtype, placed_on)
     except ValueError as err:  # the checks speak of model.device / model.dtype
         raise ValueError(str(err).replace("model.", "reward_model ")) from None
-    if not (Path(path) / "config.json").is_file():
-        raise ValueError(f"reward_model path {str(path)!r} is not a model folder (no config.json)")
-    rm = load_placed_reward_model(path, placed_on, compute)
-    return RewardModelReward(rm, load_tokenizer(path), batch_size, shift, scale)
+    try:
+        folder = reward_model_folder(path)
+    except FileNotFoundError as err:
+        raise ValueError(f"reward_model path {err}") from None
+    rm = load_placed_reward_model(folder, placed_on, compute)
+    return RewardModelReward(rm, load_tokenizer(folder), batch_size, shift, scale)
 
 
 REWARDS: dict[str, Callable[..., Any]] = {

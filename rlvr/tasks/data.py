@@ -57,9 +57,14 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
 def record_place(path: str | Path, index: int) -> str:
     """Where row `index` (from 0) of `read_records(path)` is, for an error line: `path:LINE` in a jsonl file
     (blank lines are skipped when reading, so counted here), `path record N` in the others."""
+    return record_places(path, index + 1)[index]
+
+
+def record_places(path: str | Path, n: int) -> list[str]:
+    """`record_place` of each of the `n` rows of `read_records(path)`, the file read once."""
     if Path(path).suffix.lower() != ".jsonl":
-        return f"{path} record {index + 1}"
-    return read_jsonl_located(path)[index][0]
+        return [f"{path} record {i + 1}" for i in range(n)]
+    return [place for place, _ in read_jsonl_located(path)]
 
 
 def _place(path: Any, n: int) -> str:

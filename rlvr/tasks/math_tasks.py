@@ -11,6 +11,8 @@ is the R1-Zero reward (format gate x correctness).
 
 from __future__ import annotations
 
+import json
+import math
 import random
 import re
 from dataclasses import dataclass, field
@@ -36,15 +38,28 @@ def pick(rows: list, n: int | None, seed: int) -> list:
     return [rows[i] for i in order]
 
 
-def ground_truth(raw: Any, answer_format: str) -> str:
+def ground_truth(raw: str, answer_format: str) -> str:
     if answer_format == "gsm8k":
-        return gsm8k_answer(str(raw))
+        return gsm8k_answer(raw)
     if answer_format == "boxed":
-        boxed = last_boxed(str(raw))
+        boxed = last_boxed(raw)
         if boxed is None:
-            raise ValueError(f"answer_format 'boxed' but no \\boxed{{}} in {str(raw)[:80]!r}")
+            raise ValueError(f"answer_format 'boxed' but no \\boxed{{}} in {raw[:80]!r}")
         return boxed
-    return str(raw).strip()
+    return raw.strip()
+
+
+def field_text(value: Any, field_name: str, numbers: bool = False) -> str:
+    """`value` (of the file's field `field_name`) as text: a string, or (`numbers`, for answers, where
+    `"answer": 42` is common) a finite number written as text. Anything else (null, a list, a mapping,
+    true/false) would reach the prompt or the grader as Python's repr (`Question: None`), so it is refused,
+    naming the field as the file spells it."""
+    if isinstance(value, str):
+        return value
+    if numbers and isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return str(value)
+    kind = "a string or a finite number" if numbers else "a string"
+    raise ValueError(f"field {field_name!r} must be {kind}, got {json.dumps(value, default=str)[:80]}")
 
 
 @dataclass
@@ -76,12 +91,15 @@ class MathTask:
             raise ValueError(f"{self.name}: eval_fraction must be in (0, 1), got {self.eval_fraction}")
         self.tokenizer = load_tokenizer_option(self.tokenizer)
         check_template(self.template, self.tokenizer)
+        for path in (self.path, self.eval_path):  # read now, so a bad row stops a command before any work
+            if path is not None:
+                self._rows(path)
 
     # --- data ------------------------------------------------------------------------------------
 
     def _rows(self, path: str | Path) -> list[dict]:
-        """The rows of `path`, each answer read as `answer_format` says; every row is checked on first use, so
-        a bad one is refused (naming its file and line) before any training or sampling."""
+        """The rows of `path`: question and answer text, the answer read as `answer_format` says; every row is
+        checked when the task is built, so a bad one is refused (naming its file and line) before any work."""
         if path not in self._cache:
             fields = {"question": self.question_field, "answer": self.answer_field}
             rows = map_fields(read_records(path), fields, path)
@@ -89,7 +107,9 @@ class MathTask:
                 raise ValueError(f"{path}: no rows")
             for i, row in enumerate(rows):
                 try:
-                    row["answer"] = ground_truth(row["answer"], self.answer_format)
+                    row["question"] = field_text(row["question"], self.question_field)
+                    answer = field_text(row["answer"], self.answer_field, numbers=True)
+                    row["answer"] = ground_truth(answer, self.answer_format)
                 except ValueError as err:
                     raise ValueError(f"{record_place(path, i)}: {err}") from None
             self._cache[path] = rows
@@ -107,7 +127,7 @@ class MathTask:
         return [r for i, r in enumerate(rows) if (i in held) == held_out]
 
     def _example(self, row: dict) -> Example:
-        question = str(row["question"])
+        question = row["question"]
         return Example(prompt=render_prompt(self.template, question, self.tokenizer), answer=row["answer"],
                        fields={"question": question})
 

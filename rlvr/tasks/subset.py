@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from rlvr.jsonl import read_jsonl
+from rlvr.jsonl import read_jsonl_located
 from rlvr.tasks.base import Example, TaskOptionError, get_task, register_task
 
 
@@ -29,8 +29,13 @@ def write_examples(examples: Sequence[Example], path: str | Path) -> Path:
 
 def read_examples(path: str | Path) -> list[Example]:
     """The rows `write_examples` wrote: {prompt, answer, fields}; a bad row is one line naming file and line."""
-    rows = read_jsonl(path, ("prompt", "answer"), "subset: example", empty_ok=False)
-    return [Example(row["prompt"], row["answer"], dict(row.get("fields") or {})) for row in rows]
+    examples = []
+    for place, row in read_jsonl_located(path, ("prompt", "answer"), "subset: example", empty_ok=False):
+        fields = row.get("fields")
+        if not isinstance(fields, (dict, type(None))):
+            raise ValueError(f"{place}: field 'fields' must be an object, got {json.dumps(fields)[:80]}")
+        examples.append(Example(row["prompt"], row["answer"], dict(fields or {})))
+    return examples
 
 
 @register_task("subset")

@@ -249,3 +249,54 @@ def test_a_changed_starting_model_is_rebuilt_when_no_stage_has_begun(tmp_path):
     weights = [load_file(next((d / "01_a").rglob("*.safetensors"))) for d in (out, fresh)]
     assert weights[0].keys() == weights[1].keys()
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+
+
+TRACE = {"prompt": "sort 3 1 2=", "thinking": "sorted: 1 2 3", "answer": "1 2 3"}
+DEMO = {"prompt": "sort 3 1 2=", "completion": "1 2 3"}
+BAD_DATA = {  # file name -> its text: three good rows, then a bad one on line 4 (after a blank line)
+    "badjson.jsonl": lambda good: good * 2 + "\n" + "not json\n",
+    "nofield.jsonl": lambda good: good * 3 + '{"prompt": "p"}\n',
+    "number.jsonl": lambda good: good * 3 + json.dumps({**TRACE, **DEMO, "prompt": 5}) + "\n",
+}
+
+
+@pytest.mark.parametrize("recipe, key, row, name, words", [
+    ("qwen3", "fusion.data", TRACE, "badjson.jsonl", "badjson.jsonl:4: not valid JSON"),
+    ("qwen3", "fusion.data", TRACE, "nofield.jsonl", "nofield.jsonl:4: missing string field 'thinking'"),
+    ("qwen3", "fusion.data", TRACE, "number.jsonl", "number.jsonl:4: field 'prompt' is an int, not a string"),
+    ("qwen3", "cold_start.data", DEMO, "badjson.jsonl", "badjson.jsonl:4: not valid JSON"),
+    ("qwen3", "cold_start.data", DEMO, "nofield.jsonl", "nofield.jsonl:4: missing field(s) ['completion']"),
+    ("r1", "mixed_sft.data", DEMO, "number.jsonl", "number.jsonl:4: field(s) ['prompt'] must be strings"),
+])
+def test_a_stage_data_file_is_read_row_by_row_before_the_first_stage(recipe, key, row, name, words, tmp_path, capsys):
+    """`fusion.data=bad.jsonl` was only checked to exist: qwen3 ran its cold start, filter and RL stages, then
+    stopped at "bad.jsonl:4: not valid JSON" naming no option. Every stage's data file is now read, each row
+    checked as the stage checks it, before any stage, and the error names the key."""
+    good = json.dumps(row) + "\n"
+    path = tmp_path / name
+    path.write_text(BAD_DATA[name](good))
+    with pytest.raises(ConfigError) as err:
+        load_recipe(RECIPES / f"{recipe}.yaml", [f"{key}={path}"])
+    assert str(err.value).startswith(f"{key}: {tmp_path}/{words}")
+    assert main(["recipe", str(RECIPES / f"{recipe}.yaml"), "--out", str(tmp_path / "out"), "--set", *TINY,
+                 f"{key}={path}"]) == 2
+    out = capsys.readouterr()
+    assert out.err.count("\n") == 1 and f"{key}: {tmp_path}/{words}" in out.err and not (tmp_path / "out").exists()
+
+
+def test_an_empty_fusion_data_file_is_refused_before_the_first_stage(tmp_path):
+    (tmp_path / "empty.jsonl").write_text("\n")
+    with pytest.raises(ConfigError, match=f"^fusion.data: {tmp_path}/empty.jsonl: no rows$"):
+        load_recipe(RECIPES / "qwen3.yaml", [f"fusion.data={tmp_path}/empty.jsonl"])
+
+
+def test_a_fusion_stage_trains_on_its_data_file(tmp_path):
+    data = tmp_path / "traces.json"  # any file read_records reads: .jsonl, .json, .parquet
+    data.write_text(json.dumps([TRACE, {**TRACE, "prompt": "sort 2 1=", "answer": "1 2", "thinking": "t"}]))
+    path = tmp_path / "fusion.yaml"
+    path.write_text(yaml.safe_dump({"stages": [{"name": "fusion", "kind": "fusion_sft", "steps": 1,
+                                                "data": str(data)}]}))
+    [record] = run_recipe(load_recipe(path, TINY), tmp_path / "out", log=lambda _: None)
+    rows = [json.loads(line) for line in (tmp_path / "out" / "01_fusion" / "fusion.jsonl").read_text().splitlines()]
+    assert record["metrics"]["fusion_rows"] == len(rows) == 4
+    assert [r["mode"] for r in rows] == ["think", "no_think"] * 2

@@ -8,6 +8,8 @@ import re
 
 import pytest
 
+from rlvr.cli import main
+from rlvr.models import make_tiny_model_dir
 from rlvr.tasks import TASKS, TaskOptionError, get_task
 from rlvr.tasks.base import task_options
 from rlvr.tasks.data import record_place
@@ -52,20 +54,83 @@ def test_subset_names_its_inner_tasks_option(tmp_path):
     assert not isinstance(err.value, TaskOptionError)  # not one of subset's own options
 
 
-def test_math_rows_are_checked_on_first_use_naming_file_and_line(tmp_path):
+def test_math_rows_are_checked_when_the_task_is_built_naming_file_and_line(tmp_path):
     path = tmp_path / "d.jsonl"
     path.write_text('{"question": "a", "answer": "\\\\boxed{1}"}\n\n  \n{"question": "b", "answer": "2"}\n')
-    task = get_task("math_file", path=str(path), answer_format="boxed")
     with pytest.raises(ValueError, match=rf"^{path}:4: answer_format 'boxed' but no \\boxed\{{\}} in '2'$"):
-        task.eval_examples(1, 0)  # row 2 is in the training share: checked all the same
+        get_task("math_file", path=str(path), answer_format="boxed")
     gsm = tmp_path / "g.json"
     gsm.write_text('[{"question": "a", "answer": "x #### 1"}, {"question": "b", "answer": "2"}]')
     with pytest.raises(ValueError, match=rf"^{gsm} record 2: not a GSM8K solution"):
-        get_task("math_file", path=str(gsm), answer_format="gsm8k").train_examples(1, 0)
+        get_task("math_file", path=str(gsm), answer_format="gsm8k")
     (tmp_path / "e.jsonl").write_text("\n")
     with pytest.raises(ValueError, match=rf"^{tmp_path}/e.jsonl: no rows$"):
-        get_task("math_file", path=str(tmp_path / "e.jsonl")).eval_examples(1, 0)
+        get_task("math_file", path=str(tmp_path / "e.jsonl"))
+    good = tmp_path / "good.jsonl"
+    good.write_text('{"question": "a", "answer": "1"}\n')
+    with pytest.raises(ValueError, match=rf"^{path}:4: answer_format 'boxed'"):  # the training file of a
+        get_task("math_file", path=str(path), eval_path=str(good), answer_format="boxed")  # run: read at once too
     assert record_place(path, 0) == f"{path}:1" and record_place(path, 1) == f"{path}:4"
+
+
+GOOD_ROWS = '{"question": "1+1", "answer": "2"}\n{"question": "1+2", "answer": "3"}\n\n'
+
+
+@pytest.mark.parametrize("row, words", [
+    ('{"question": null, "answer": "2"}', "field 'question' must be a string, got null"),
+    ('{"question": ["a", "b"], "answer": {"x": 1}}', 'field \'question\' must be a string, got ["a", "b"]'),
+    ('{"question": 7, "answer": "2"}', "field 'question' must be a string, got 7"),
+    ('{"question": "q", "answer": {"x": 1}}', 'field \'answer\' must be a string or a finite number, got {"x": 1}'),
+    ('{"question": "q", "answer": null}', "field 'answer' must be a string or a finite number, got null"),
+    ('{"question": "q", "answer": true}', "field 'answer' must be a string or a finite number, got true"),
+    ('{"question": "q", "answer": [2]}', "field 'answer' must be a string or a finite number, got [2]"),
+    ('{"question": "q", "answer": NaN}', "field 'answer' must be a string or a finite number, got NaN"),
+])
+def test_a_math_field_of_the_wrong_kind_names_file_and_line(tmp_path, row, words):
+    """`"question": null` became the prompt "Question: None", `"answer": {"x": 1}` the answer "{'x': 1}"."""
+    path = tmp_path / "d.jsonl"
+    path.write_text(GOOD_ROWS + row + "\n")
+    with pytest.raises(ValueError) as err:
+        get_task("math_file", path=str(path), template="plain")
+    assert str(err.value) == f"{path}:4: {words}"
+
+
+def test_math_fields_are_named_as_the_file_spells_them_and_numeric_answers_are_text(tmp_path):
+    path = tmp_path / "d.json"
+    path.write_text('[{"problem": "1+1", "solution": 2}, {"problem": "1/2", "solution": 0.5}, '
+                    '{"problem": null, "solution": 1}]')
+    with pytest.raises(ValueError, match=rf"^{path} record 3: field 'problem' must be a string, got null$"):
+        get_task("math_file", path=str(path), question_field="problem", answer_field="solution")
+    path.write_text('[{"problem": "1+1", "solution": 2}, {"problem": "1/2", "solution": 0.5}]')
+    task = get_task("math_file", path=str(path), question_field="problem", answer_field="solution",
+                    template="plain", eval_fraction=0.5)
+    examples = task.train_examples(0, 0) + task.eval_examples(0, 0)
+    assert sorted((e.fields["question"], e.answer) for e in examples) == [("1+1", "2"), ("1/2", "0.5")]
+    assert task.is_correct("\\boxed{2}", next(e for e in examples if e.answer == "2"))
+
+
+def test_rlvr_eval_refuses_a_wrong_kind_of_field_in_one_line_before_any_work(tmp_path, capsys):
+    model = make_tiny_model_dir(tmp_path / "model", preset="test")
+    path = tmp_path / "f.jsonl"
+    path.write_text(GOOD_ROWS + '{"question": null, "answer": "2"}\n')
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    argv = ["eval", "--model", str(model), "--task", "math_file", "--task-option", f"path={path}",
+            "--task-option", "template=plain"]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"rlvr eval: error: {path}:4: field 'question' must be a string, got null\n"
+    assert captured.out == "" and sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+@pytest.mark.parametrize("fields, words", [("5", "got 5"), ('"xy"', 'got "xy"'), ("[1]", "got [1]")])
+def test_a_subset_row_whose_fields_are_not_an_object_names_file_and_line(tmp_path, fields, words):
+    """`"fields": 5` was "'int' object is not iterable", `"fields": "xy"` a dict() error naming nothing."""
+    path = tmp_path / "kept.jsonl"
+    path.write_text('{"prompt": "p", "answer": "a", "fields": {"x": 1}}\n{"prompt": "p", "answer": "a", "fields": '
+                    f'{fields}}}\n')
+    with pytest.raises(ValueError) as err:
+        get_task("subset", path=str(path), task="sort")
+    assert str(err.value) == f"{path}:2: field 'fields' must be an object, {words}"
 
 
 def test_held_out_note_says_why_the_share_is_small(tmp_path):
