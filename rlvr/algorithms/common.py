@@ -1,10 +1,13 @@
-"""Shared pieces of the offline objectives (preference, reward model): sequence log-probabilities,
-config fields with help text and the held-out split. The training path itself is `rlvr.algorithms.offline`."""
+"""Shared pieces of the offline objectives (preference, reward model, SFT): sequence log-probabilities,
+config fields with help text, the held-out split and the length check of a training sequence. The training path
+itself is `rlvr.algorithms.offline`."""
 
 from __future__ import annotations
 
+import logging
+from contextlib import contextmanager
 from dataclasses import field
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 from torch import Tensor
@@ -50,3 +53,35 @@ def split_holdout(items: Sequence[Any], fraction: float, seed: int) -> tuple[lis
         raise ValueError(f"cannot hold out {n_eval} of {n} items and still train; add data or lower eval_fraction")
     order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
     return [items[i] for i in order[n_eval:]], [items[i] for i in order[:n_eval]]
+
+
+def max_positions(model: Any) -> int | None:
+    """The context of a model (or of its Hugging Face config): its max_position_embeddings, None if unknown."""
+    return getattr(getattr(model, "config", model), "max_position_embeddings", None)
+
+
+@contextmanager
+def length_checked() -> Iterator[None]:
+    """Encoding inside is followed by `check_fits` on every sequence: transformers' own warning about a sequence
+    longer than the tokenizer's model_max_length (naming no row) is held back, so a refused row is one line."""
+    tokenization = logging.getLogger("transformers.tokenization_utils_base")
+    level = tokenization.level
+    tokenization.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        tokenization.setLevel(level)
+
+
+def check_fits(where: str, parts: dict[str, int], positions: int | None, max_length: int | None = None) -> None:
+    """The sequence at `where` (a `file:LINE`), of `parts` tokens (e.g. {"prompt": 12, "chosen": 795}), fits
+    `max_length` and the model's context `positions`. A longer one is an error naming the row: truncating it would
+    change what is learned, and past its positions a model trains on positions it never saw (transformers only
+    warns)."""
+    total = sum(parts.values())
+    text = f"{where}: {' + '.join(parts)} is {total} tokens ({' + '.join(map(str, parts.values()))})"
+    if max_length is not None and total > max_length:
+        raise ValueError(f"{text}, more than max_length={max_length}; shorten or drop the row, or raise max_length")
+    if positions is not None and total > positions:
+        raise ValueError(f"{text}, which exceeds the model's max_position_embeddings ({positions}); shorten or "
+                         f"drop the row")

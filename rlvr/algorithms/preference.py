@@ -13,7 +13,7 @@ where the policy equals the reference and every margin is exactly 0.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -21,10 +21,11 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from rlvr.algorithms.common import config_field, completion_logprobs, split_holdout
+from rlvr.algorithms.common import (check_fits, completion_logprobs, config_field, length_checked, max_positions,
+                                   split_holdout)
 from rlvr.algorithms.offline import OfflineConfig, train_offline
 from rlvr.core import PREFERENCE_LOSSES, get_preference_loss
-from rlvr.jsonl import check_fields, read_jsonl
+from rlvr.jsonl import check_fields, read_jsonl_located
 from rlvr.rollout.batch import encode_prompt_completion
 from rlvr.models.tokenizer import pad_token_id
 
@@ -40,25 +41,31 @@ class PreferencePair:
     prompt: str
     chosen: str
     rejected: str
+    # where the pair came from, for errors: `file:LINE`, or `pair i` (its index in the list given); it travels
+    # with the pair through the held-out split and the shuffle, so an error names the row, not a position
+    where: str = field(default="", compare=False)
 
 
 def load_preference_pairs(path: str | Path) -> list[PreferencePair]:
-    """Read a jsonl of {"prompt", "chosen", "rejected"} rows (extra fields are ignored)."""
-    return [PreferencePair(r["prompt"], r["chosen"], r["rejected"])
-            for r in read_jsonl(path, FIELDS, "preference data", empty_ok=False)]
+    """Read a jsonl of {"prompt", "chosen", "rejected"} rows (extra fields are ignored), checked by `as_pairs`;
+    each pair keeps its `path:LINE`."""
+    return as_pairs([PreferencePair(r["prompt"], r["chosen"], r["rejected"], where)
+                     for where, r in read_jsonl_located(path, FIELDS, "preference data", empty_ok=False)])
 
 
-def as_pairs(rows: Sequence[PreferencePair | Mapping[str, Any]]) -> list[PreferencePair]:
-    """PreferencePairs from pairs or dicts, checking the fields of each."""
+def as_pairs(rows: Sequence[PreferencePair | Mapping[str, Any]], what: str = "pair") -> list[PreferencePair]:
+    """PreferencePairs from pairs or dicts, checking the fields of each; one without a place is `{what} i`."""
     if not rows:
         raise ValueError("no preference pairs given")
     out = []
     for i, row in enumerate(rows):
         if not isinstance(row, PreferencePair):
-            row = check_fields(row, FIELDS, f"pair {i}")
+            row = check_fields(row, FIELDS, f"{what} {i}")
             row = PreferencePair(row["prompt"], row["chosen"], row["rejected"])
+        if not row.where:
+            row = replace(row, where=f"{what} {i}")
         if row.chosen == row.rejected:  # margin 0 forever: no signal, and usually a data bug
-            raise ValueError(f"pair {i}: chosen and rejected are identical ({row.chosen[:40]!r})")
+            raise ValueError(f"{row.where}: chosen and rejected are identical ({row.chosen[:40]!r})")
         out.append(row)
     return out
 
@@ -70,13 +77,21 @@ def pairs_and_holdout(pairs: Sequence[PreferencePair | Mapping[str, Any]],
     pairs = as_pairs(pairs)
     if eval_pairs is None:
         pairs, eval_pairs = split_holdout(pairs, fraction, seed)
-    return pairs, as_pairs(eval_pairs) if eval_pairs else []
+    return pairs, as_pairs(eval_pairs, "eval pair") if eval_pairs else []
 
 
 @dataclass
 class PairConfig(OfflineConfig):
     eval_fraction: float = config_field(0.1, "Share of the pairs held out for evaluation when no "
                                              "separate evaluation set is given.")
+    max_length: int | None = config_field(None, "Longest prompt + response in tokens; a longer pair is an error "
+                                         "(silent truncation would change which response wins). The model's "
+                                         "max_position_embeddings is a limit either way.")
+
+    def validate(self) -> None:
+        super().validate()
+        if self.max_length is not None and self.max_length < 1:
+            raise ValueError(f"max_length must be >= 1 (or None), got {self.max_length}")
 
 
 @dataclass
@@ -86,8 +101,6 @@ class PreferenceConfig(PairConfig):
                                      "default (dpo/ipo 0.1, simpo 2.0); ln_dpo needs it set.")
     gamma: float | None = config_field(None, "SimPO target reward margin (None: 1.0, i.e. gamma/beta = 0.5).")
     label_smoothing: float = config_field(0.0, "Conservative DPO (Mitchell 2023): assumed label-flip rate.")
-    max_length: int | None = config_field(None, "Longest prompt + response in tokens; a longer pair is an error "
-                                         "(silent truncation would change which response wins).")
 
     def validate(self) -> None:
         super().validate()
@@ -116,18 +129,26 @@ class EncodedPairs:
 
 
 def encode_pairs(tokenizer: PreTrainedTokenizerBase, pairs: Sequence[PreferencePair],
-                 max_length: int | None) -> EncodedPairs:
+                 max_length: int | None, positions: int | None = None) -> EncodedPairs:
+    """Prompt, chosen and rejected ids (completions + EOS) of every pair; prompt + the longer response must fit
+    `max_length` and the model's context `positions` (`check_fits`: the error names the pair's row)."""
     enc = EncodedPairs([], [], [])
     for i, pair in enumerate(pairs):
-        prompt, chosen = encode_prompt_completion(tokenizer, pair.prompt, pair.chosen)
-        rejected = encode_prompt_completion(tokenizer, pair.prompt, pair.rejected)[1]
-        longest = len(prompt) + max(len(chosen), len(rejected))
-        if max_length is not None and longest > max_length:
-            raise ValueError(f"pair {i} has {longest} tokens, more than max_length={max_length}")
+        with length_checked():
+            prompt, chosen = encode_prompt_completion(tokenizer, pair.prompt, pair.chosen)
+            rejected = encode_prompt_completion(tokenizer, pair.prompt, pair.rejected)[1]
+        side, response = ("chosen", chosen) if len(chosen) >= len(rejected) else ("rejected", rejected)
+        check_fits(pair.where or f"pair {i}", {"prompt": len(prompt), side: len(response)}, positions, max_length)
         enc.prompt.append(prompt)
         enc.chosen.append(chosen)
         enc.rejected.append(rejected)
     return enc
+
+
+def check_pair_lengths(tokenizer: PreTrainedTokenizerBase, pairs: Sequence[PreferencePair], max_length: int | None,
+                       positions: int | None) -> None:
+    """`encode_pairs`' length check alone: every pair fits, checked before any work (a model is loaded)."""
+    encode_pairs(tokenizer, pairs, max_length, positions)
 
 
 def pair_logprobs(model: PreTrainedModel, enc: EncodedPairs, idx: Sequence[int], pad_id: int
@@ -200,8 +221,8 @@ def train_preference(
     cfg.validate()
     pairs, eval_pairs = pairs_and_holdout(pairs, eval_pairs, cfg.eval_fraction, cfg.seed)
     pad_id = pad_token_id(tokenizer)
-    train_enc = encode_pairs(tokenizer, pairs, cfg.max_length)
-    eval_enc = encode_pairs(tokenizer, eval_pairs, cfg.max_length)
+    train_enc = encode_pairs(tokenizer, pairs, cfg.max_length, max_positions(model))
+    eval_enc = encode_pairs(tokenizer, eval_pairs, cfg.max_length, max_positions(model))
     model.eval()
     if NEEDS_REFERENCE[cfg.loss]:  # before any update: the reference is the initial policy
         for enc in (train_enc, eval_enc):

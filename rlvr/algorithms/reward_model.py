@@ -16,9 +16,9 @@ import torch.nn.functional as F
 from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from rlvr.algorithms.common import config_field
+from rlvr.algorithms.common import config_field, max_positions
 from rlvr.algorithms.offline import train_offline
-from rlvr.algorithms.preference import PairConfig, PreferencePair, pairs_and_holdout
+from rlvr.algorithms.preference import PairConfig, PreferencePair, check_pair_lengths, pairs_and_holdout
 from rlvr.rewards.reward_model import score_texts
 
 
@@ -82,6 +82,7 @@ def train_reward_model(rm: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
     cfg = config or RewardModelConfig()
     cfg.validate()
     pairs, eval_pairs = pairs_and_holdout(pairs, eval_pairs, cfg.eval_fraction, cfg.seed)
+    check_pair_lengths(tokenizer, [*pairs, *eval_pairs], cfg.max_length, max_positions(rm))
     rm.eval()
     evaluate = lambda: evaluate_reward_model(rm, tokenizer, eval_pairs, cfg.micro_batch_size or cfg.batch_size,
                                              cfg.center_coef) if eval_pairs else {}

@@ -13,9 +13,10 @@ import torch
 from torch import Tensor
 
 from rlvr.core import masked_sum
-from rlvr.jsonl import read_jsonl
+from rlvr.jsonl import read_jsonl_located
 from rlvr.tasks.base import Task
 from rlvr.rollout.batch import RolloutBatch, encode_prompt_completion, pack, policy_logprobs
+from rlvr.algorithms.common import check_fits, length_checked, max_positions
 from rlvr.algorithms.offline import OfflineConfig, train_offline
 from rlvr.models.tokenizer import pad_token_id
 
@@ -34,14 +35,28 @@ def pairs_from_task(task: Task, n: int, seed: int) -> list[tuple[str, str]]:
     return [(ex.prompt, ex.answer) for ex in task.train_examples(n, seed)]
 
 
+def located_pairs_from_jsonl(path: str | Path) -> tuple[list[str], list[tuple[str, str]]]:
+    """(the `path:LINE` of each row, (prompt, completion) pairs) from a jsonl file with string fields `prompt`
+    and `completion`."""
+    rows = read_jsonl_located(path, ["prompt", "completion"], "SFT data", empty_ok=False)
+    return [where for where, _ in rows], [(row["prompt"], row["completion"]) for _, row in rows]
+
+
 def pairs_from_jsonl(path: str | Path) -> list[tuple[str, str]]:
     """(prompt, completion) pairs from a jsonl file with string fields `prompt` and `completion`."""
-    return [(row["prompt"], row["completion"]) for row in read_jsonl(path, ["prompt", "completion"], "SFT data", empty_ok=False)]
+    return located_pairs_from_jsonl(path)[1]
 
 
-def encode_pairs(tokenizer, pairs: Sequence[tuple[str, str]]) -> list[tuple[list[int], list[int]]]:
-    """Prompt and completion (+ EOS) ids, encoded apart exactly as the rollout engine sees them."""
-    return [encode_prompt_completion(tokenizer, p, c) for p, c in pairs]
+def encode_pairs(tokenizer, pairs: Sequence[tuple[str, str]], positions: int | None = None,
+                 places: Sequence[str] | None = None) -> list[tuple[list[int], list[int]]]:
+    """Prompt and completion (+ EOS) ids, encoded apart exactly as the rollout engine sees them; each pair must
+    fit the model's context `positions` (`check_fits`; errors name `places[i]`, default `SFT pair i`)."""
+    with length_checked():
+        encoded = [encode_prompt_completion(tokenizer, p, c) for p, c in pairs]
+    for i, (prompt, completion) in enumerate(encoded):
+        where = places[i] if places is not None else f"SFT pair {i}"
+        check_fits(where, {"prompt": len(prompt), "completion": len(completion)}, positions)
+    return encoded
 
 
 def sft_batch(encoded: Sequence[tuple[list[int], list[int]]], pad_id: int) -> RolloutBatch:
@@ -74,7 +89,7 @@ def train_sft(model, tokenizer, pairs: Sequence[tuple[str, str]], steps: int, ba
     if steps < 1 or batch_size < 1:
         raise ValueError(f"steps and batch_size must be >= 1, got {steps}, {batch_size}")
     pad_id = pad_token_id(tokenizer)
-    encoded = encode_pairs(tokenizer, pairs)
+    encoded = encode_pairs(tokenizer, pairs, max_positions(model))
     report = None if on_step is None else (lambda row: on_step(row["step"], row["loss"]))
     model.train()
     history = train_offline(model, len(encoded), warm_start_config(steps, batch_size, lr, seed),

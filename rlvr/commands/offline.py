@@ -19,7 +19,8 @@ from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any, Callable
 
-from rlvr.algorithms.preference import PreferenceConfig, load_preference_pairs
+from rlvr.algorithms.common import max_positions
+from rlvr.algorithms.preference import PreferenceConfig, check_pair_lengths, load_preference_pairs
 from rlvr.algorithms.reward_model import RewardModelConfig
 from rlvr.algorithms.rft import RFTConfig
 from rlvr.commands.placement_flags import add_placement_flags, config_from_flags
@@ -88,9 +89,13 @@ def _run_pairs(args: argparse.Namespace, command: str, cls: type,
     pairs = load_preference_pairs(args.data)
     eval_pairs = load_preference_pairs(args.eval_data) if args.eval_data else None
     _check_out(args)
-    model = load(placed.model, args.model)
+    from transformers import AutoConfig
     from rlvr.models import load_tokenizer
     tokenizer = load_tokenizer(args.model)
+    # every pair fits --max-length and the model's context: checked on its config, before the model is loaded
+    check_pair_lengths(tokenizer, [*pairs, *(eval_pairs or [])], config.max_length,
+                       max_positions(AutoConfig.from_pretrained(args.model)))
+    model = load(placed.model, args.model)
     on_step = (lambda row: print(json.dumps(row))) if args.verbose else None
     metrics = train(model, tokenizer, pairs, config, eval_pairs=eval_pairs, on_step=on_step)
     _save(Path(args.out), model, tokenizer, metrics)

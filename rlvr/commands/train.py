@@ -50,7 +50,35 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+# The config keys `rlvr sft` reads: its seed, folder and CPU threads, the start model (not model.lora: the warm
+# start trains every weight), the task's demonstrations and held-out set, the sft section, and the engine and token
+# budget of the held-out check. A --set of any other key would change nothing (optim.lr, train.steps were accepted
+# and ignored); a config file may hold every section, as `rlvr train`'s does.
+SFT_READS = ("seed", "out_dir", "threads", "model", "task.name", "task.options", "task.train_size", "task.eval_size",
+             "task.eval_seed", "sft", "rollout.max_new_tokens", "rollout.engine", "rollout.gpu_memory_utilization",
+             "rollout.enable_prefix_caching", "rollout.enable_sleep_mode")
+SFT_IGNORES = ("model.lora",)
+SFT_NAMES = {"train.steps": "sft.steps", "optim.lr": "sft.lr", "train.batch_size": "sft.batch_size"}
+
+
+def _covers(prefixes: tuple[str, ...], key: str) -> bool:
+    return any(key == p or key.startswith(p + ".") for p in prefixes)
+
+
+def check_sft_overrides(overrides: list[str]) -> None:
+    """Every --set key of `rlvr sft` is one it reads (SFT_READS); a malformed item is load_config's to report."""
+    for item in overrides:
+        key, sep, _ = item.partition("=")
+        if sep and (not _covers(SFT_READS, key) or _covers(SFT_IGNORES, key)):
+            hint = f"; did you mean {SFT_NAMES[key]}?" if key in SFT_NAMES else ""
+            reads = ", ".join(k + ".*" if k in ("model", "sft") else k for k in SFT_READS)
+            raise ConfigError(f"--set {key}: rlvr sft does not read this key, so it would change nothing{hint} (it "
+                              f"reads {reads}; not {', '.join(k + '.*' for k in SFT_IGNORES)})")
+
+
 def _sft(args: argparse.Namespace) -> int:
+    import torch
+
     from rlvr.config import load_config
     from rlvr.models import resolve_placement
     from rlvr.tasks import get_task
@@ -62,6 +90,7 @@ def _sft(args: argparse.Namespace) -> int:
     sets = [f"{key}={value}" for key, value in [("model.path", args.model), ("task.name", args.task),
                                                  ("sft.data", args.data), ("sft.steps", args.steps),
                                                  ("out_dir", args.out)] if value is not None]
+    check_sft_overrides(args.overrides)
     cfg = load_config(args.config, [*sets, *args.overrides])
     if cfg.sft.steps < 1:
         raise ConfigError("sft.steps must be >= 1 for `rlvr sft` (use --steps)")
@@ -73,6 +102,8 @@ def _sft(args: argparse.Namespace) -> int:
     task = get_task(cfg.task.name, **cfg.task.options)
     held_out = held_out_examples(cfg, task)  # before training: the task may not have that many
     check_context(cfg, [ex.prompt for ex in held_out])
+    if cfg.threads:  # as `rlvr train` (rlvr.train.setup.prepare_run)
+        torch.set_num_threads(cfg.threads)
     run_dir = Path(cfg.out_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     path = start_model(cfg, run_dir, task, lambda step, loss: step % 50 == 0 and print(f"step {step}: loss {loss:.4f}"))
@@ -106,7 +137,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     s = subparsers.add_parser("sft", help="supervised warm start: NLL on completion tokens only",
                               description="SFT from a jsonl of {prompt, completion} or from task "
                                           "demonstrations; writes OUT/sft_model.")
-    s.add_argument("config", nargs="?", help="YAML config (model, task and sft sections are used)")
+    s.add_argument("config", nargs="?", help="YAML config (read: seed, out_dir, model, task, sft, and rollout's "
+                                             "max_new_tokens and engine settings for the held-out check)")
     s.add_argument("--model", help="Hugging Face model folder (default: build the tiny model)")
     s.add_argument("--task", help="task for demonstrations and the held-out check (default: sort)")
     s.add_argument("--data", help="jsonl of {prompt, completion} pairs (default: task demonstrations)")

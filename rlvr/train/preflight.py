@@ -10,7 +10,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from rlvr.algorithms.sft import pairs_from_jsonl
+from rlvr.algorithms.common import max_positions
+from rlvr.algorithms.sft import encode_pairs, located_pairs_from_jsonl
 from rlvr.config import Config, ConfigError, check_out_dir, load_config, with_absolute_paths
 from rlvr.models import PRESETS, build_char_tokenizer, load_tokenizer, tiny_config
 from rlvr.train.checkpoint import CHECKPOINTS, LATEST, latest_checkpoint, load_state
@@ -90,9 +91,12 @@ def check_model_folder(path: str | Path, key: str, tokenizer: bool = True, adapt
 
 
 def check_data(cfg: Config) -> None:
+    """sft.data reads, and each of its rows fits the model's context (else the warm start trained on it, past
+    the model's positions, with only a warning from transformers)."""
     if cfg.sft.steps and cfg.sft.data:
         try:
-            pairs_from_jsonl(cfg.sft.data)
+            places, pairs = located_pairs_from_jsonl(cfg.sft.data)
+            encode_pairs(run_tokenizer(cfg), pairs, max_positions(model_config(cfg)), places)
         except (ValueError, FileNotFoundError) as err:
             raise ConfigError(f"sft.data: {err}") from None
 
@@ -106,6 +110,11 @@ def model_config(cfg: Config) -> Any:
             tiny_config(build_char_tokenizer(), m.tiny_arch, **{**PRESETS[m.tiny_preset], **m.tiny_sizes}))
 
 
+def run_tokenizer(cfg: Config) -> Any:
+    """The tokenizer of the model the run starts from: model.path's, or the tiny model's to be built."""
+    return load_tokenizer(cfg.model.path) if cfg.model.path else build_char_tokenizer()
+
+
 def check_context(cfg: Config, prompts: list[str]) -> None:
     """rollout.max_new_tokens fits the model's context after the longest of `prompts` (the held-out set):
     checked before any work; it failed at the first evaluation, after the warm start and the first record
@@ -113,8 +122,7 @@ def check_context(cfg: Config, prompts: list[str]) -> None:
     positions = getattr(model_config(cfg), "max_position_embeddings", None)
     if positions is None or not prompts:
         return
-    tokenizer = load_tokenizer(cfg.model.path) if cfg.model.path else build_char_tokenizer()
-    longest = max(map(len, tokenizer(prompts)["input_ids"]))
+    longest = max(map(len, run_tokenizer(cfg)(prompts)["input_ids"]))
     new = cfg.rollout.max_new_tokens
     if longest + new > positions:
         fits = f"at most {positions - longest} fit" if positions > longest else "no room is left"

@@ -7,7 +7,10 @@ import pytest
 
 from offline_data import SORT_ALPHABET, sort_pairs
 from rlvr.cli import main
+import rlvr.commands.offline
+import rlvr.models
 from rlvr.algorithms.preference import PreferenceConfig
+from rlvr.algorithms.reward_model import RewardModelConfig
 from rlvr.models import load_model, make_tiny_model_dir
 
 
@@ -19,6 +22,11 @@ def workdir(tmp_path_factory):
         for pair in sort_pairs(40, seed=0):
             handle.write(json.dumps(pair) + "\n")
     (root / "bad.jsonl").write_text(json.dumps({"prompt": "a", "chosen": "b"}) + "\n")
+    pairs = sort_pairs(40, seed=0)
+    for name, change in {"long": {"chosen": " ".join("1" * 25)}, "toolong": {"chosen": " ".join("1" * 400)},
+                         "same": {"rejected": pairs[29]["chosen"]}}.items():  # on line 30 only
+        rows = [*pairs[:29], {**pairs[29], **change}, *pairs[30:]]
+        (root / f"{name}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     return root
 
 
@@ -86,21 +94,45 @@ def test_out_is_checked_before_any_work_and_never_written_over_unasked(workdir, 
     (["dpo", "--data", "{dir}/pairs.jsonl", "--dtype", "float16"], r"--dtype=float16 needs a CUDA device \(--device=cuda\)"),
     (["reward-model", "--data", "{dir}/pairs.jsonl", "--device", "tpu"], "--device: unknown device 'tpu'"),
     (["rft", "--engine", "sglang"], "--engine: unknown name 'sglang'"),
+    # rows past the model's context trained (rc 0, transformers' warning only); row errors named a 0-based index
+    # or the position after the split ("pair 3 has 61 tokens"), not the file and line
+    *[([cmd, "--data", "{dir}/toolong.jsonl"], r"^rlvr %s: error: \S*/toolong.jsonl:30: prompt \+ chosen is 813 tokens "
+       r"\(13 \+ 800\), which exceeds the model's max_position_embeddings \(512\); shorten or drop the row$" % cmd)
+      for cmd in ("dpo", "reward-model")],
+    *[([cmd, "--data", "{dir}/long.jsonl", "--max-length", "30"],
+       r"/long.jsonl:30: prompt \+ chosen is 63 tokens \(13 \+ 50\), more than max_length=30")
+      for cmd in ("dpo", "reward-model")],
+    (["dpo", "--data", "{dir}/pairs.jsonl", "--eval-data", "{dir}/long.jsonl", "--max-length", "30"],
+     "/long.jsonl:30: "),
+    (["dpo", "--data", "{dir}/same.jsonl"], r"/same.jsonl:30: chosen and rejected are identical \('0 1 2 3'\)$"),
+    (["reward-model", "--data", "{dir}/pairs.jsonl", "--eval-data", "{dir}/same.jsonl"], "/same.jsonl:30: chosen and"),
+    (["reward-model", "--data", "{dir}/pairs.jsonl", "--max-length", "0"],
+     r"max_length must be >= 1 \(or None\), got 0"),
 ])
-def test_bad_input_is_one_line_and_exit_code_2(workdir, capsys, argv, message):
+def test_bad_input_is_one_line_and_exit_code_2(workdir, tmp_path, capsys, monkeypatch, argv, message):
+    """... before any work: no model is loaded, nothing is written (the default --out is runs/<command>)."""
+    def loaded(*args, **kwargs):
+        raise AssertionError("a model was loaded before the input was checked")
+
+    monkeypatch.setattr(rlvr.models, "load_policy", loaded)
+    monkeypatch.setattr(rlvr.commands.offline, "_load_reward_model", loaded)
+    monkeypatch.chdir(tmp_path)
     argv = [a.replace("{dir}", str(workdir)) for a in argv] + ["--model", str(workdir / "model")]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"rlvr {argv[0]}: error:") and "\n" not in err
-    assert re.search(message, err)
+    assert re.search(message, err), err
+    assert not list(tmp_path.iterdir())
 
 
-def test_every_config_field_is_a_flag(workdir, capsys):
+@pytest.mark.parametrize("command, cls", [("dpo", PreferenceConfig), ("reward-model", RewardModelConfig)])
+def test_every_config_field_is_a_flag(workdir, capsys, command, cls):
     with pytest.raises(SystemExit):
-        main(["dpo", "--help"])
+        main([command, "--help"])
     text = capsys.readouterr().out
-    for name in PreferenceConfig.__dataclass_fields__:
+    for name in cls.__dataclass_fields__:
         assert "--" + name.replace("_", "-") in text
+    assert "--max-length" in text  # both pair trainers refuse pairs longer than it
 
 
 def _bf16_or_refused(argv: list[str], capsys) -> bool:

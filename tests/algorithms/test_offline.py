@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rlvr.algorithms.offline as offline
-from offline_data import sort_pairs, tiny_model, tokenizer
+from offline_data import TEST_SIZES, sort_pairs, tiny_model, tokenizer
 from rlvr.algorithms.offline import OfflineConfig, train_offline
 from rlvr.algorithms.optim import clip_gradients, lr_factor
 from rlvr.algorithms.packing import PackedSFTConfig, train_sft_packed
@@ -20,8 +20,9 @@ from rlvr.algorithms.preference import PreferenceConfig, train_preference
 from rlvr.algorithms.reward_model import RewardModelConfig, train_reward_model
 from rlvr.rewards.reward_model import reward_model_from_lm
 from rlvr.algorithms.rft import RFTConfig, train_rft
-from rlvr.algorithms.sft import encode_pairs, sft_micro_loss, train_sft, warm_start_config
+from rlvr.algorithms.sft import encode_pairs, located_pairs_from_jsonl, sft_micro_loss, train_sft, warm_start_config
 from rlvr.config import OptimConfig
+from rlvr.models import build_tiny_model
 from rlvr.models.tokenizer import pad_token_id
 from rlvr.rollout.base import Completion
 from rlvr.tasks import get_task
@@ -155,6 +156,27 @@ def test_warm_start_sft_accumulation_on_a_tiny_model():
         for p, q in zip(models[0].parameters(), other.parameters()):
             torch.testing.assert_close(p, q, rtol=0, atol=1e-10)
     assert any(not torch.equal(p, q) for p, q in zip(models[0].parameters(), tiny_model(tok).double().parameters()))
+
+
+def test_sft_refuses_a_pair_longer_than_the_context_naming_its_row(tmp_path):
+    """A demonstration past max_position_embeddings trained with only transformers' warning; from a file the
+    error names its `file:LINE` (the `rlvr sft` / `rlvr train` preflight), else its index."""
+    tok = tokenizer()
+    model = build_tiny_model(tok, **TEST_SIZES, max_position_embeddings=32)
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    demos = [("sort 2 1=", "1 2"), ("sort 3 1=", " ".join("1" * 20))]
+    with pytest.raises(ValueError, match=r"^SFT pair 1: prompt \+ completion is 49 tokens \(9 \+ 40\), which exceeds "
+                                         r"the model's max_position_embeddings \(32\)"):
+        train_sft(model, tok, demos, 1, 2, 1e-3, 0)
+    assert all(torch.equal(start[k], v) for k, v in model.state_dict().items())
+    path = tmp_path / "sft.jsonl"
+    path.write_text('{"prompt": "sort 2 1=", "completion": "1 2"}\n\n'
+                    f'{{"prompt": "sort 3 1=", "completion": "{demos[1][1]}"}}\n')
+    places, pairs = located_pairs_from_jsonl(path)
+    assert places == [f"{path}:1", f"{path}:3"] and pairs == demos
+    with pytest.raises(ValueError, match=rf"^{path}:3: prompt \+ completion is 49 tokens"):
+        encode_pairs(tok, pairs, 32, places)
+    assert len(encode_pairs(tok, pairs, 49, places)) == 2  # exactly the context fits
 
 
 class _Engine:

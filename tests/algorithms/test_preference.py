@@ -9,12 +9,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from offline_data import sort_pairs, tiny_model, tokenizer
+from offline_data import TEST_SIZES, sort_pairs, tiny_model, tokenizer
 from rlvr.algorithms.common import completion_logprobs
 from rlvr.algorithms.preference import (
     PreferenceConfig, PreferencePair, as_pairs, encode_pairs, evaluate_preference, cache_reference,
-    load_preference_pairs, train_preference,
+    load_preference_pairs, pairs_and_holdout, train_preference,
 )
+from rlvr.models import build_tiny_model
 
 PAD = 0
 
@@ -52,6 +53,7 @@ def test_as_pairs_checks_dicts():
     (dict(beta=-1.0), "beta must be > 0"),
     (dict(gamma=0.5), "gamma is SimPO's margin"),
     (dict(loss="ipo", label_smoothing=0.1), "label_smoothing applies to dpo only"),
+    (dict(max_length=0), r"max_length must be >= 1 \(or None\), got 0"),
 ])
 def test_config_validation(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -61,8 +63,52 @@ def test_config_validation(kwargs, message):
 def test_max_length_is_an_error_not_a_truncation():
     tok = tokenizer()
     tokens = len("sort 3 1 2=") + len("1 2 3") + 1  # one token per character, plus EOS
-    with pytest.raises(ValueError, match=f"pair 0 has {tokens} tokens, more than max_length=10"):
+    with pytest.raises(ValueError, match=rf"pair 0: prompt \+ chosen is {tokens} tokens \(11 \+ 6\), more than "
+                                         r"max_length=10"):
         encode_pairs(tok, [PreferencePair("sort 3 1 2=", "1 2 3", "3 1 2")], max_length=10)
+
+
+def _pairs_file(path, line: int, **change):
+    """40 sorting pairs as jsonl, the one on `line` (from 1) changed."""
+    rows = sort_pairs(40, seed=0)
+    rows[line - 1] = {**rows[line - 1], **change}
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def test_row_errors_name_the_file_and_line_whatever_the_split(tmp_path):
+    """The errors said `pair 29` (0-based) for line 30, or `pair 3` (the position after the held-out split and the
+    shuffle) for a long pair on line 30: every row error names `file:LINE`."""
+    tok = tokenizer()
+    same = _pairs_file(tmp_path / "same.jsonl", 30, rejected=sort_pairs(40, seed=0)[29]["chosen"])
+    with pytest.raises(ValueError, match=r"same.jsonl:30: chosen and rejected are identical"):
+        load_preference_pairs(same)  # on reading, before any model is loaded
+    pairs = load_preference_pairs(_pairs_file(tmp_path / "long.jsonl", 30, chosen=" ".join("1" * 25)))
+    assert [p.where for p in pairs[:2]] == [f"{tmp_path / 'long.jsonl'}:1", f"{tmp_path / 'long.jsonl'}:2"]
+    for eval_pairs in (None, pairs[:5]):  # long pair held out, or trained on
+        with pytest.raises(ValueError, match=r"long.jsonl:30: prompt \+ chosen is 63 tokens \(13 \+ 50\), more than "
+                                             r"max_length=30"):
+            train_preference(tiny_model(tok), tok, pairs, PreferenceConfig(max_length=30), eval_pairs=eval_pairs)
+    held_out = load_preference_pairs(_pairs_file(tmp_path / "eval.jsonl", 7, chosen=" ".join("1" * 25)))
+    with pytest.raises(ValueError, match=r"eval.jsonl:7: prompt \+ chosen is 63 tokens"):
+        train_preference(tiny_model(tok), tok, sort_pairs(8, seed=0), PreferenceConfig(max_length=30),
+                         eval_pairs=held_out)
+    row = {"prompt": "a", "chosen": "b", "rejected": "c"}
+    with pytest.raises(ValueError, match="eval pair 1: chosen and rejected are identical"):
+        pairs_and_holdout([row], [row, {**row, "rejected": "b"}], 0.0, 0)
+
+
+def test_a_pair_longer_than_the_models_context_is_refused_before_training():
+    """A chosen or rejected past max_position_embeddings trained (only transformers' warning said so)."""
+    tok = tokenizer()
+    model = build_tiny_model(tok, **TEST_SIZES, max_position_embeddings=32)
+    start = copy.deepcopy(model.state_dict())
+    pairs = sort_pairs(12, seed=0)
+    pairs[5] = {**pairs[5], "rejected": " ".join("1" * 20)}
+    with pytest.raises(ValueError, match=r"^pair 5: prompt \+ rejected is 53 tokens \(13 \+ 40\), which exceeds the "
+                                         r"model's max_position_embeddings \(32\)"):
+        train_preference(model, tok, pairs, PreferenceConfig(lr=1e-2))
+    assert all(torch.equal(start[k], v) for k, v in model.state_dict().items())
 
 
 def _setup(n=24, seed=0):

@@ -7,14 +7,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from offline_data import sort_pairs, tiny_model, tokenizer
+from offline_data import TEST_SIZES, sort_pairs, tiny_model, tokenizer
 from rlvr.algorithms.reward_model import RewardModelConfig, bradley_terry_loss, train_reward_model
 from rlvr.rewards.reward_model import (
     ProxyGoldReward, RewardModelReward, load_reward_model, proxy_and_gold_scores, reward_model_from_lm, reward_scores,
     score_texts, sequence_rewards,
 )
 from rlvr.rollout.batch import encode_prompt_completion, pad_right
-from rlvr.models import save_model
+from rlvr.models import build_tiny_model, save_model
 from rlvr.rewards.base import BatchContext, RewardBatch, RewardOutput
 from rlvr.tasks import get_task
 
@@ -127,6 +127,21 @@ def test_training_lifts_held_out_accuracy_above_chance():
     before, after = result["eval_before"], result["eval_after"]
     assert after["accuracy"] >= 0.85 and after["accuracy"] > before["accuracy"]
     assert after["loss"] < before["loss"] < math.log(2) + 0.1  # small initial head: BT starts near log 2
+
+
+@pytest.mark.parametrize("max_length, limit", [
+    (None, r"which exceeds the model's max_position_embeddings \(32\)"),
+    (30, "more than max_length=30"),  # `rlvr dpo`'s --max-length, which the reward model had not
+])
+def test_a_pair_too_long_is_refused_before_training(max_length, limit):
+    tok = tokenizer()
+    rm = reward_model_from_lm(build_tiny_model(tok, **TEST_SIZES, max_position_embeddings=32))
+    start = {k: v.clone() for k, v in rm.state_dict().items()}
+    pairs = sort_pairs(12, seed=0)
+    pairs[5] = {**pairs[5], "chosen": " ".join("1" * 20)}
+    with pytest.raises(ValueError, match=rf"^pair 5: prompt \+ chosen is 53 tokens \(13 \+ 40\), {limit}"):
+        train_reward_model(rm, tok, pairs, RewardModelConfig(lr=1e-2, max_length=max_length))
+    assert all(torch.equal(start[k], v) for k, v in rm.state_dict().items())
 
 
 def test_center_coef_pulls_rewards_towards_zero():

@@ -323,3 +323,31 @@ def test_help_is_still_argparse_usage(capsys):
         main(["train", "--help"])
     out = capsys.readouterr().out
     assert stop.value.code == 0 and out.startswith("usage: rlvr train [-h]") and "--resume-or-start" in out
+
+
+@pytest.mark.parametrize("sets, needle", [
+    (["optim.lr=1"], "--set optim.lr: rlvr sft does not read this key, so it would change nothing; did you mean "
+                     "sft.lr? (it reads seed, out_dir, threads, model.*, task.name, "),
+    (["train.steps=5"], "--set train.steps: rlvr sft does not read this key, so it would change nothing; did you mean "
+                        "sft.steps?"),
+    (["sft.lr=1e-3", "model.lora.r=8"], "--set model.lora.r: rlvr sft does not read this key"),  # full fine-tuning
+    (["task.rewards=[]"], "--set task.rewards: rlvr sft does not read"),  # the held-out check grades by the verifier
+    (["algorithm.preset=dapo"], "--set algorithm.preset: rlvr sft does not read"),
+])
+def test_sft_refuses_set_keys_it_does_not_read(world, tmp_path, capsys, sets, needle):
+    """`rlvr sft --set optim.lr=1` (or train.steps=5) ran, rc 0, weights byte-identical to a run without it."""
+    check(capsys, ["sft", "--model", str(world / "model"), "--task", "sort", "--steps", "1",
+                   "--out", str(tmp_path / "out"), "--set", *sets], needle, tmp_path / "out")
+
+
+def test_sft_data_longer_than_the_context_is_refused_before_any_work(world, tmp_path, capsys):
+    """A row past the model's max_position_embeddings trained (rc 0, transformers' warning only), in `rlvr sft` and
+    in `rlvr train`'s warm start; refused naming its file:LINE."""
+    data = tmp_path / "long.jsonl"
+    data.write_text('{"prompt": "sort 2 1=", "completion": "1 2"}\n' * 2
+                    + f'{{"prompt": "sort 3 1=", "completion": "{"1 " * 300}"}}\n')
+    needle = (f"sft.data: {data}:3: prompt + completion is 610 tokens (9 + 601), which exceeds the model's "
+              f"max_position_embeddings (512); shorten or drop the row")
+    check(capsys, ["sft", "--model", str(world / "model"), "--data", str(data), "--steps", "1",
+                   "--out", str(tmp_path / "out")], needle, tmp_path / "out")
+    check(capsys, _argv(world, tmp_path, f"sft.data={data}"), needle, tmp_path / "out")
