@@ -7,7 +7,6 @@ The CLI owner wires it in with `rlvr.commands.eval.add_parser(subparsers)`; the 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -115,17 +114,6 @@ def _new_tokens(args: argparse.Namespace, engine, prompts: list[str]) -> tuple[i
     return new, answer
 
 
-def check_causal_lm(model: str, flag: str) -> None:
-    """The folder holds a causal LM, not a reward model (`rlvr reward-model` writes a ...ForSequenceClassification
-    folder): one was evaluated as a causal LM without its head, a 7-line load report on stderr, exit 0."""
-    config = json.loads((Path(model) / "config.json").read_text(encoding="utf-8"))  # valid: check_model_folder
-    architectures = (config.get("architectures") if isinstance(config, dict) else None) or []
-    heads = [a for a in architectures if str(a).endswith("ForSequenceClassification")]
-    if heads:
-        raise ValueError(f"{flag}: {model!r} holds a reward model ({heads[0]}: a sequence-classification head), "
-                         "not a causal LM")
-
-
 def check_flags(args: argparse.Namespace) -> None:
     """The numeric flags, before any work: each bad one is one line naming it."""
     if args.n < 0 or args.num_examples < 0:
@@ -173,8 +161,7 @@ def run_eval(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     from rlvr.train.rollout import inference_engine
 
     check_flags(args)
-    check_model_folder(args.model, "--model")
-    check_causal_lm(args.model, "--model")
+    check_model_folder(args.model, "--model", causal_lm=True)
     task = task_from_cli(args.task, args.task_option, args.model)
     try:
         examples = task.eval_examples(args.num_examples, args.seed)

@@ -85,7 +85,7 @@ def _run_pairs(args: argparse.Namespace, command: str, cls: type,
                train: Callable[..., dict[str, Any]], load: Callable[[Any, str], Any]) -> int:
     config = config_from_args(cls, args)
     placed = config_from_flags(args, training=True)
-    check_model_folder(args.model, "--model")
+    check_model_folder(args.model, "--model", causal_lm=command != "reward-model")  # an RM may go on training
     pairs = load_preference_pairs(args.data)
     eval_pairs = load_preference_pairs(args.eval_data) if args.eval_data else None
     _check_out(args)
@@ -133,7 +133,7 @@ def _rft(args: argparse.Namespace) -> int:
 
     config = config_from_args(RFTConfig, args)
     placed = config_from_flags(args, training=True)
-    check_model_folder(args.model, "--model")
+    check_model_folder(args.model, "--model", causal_lm=True)
     if args.train_size < 1 or args.eval_size < 0:
         raise ValueError(f"--train-size must be >= 1 and --eval-size >= 0, got {args.train_size}, {args.eval_size}")
     task = task_from_cli(args.task, args.task_option, args.model)

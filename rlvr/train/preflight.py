@@ -58,9 +58,12 @@ def _run_folder_hint(folder: Path) -> str:
     return ""
 
 
-def check_model_folder(path: str | Path, key: str, tokenizer: bool = True, adapter: bool = False) -> None:
+def check_model_folder(path: str | Path, key: str, tokenizer: bool = True, adapter: bool = False,
+                       causal_lm: bool = False) -> None:
     """A Hugging Face folder with a readable config.json (or, `adapter`: a LoRA checkpoint's PEFT
-    adapter_config.json), intact weights and (optionally) tokenizer files."""
+    adapter_config.json), intact weights and (optionally) tokenizer files; `causal_lm`: not a reward model
+    (`rlvr reward-model` writes ...ForSequenceClassification), which loaded as a causal LM without its head,
+    a 7-line transformers load report on stderr and nonsense after it."""
     folder = Path(path)
     if not folder.is_dir():
         raise ConfigError(f"{key}: no model folder at {str(folder)!r}")
@@ -72,12 +75,17 @@ def check_model_folder(path: str | Path, key: str, tokenizer: bool = True, adapt
                           f"model{hint}")
     config = "adapter_config.json" if is_adapter else "config.json"
     try:
-        json.loads((folder / config).read_text(encoding="utf-8"))
+        fields = json.loads((folder / config).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"{key}: {str(folder)!r} is not a Hugging Face model folder (no config.json)"
                           + _run_folder_hint(folder)) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ConfigError(f"{key}: {folder / config} is not valid JSON ({err})") from None
+    architectures = (fields.get("architectures") if isinstance(fields, dict) else None) or []
+    heads = [a for a in architectures if str(a).endswith("ForSequenceClassification")]
+    if causal_lm and heads:
+        raise ConfigError(f"{key}: {str(folder)!r} holds a reward model ({heads[0]}: a sequence-classification "
+                          "head), not a causal LM")
     weights = sorted(folder.glob("*.safetensors"))
     if not weights and not list(folder.glob("*.bin")):
         raise ConfigError(f"{key}: {str(folder)!r} has no weights (*.safetensors or *.bin)")
@@ -204,7 +212,7 @@ def preflight(cfg: Config, resume: bool, or_start: bool = False) -> Path | None:
     `or_start`: a resume that finds no checkpoint starts the run instead of failing."""
     check_out_dir(cfg.out_dir)
     if cfg.model.path:
-        check_model_folder(cfg.model.path, "model.path")
+        check_model_folder(cfg.model.path, "model.path", causal_lm=True)
     if cfg.value.path:
         check_model_folder(cfg.value.path, "value.path", tokenizer=False)
     check_data(cfg)

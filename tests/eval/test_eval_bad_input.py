@@ -153,6 +153,13 @@ def test_a_reward_model_folder_is_refused_in_one_line(model, tmp_path, capsys):
     refused(capsys, ["--model", str(rm), *QUICK],
             f"--model: {str(rm)!r} holds a reward model (Qwen2ForSequenceClassification: a sequence-classification "
             "head), not a causal LM", tmp_path)
+    for argv in (["train", "sort", "--set", f"model.path={rm}", "--set", f"out_dir={tmp_path / 'run'}"],
+                 ["rft", "--model", str(rm), "--out", str(tmp_path / "rft")],
+                 ["dpo", "--model", str(rm), "--data", str(tmp_path / "none.jsonl"), "--out", str(tmp_path / "dpo")]):
+        assert main(argv) == 2  # every command that trains or samples a causal LM refuses it the same way
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "holds a reward model (Qwen2ForSequenceClassification" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rm"]
 
 
 @pytest.fixture(scope="module")
