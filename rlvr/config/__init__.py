@@ -16,7 +16,8 @@ from rlvr.config.sections import (OLD_LOGPROBS, AlgorithmConfig, CheckpointConfi
 
 __all__ = [
     "ROLLOUT_ENGINES", "check_out_dir", "validate", "SHIPPED_CONFIGS", "apply_overrides", "config_file", "config_help", "from_dict",
-    "load_config", "parse_yaml", "read_yaml", "save_config", "with_absolute_paths", "OLD_LOGPROBS", "AlgorithmConfig", "CheckpointConfig", "Config", "ConfigError",
+    "load_config", "parse_yaml", "read_yaml", "save_config", "with_absolute_paths", "OLD_LOGPROBS",
+    "AlgorithmConfig", "CheckpointConfig", "Config", "ConfigError",
     "DistributedConfig", "EvalConfig", "LogConfig", "LoRAConfig", "ModelConfig", "OptimConfig", "RewardConfig",
     "RolloutConfig", "SFTConfig", "TaskConfig", "TrainConfig", "ValueConfig", "f",
 ]
