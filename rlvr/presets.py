@@ -4,7 +4,8 @@
       preset: dapo          # then any key below overrides the preset
       clip_high: 0.3
 
-A preset only sets config keys; precedence is defaults < preset < config file < `--set`. Every
+A preset only sets config keys; precedence is defaults < a preset the file names < config file < a preset
+named by `--set algorithm.preset=X` < other `--set` keys (rlvr.config.load). Every
 preset lists what it changes against the defaults and where that comes from (`rlvr presets`).
 """
 
