@@ -104,7 +104,9 @@ def add_thinking_budget_args(parser: argparse.ArgumentParser) -> None:
                         help="evaluate with thinking cut at each budget (Qwen3 early-stop phrase) and plot "
                              "accuracy against budget")
     parser.add_argument("--answer-tokens", type=int, default=None,
-                        help="most new tokens for the answer after the thinking (default: max new tokens)")
+                        help="most new tokens for the answer after the thinking (default: --max-new-tokens, "
+                             "else what the model's context leaves after the prompt, the largest budget and the "
+                             "early-stop text, at most 512)")
 
 
 def run_budget_eval(args: argparse.Namespace, engine: RolloutEngine, task: Any, examples: Sequence[Any],

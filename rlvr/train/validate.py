@@ -79,6 +79,10 @@ def check_registries(cfg: Config) -> Config:
         raise ConfigError(f"task.options{'' if err.missing else '.' + err.key}: {err}") from None
     except (TypeError, ValueError) as err:
         raise ConfigError(f"task.options: {err}") from None
+    except FileNotFoundError as err:  # the option that names the file, else the task that reads a shared one
+        key = next((f"task.options.{k}" for k, v in cfg.task.options.items() if isinstance(v, str) and v
+                    and v in str(err)), f"task.name={cfg.task.name}")
+        raise ConfigError(f"{key}: {err}") from None
     try:
         reward = build_reward(task, cfg.task.rewards)  # reward.workers is checked below (workers start on use)
     except (TypeError, ValueError) as err:

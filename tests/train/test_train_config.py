@@ -78,6 +78,8 @@ SHARD = ["distributed.backend=ray", "distributed.learners=2", "distributed.shard
     ({"optim": {"schedule": "step"}}, [], "optim.schedule: unknown schedule 'step'"),
     ({"task": {"name": "sorting"}}, [], "task.name: unknown name 'sorting'"),
     ({"task": {"options": {"lenght": 4}}}, [], "task.options.lenght: sort has no option"),
+    ({}, ["task.name=math_file", "task.options.path=no/such.jsonl"],
+     "task.options.path: data file no/such.jsonl not found"),
     ({"task": {"rewards": [{"name": "nope"}]}}, [], "task.rewards: unknown reward 'nope'"),
     ({"model": {"tiny_preset": "huge"}}, [], "model.tiny_preset: unknown name 'huge'"),
     ({}, ["rollout.engine=vlm"], "rollout.engine: unknown name 'vlm'; choose from ['auto', 'hf', 'vllm']"),
