@@ -129,8 +129,16 @@ def _check_distributed(cfg: Config) -> None:
     if d.weight_sync == "collective" and d.backend != "ray":
         raise ConfigError("distributed.weight_sync=collective needs distributed.backend=ray (one process has no "
                           "weights to send)")
-    if k < 0 or (k > 0 and d.backend != "ray"):
-        raise ConfigError(f"rollout.max_staleness={k} needs distributed.backend=ray (and k >= 0)")
+    if k < 0:
+        raise ConfigError(f"rollout.max_staleness must be >= 0, got {k}")
+    if k > 0 and d.backend != "ray":
+        raise ConfigError(f"rollout.max_staleness={k} needs distributed.backend=ray")
+    if d.max_restarts < 0:  # Ray's -1 (for ever) is not offered: rlvr counts the restarts to stop a failing run
+        raise ConfigError(f"distributed.max_restarts must be >= 0, got {d.max_restarts}")
+    host, _, port = d.address.rpartition("://")[2].rpartition(":")
+    if d.address not in ("local", "auto") and not (host and port.isdigit()):
+        raise ConfigError(f"distributed.address must be local, auto, HOST:PORT or ray://HOST:PORT, got "
+                          f"{d.address!r}")
     if cfg.algorithm.is_cap and cfg.algorithm.is_cap <= 1:
         raise ConfigError(f"algorithm.is_cap must be 0 (off) or > 1, got {cfg.algorithm.is_cap}")
     if cfg.algorithm.is_mode not in ("truncate", "mask"):

@@ -94,6 +94,13 @@ SHARD = ["distributed.backend=ray", "distributed.learners=2", "distributed.shard
     ({}, [*SHARD, "train.micro_batch_tokens=64"],
      "needs train.micro_batch_tokens=0"),
     ({}, ["distributed.learner_gpus=-1"], "distributed.learner_gpus must be >= 0, got -1"),
+    ({}, ["distributed.backend=ray", "distributed.max_restarts=-2"], "distributed.max_restarts must be >= 0, got -2"),
+    ({}, ["distributed.backend=ray", "distributed.max_restarts=-1"], "distributed.max_restarts must be >= 0, got -1"),
+    ({}, ["distributed.backend=ray", "rollout.max_staleness=-1"], "rollout.max_staleness must be >= 0, got -1"),
+    ({}, ["rollout.max_staleness=1"], "rollout.max_staleness=1 needs distributed.backend=ray"),
+    ({}, ["distributed.backend=ray", "distributed.address="], "distributed.address must be local, auto, HOST:PORT "
+                                                              "or ray://HOST:PORT, got ''"),
+    ({}, ["distributed.backend=ray", "distributed.address=myhost"], "distributed.address must be local, auto"),
     ({}, ["distributed.backend=ray", "distributed.learners=2", "distributed.learner_cpus=0"],
      "distributed.learner_cpus or learner_gpus must be > 0 with learners > 1"),
 ])
