@@ -9,6 +9,7 @@ the adapter tensors alone.
 from __future__ import annotations
 
 import copy
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +30,13 @@ def add_lora(model: torch.nn.Module, lora: LoRAConfig, adapter: str | Path | Non
     """Wrap `model` with trainable adapters: fresh (B = 0, so the policy starts equal to the base) or,
     for a resume, those saved in the folder `adapter`. Every base weight is frozen."""
     try:
-        if adapter is not None:
-            return peft.PeftModel.from_pretrained(model, str(adapter), is_trainable=True)
-        config = peft.LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                                 target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
-        return peft.get_peft_model(model, config)
+        with warnings.catch_warnings():  # PEFT reads transformers' deprecated is_gradient_checkpointing: a
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+            if adapter is not None:  # FutureWarning on every LoRA run's stderr, about code that is not ours
+                return peft.PeftModel.from_pretrained(model, str(adapter), is_trainable=True)
+            config = peft.LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                                     target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
+            return peft.get_peft_model(model, config)
     except ValueError as err:  # e.g. no module matches target_modules
         raise ConfigError(f"model.lora: {str(err).splitlines()[0]}") from None
 

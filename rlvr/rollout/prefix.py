@@ -92,7 +92,8 @@ def full_attention_only(config) -> bool:
 
 
 def _checkpointing(model) -> bool:
-    if hasattr(model, "is_activation_checkpointing"):  # the name since transformers 5.2x
+    model = model.get_base_model() if hasattr(model, "get_base_model") else model  # a PEFT model: its base's flag
+    if hasattr(model, "is_activation_checkpointing"):  # the name since transformers 5.2x (the old one warns)
         return bool(model.is_activation_checkpointing)
     return bool(getattr(model, "is_gradient_checkpointing", False))
 

@@ -4,6 +4,7 @@ for an engine, adapter + merged saves, and an exact round trip."""
 import copy
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
@@ -12,7 +13,9 @@ from safetensors.torch import load_file
 from rlvr.config import ConfigError, LoRAConfig, ModelConfig
 from rlvr.models import load_model, load_tokenizer
 from rlvr.models import placement
-from rlvr.models.lora import merged_named_weights
+from rlvr.models import PRESETS, build_char_tokenizer, build_tiny_model
+from rlvr.models.lora import add_lora, merged_named_weights
+from rlvr.rollout.prefix import _checkpointing
 from rlvr.models.placement import load_policy, load_reference, save_policy
 from rlvr.rollout.hf_engine import HFEngine
 
@@ -130,3 +133,15 @@ def test_missing_peft_is_one_line(monkeypatch):
     monkeypatch.setattr(placement.importlib.util, "find_spec", lambda name: None if name == "peft" else real(name))
     with pytest.raises(ConfigError, match=r"model.lora.r > 0 needs PEFT: pip install 'rlvr\[peft\]'"):
         placement.resolve_placement(lora_cfg())
+
+
+def test_a_lora_policy_prints_no_deprecation_warning():
+    """Every LoRA run printed transformers' FutureWarning about `is_gradient_checkpointing` (read by PEFT when it
+    wraps the model, and by the shared-prompt forward on the PEFT model): code that is not the user's."""
+    model = build_tiny_model(build_char_tokenizer(), **PRESETS["test"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        policy = add_lora(model, LoRAConfig(r=4))
+        assert _checkpointing(policy) is False
+        policy.get_base_model().activation_checkpointing_enable()
+        assert _checkpointing(policy) is True
