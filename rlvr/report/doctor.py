@@ -221,7 +221,9 @@ def check_reward_collapse(log: RunLog) -> list[Finding]:
     reward = log.series("reward")
     if len(reward) < 6:
         return []
-    peak = max(v for _, v in reward)
+    values = [v for _, v in reward]
+    # the highest level held for 3 steps in a row: one lucky batch of a reward near 0 (0.03 once) is no peak
+    peak = max(min(values[i : i + 3]) for i in range(len(values) - 2))
     tail = reward[-3:]
     if peak > 0 and all(v < 0.1 * peak for _, v in tail):
         return [Finding(PROBLEM, "reward collapse", f"reward fell to {tail[-1][1]:.3g} after a peak of {peak:.3g}",

@@ -5,7 +5,7 @@ import pytest
 from run_folders import PROBLEMS, healthy_rows, planted, write_run
 
 from rlvr.cli import main
-from rlvr.report.doctor import PROBLEM, WARNING, diagnose, step_ranges
+from rlvr.report.doctor import PROBLEM, WARNING, RunLog, check_reward_collapse, diagnose, step_ranges
 
 LATE = "11-20"
 EXPECTED = {  # problem -> (title, severity, steps)
@@ -112,3 +112,13 @@ def test_a_run_without_a_training_step_says_so(tmp_path, capsys, metrics, held):
     captured = capsys.readouterr()
     assert captured.out == (f"{run}: no training step logged yet (metrics.jsonl {held}); nothing to diagnose, "
                             "run `rlvr doctor` again once steps are logged\n") and captured.err == ""
+
+
+def test_one_lucky_batch_is_no_reward_peak():
+    """A run whose reward stays near 0 (one batch of 16 scored 0.03 once) was reported as a reward collapse
+    "after a peak of 0.0312"; a level held for three steps is a peak, one batch is noise."""
+    noise = [{"step": s, "reward": 0.03125 if s == 4 else 0.0} for s in range(1, 31)]
+    assert [f for f in check_reward_collapse(RunLog(noise, [])) if f.title == "reward collapse"] == []
+    held = [{"step": s, "reward": 0.5 if 5 <= s <= 10 else (0.2 if s < 5 else 0.0)} for s in range(1, 31)]
+    (finding,) = check_reward_collapse(RunLog(held, []))
+    assert "after a peak of 0.5" in finding.detail and finding.steps == (28, 29, 30)
