@@ -35,7 +35,8 @@ def read_jsonl_located(path: str | Path, required: Sequence[str] = (), what: str
         raise FileNotFoundError(f"{what} file {str(path)!r} does not exist")
     rows = []
     try:
-        lines = path.read_bytes().decode("utf-8").split("\n")  # JSON strings may hold \x85, \u2028
+        # utf-8-sig: a byte-order mark (Windows tools) is dropped; split on \n only: JSON strings may hold \x85
+        lines = path.read_bytes().decode("utf-8-sig").split("\n")
     except UnicodeDecodeError as err:
         raise ValueError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
     for lineno, line in enumerate(lines, 1):

@@ -72,3 +72,10 @@ def test_rows_come_with_their_lines_and_a_folder_is_named(tmp_path):
     assert read_jsonl_located(path) == [(f"{path}:1", {"a": 1}), (f"{path}:4", {"a": 2})]
     with pytest.raises(ValueError, match="is a folder, not a jsonl file"):
         read_jsonl(tmp_path, what="input")
+
+
+def test_a_byte_order_mark_and_crlf_line_ends_are_read(tmp_path):
+    """A jsonl saved by Windows tools (UTF-8 BOM, CRLF) was refused: `:1: not valid JSON (Unexpected UTF-8 BOM)`."""
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"q": "a"}\r\n{"q": "b\xc3\xa9"}\r\n')
+    assert read_jsonl_located(path, ["q"]) == [(f"{path}:1", {"q": "a"}), (f"{path}:2", {"q": "bé"})]

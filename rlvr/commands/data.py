@@ -105,7 +105,8 @@ def _decontaminate(args: argparse.Namespace) -> int:
     # every row's text field checked here, so a bad row is named by file and line
     items = read_jsonl(args.input, (args.text_key,), "input")
     eval_key = args.eval_text_key or args.text_key
-    evals = {name: read_jsonl(path, (eval_key,), f"--eval {name}") for name, path in args.eval}
+    evals = {name: read_jsonl(path, (eval_key,), f"--eval {name}", empty_ok=False)  # an empty set removes nothing
+             for name, path in args.eval}
     result = decontaminate(items, evals, text=args.text_key, eval_text=eval_key, n=args.n, min_words=min_words)
     return _finish(result, args.out)
 

@@ -147,3 +147,12 @@ def test_flag_and_input_errors_name_the_flag_or_folder(three, capsys):
              "--eval a: '.' is a folder, not a jsonl file")
     _refused(capsys, ["dedup", ".", "--text-key", "question", "--out", "x"], "input: '.' is a folder")
     assert not Path("x").exists()
+
+
+def test_an_empty_eval_set_is_refused(three, capsys):
+    """`--eval t=empty.jsonl` (a 0-byte file, likely a wrong path) kept every item, exit 0: decontamination
+    against nothing."""
+    Path("empty.jsonl").write_text("")
+    _refused(capsys, ["decontaminate", "three.jsonl", "--eval", "t=empty.jsonl", "--text-key", "question",
+                      "--out", "cur"], "--eval t file 'empty.jsonl' is empty")
+    assert not Path("cur").exists()
