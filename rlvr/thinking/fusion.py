@@ -43,6 +43,44 @@ def split_thinking(text: str) -> tuple[str, str]:
     return "", text.strip()
 
 
+def _parse_completion(text: str, key: str, at: str) -> tuple[str, str]:
+    """(thinking, answer) of a completion that is exactly one `<think>T</think>A` block at its start
+    (leading whitespace allowed; `T</think>A` too, the block opened by a chat template) and a non-empty
+    answer; anything else would leave a stray or nested thinking block, or drop text, in the rows built
+    from it, so it is refused with what is wrong."""
+    body = text.lstrip()
+    if not body.startswith(THINK_START):
+        if THINK_START in text:
+            raise ValueError(f"{at}: field {key!r} has text before {THINK_START!r}; the thinking block must "
+                             f"open the completion")
+        if text.count(THINK_END) == 1:  # the chat template opened the block (Qwen3 samples often look so)
+            body = THINK_START + body
+        elif THINK_END in text:
+            raise ValueError(f"{at}: field {key!r} has {text.count(THINK_END)} {THINK_END!r} tags and no "
+                             f"{THINK_START!r}; expected one {THINK_START}...{THINK_END} block")
+        else:
+            raise ValueError(f"{at}: field {key!r} has no {THINK_START}...{THINK_END} block; a thinking sample "
+                             "needs one")
+    if THINK_END not in body:
+        raise ValueError(f"{at}: field {key!r} opens {THINK_START!r} but never closes it with {THINK_END!r}")
+    opens, closes = body.count(THINK_START), body.count(THINK_END)
+    if opens > 1 or closes > 1:
+        raise ValueError(f"{at}: field {key!r} has {opens} {THINK_START!r} and {closes} {THINK_END!r} tags; "
+                         f"expected exactly one {THINK_START}...{THINK_END} block")
+    thinking, answer = split_thinking(body)
+    if not answer:
+        raise ValueError(f"{at}: field {key!r} has no answer after {THINK_END!r}")
+    return thinking, answer
+
+
+def _untagged(text: str, key: str, at: str) -> None:
+    """Separate fields get wrapped in a block here; a tag inside them would nest or duplicate it."""
+    for tag in (THINK_START, THINK_END):
+        if tag in text:
+            raise ValueError(f"{at}: field {key!r} contains {tag!r}; give the text without thinking tags "
+                             f"(or a whole {THINK_START}...{THINK_END} completion with --completion-key)")
+
+
 def _field(record: Mapping[str, Any], key: str, where: str, hint: str = "") -> str:
     if not isinstance(record, Mapping):
         raise ValueError(f"{where}: expected a JSON object, got {_kind(record)}")
@@ -103,15 +141,19 @@ def build_fusion_data(
     for i, record in enumerate(records):
         at = where[i] if where is not None else f"record {i}"
         prompt = _field(record, prompt_key, at)
+        if not prompt.strip():
+            raise ValueError(f"{at}: field {prompt_key!r} is empty; a sample needs a prompt")
         if completion_key is not None:
-            thinking, answer = split_thinking(_field(record, completion_key, at))
-            if not answer:
-                raise ValueError(f"{at}: field {completion_key!r} has no answer after {THINK_END!r}")
+            thinking, answer = _parse_completion(_field(record, completion_key, at), completion_key, at)
         else:
             thinking, answer = _field(record, thinking_key, at, hint), _field(record, answer_key, at)
+            _untagged(thinking, thinking_key, at)
+            _untagged(answer, answer_key, at)
         if not thinking.strip():
             raise ValueError(f"{at}: empty reasoning; a thinking sample needs some")
         direct = _field(record, no_think_answer_key, at) if no_think_answer_key else answer
+        if no_think_answer_key:
+            _untagged(direct, no_think_answer_key, at)
         think_prompt = prompt if rng.random() < unflagged_think else _flagged(prompt, THINK_FLAG)
         rows.append(_row(think_prompt, thinking_completion(thinking, answer), "think", i))
         rows.append(_row(_flagged(prompt, NO_THINK_FLAG), no_thinking_completion(direct), "no_think", i))

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from rlvr.pipelines.experiments.claims import Claim, fmt, mean_sd, se_of_difference, write_report
+from rlvr.pipelines.experiments.claims import QUICK_BANNER, Claim, fmt, mean_sd, se_of_difference, write_report
 from rlvr.cli import main as rlvr_main
 from rlvr.pipelines.experiments.lecture17_lm import std_weights
 from rlvr.pipelines.experiments.lecture17_thinking import CUT_SHARE, thinking_rows
@@ -30,15 +30,22 @@ def test_quick_run_writes_every_claim_and_its_figures(tmp_path, capsys):
     assert len(table) == len(CLAIM_KEYS)  # one line per claim
     for key in CLAIM_KEYS:
         assert f'<a id="{key}"></a>' in text and f"(#{key})" in text
-    for line in table:  # every line carries a measured number and a computed verdict
+    # a quick run decides nothing: a banner says so and no verdict is printed, in the table or the sections
+    assert text.startswith(f"# CS336 lecture 17, reproduced by rlvr\n\n{QUICK_BANNER}\n")
+    assert "Quick run (`--quick`): checks the pipeline only; too few runs and steps to test any claim" in text
+    assert not re.search(r"\*\*(holds|does not hold|undecided)\*\*", text)
+    assert text.count("**not tested (quick)**") == 2 * len(CLAIM_KEYS)
+    for line in table:  # every line carries a measured number
         assert "±" in line or "(n=" in line or "exact" in line
         assert not re.search(r"\bnan\b", line), line
-        assert any(v in line for v in ("**holds**", "**does not hold**", "**undecided**"))
+        assert line.endswith("| **not tested (quick)** |")
     for name in ("sort_toy_deltas.png", "sort_toy_reward_hack.png", "length_bias.png", "kimi_length.png",
                  "thinking_budget.png"):
         assert (out / name).stat().st_size > 0 and f"({name})" in text
     assert not (out / "runs").exists() and (runs / "seed0" / "per_sequence" / "metrics.jsonl").is_file()
-    assert "report:" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "report:" in printed and "no claim is tested" in printed
+    assert not re.search(r"\b(holds|does not hold|undecided)\b", printed)  # nor on the terminal
 
 
 def test_statistics_by_hand():
@@ -64,6 +71,19 @@ def test_report_verdicts_come_from_the_claims(tmp_path):
     text = write_report(claims, tmp_path, "T", "intro").read_text()
     assert "| [A beats B](#a) | 1 vs 0 | 3 | **holds** |" in text
     assert "| [C](#b) | n/a | exact | **undecided** |" in text and "![b](f.png)" in text
+
+
+def test_quick_report_has_a_banner_and_no_verdicts(tmp_path):
+    claims = [Claim("a", "A beats B", "1 vs 0", True, 3), Claim("b", "C", "n/a", False, 0, "setup")]
+    full = write_report(claims, tmp_path / "full", "T", "intro", "foot").read_text()
+    quick = write_report(claims, tmp_path / "quick", "T", "intro", "foot", quick=True).read_text()
+    assert "Quick run" not in full and "not tested" not in full  # the full report is as before
+    assert full.startswith("# T\n\nintro\n\n| claim |") and "Direction: **does not hold**." in full
+    assert quick.startswith("# T\n\n> **Quick run (`--quick`): checks the pipeline only; too few runs and steps "
+                            "to test any claim.**")
+    assert "holds" not in quick and "| [A beats B](#a) | 1 vs 0 | 3 | **not tested (quick)** |" in quick
+    assert "Direction: **not tested (quick)**." in quick
+    assert QUICK_BANNER in quick and QUICK_BANNER not in full
 
 
 def test_std_weights_by_hand():

@@ -1,4 +1,5 @@
 import json
+import re
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -66,7 +67,7 @@ def test_bad_records():
         build_fusion_data([["p"]])
     with pytest.raises(ValueError, match="empty reasoning"):
         build_fusion_data([{"prompt": "p", "thinking": " ", "answer": "a"}])
-    with pytest.raises(ValueError, match="field 'c' has no answer"):
+    with pytest.raises(ValueError, match="field 'c' opens '<think>' but never closes it"):  # no '</think>' to cite
         build_fusion_data([{"prompt": "p", "c": "<think>r"}], completion_key="c")
     with pytest.raises(ValueError, match="unflagged_think"):
         build_fusion_data([], unflagged_think=2)
@@ -78,3 +79,62 @@ def test_errors_name_the_source_given_in_where():
         build_fusion_data(records, where=["t.jsonl:1", "t.jsonl:3"])
     with pytest.raises(ValueError, match="where names 1 records, but there are 2"):
         build_fusion_data(records, where=["t.jsonl:1"])
+
+
+@pytest.mark.parametrize("completion, message", [
+    ("<think>a</think><think>b</think>c", "has 2 '<think>' and 2 '</think>' tags; expected exactly one"),
+    ("<think>a</think>b</think>c", "has 1 '<think>' and 2 '</think>' tags"),
+    ("preamble <think>x</think> ans", "has text before '<think>'; the thinking block must open the completion"),
+    ("<think>abc", "opens '<think>' but never closes it with '</think>'"),
+    ("r</think>b</think>a", "has 2 '</think>' tags and no '<think>'; expected one <think>...</think> block"),
+    ("just an answer", "has no <think>...</think> block"),
+    ("<think>r</think>  ", "has no answer after '</think>'"),
+])
+def test_malformed_completions_are_refused(completion, message):
+    with pytest.raises(ValueError, match=f"^t.jsonl:2: field 'c' {re.escape(message)}"):
+        build_fusion_data([{"p": "ok", "c": "<think>r</think>a"}, {"p": "q", "c": completion}], prompt_key="p",
+                          completion_key="c", where=["t.jsonl:1", "t.jsonl:2"])
+
+
+def test_leading_whitespace_before_the_block_is_fine():
+    rows = build_fusion_data([{"prompt": "p", "c": " \n<think>r</think>a"}], completion_key="c")
+    assert rows[0]["completion"] == "<think>\nr\n</think>\n\na" and rows[1]["completion"] == "<think>\n\n</think>\n\na"
+
+
+def test_a_block_opened_by_the_chat_template_is_read():
+    """Qwen3's template puts `<think>` in the prompt, so sampled completions start with the thinking itself."""
+    assert build_fusion_data([{"prompt": "p", "c": "r</think>a"}], completion_key="c") == \
+        build_fusion_data([{"prompt": "p", "c": "<think>r</think>a"}], completion_key="c")
+
+
+@pytest.mark.parametrize("record, message", [
+    ({"prompt": "", "thinking": "t", "answer": "a"}, "field 'prompt' is empty; a sample needs a prompt"),
+    ({"prompt": "  ", "thinking": "t", "answer": "a"}, "field 'prompt' is empty"),
+    ({"prompt": "p", "thinking": "<think>t", "answer": "a"}, "field 'thinking' contains '<think>'"),
+    ({"prompt": "p", "thinking": "t</think>", "answer": "a"}, "field 'thinking' contains '</think>'"),
+    ({"prompt": "p", "thinking": "t", "answer": "<think>x</think>a"}, "field 'answer' contains '<think>'"),
+    ({"prompt": "p", "thinking": "t", "answer": "a", "d": "</think>a"}, "field 'd' contains '</think>'"),
+])
+def test_separate_fields_refuse_empty_prompts_and_tags(record, message):
+    with pytest.raises(ValueError, match=f"^record 0: {re.escape(message)}"):
+        build_fusion_data([record], no_think_answer_key="d" if "d" in record else None)
+    if record["prompt"] == "":
+        with pytest.raises(ValueError, match="^record 0: field 'prompt' is empty"):
+            build_fusion_data([{"prompt": "", "c": "<think>x</think>y"}], completion_key="c")
+
+
+@pytest.mark.parametrize("bad", [
+    {"prompt": "two", "completion": "<think>a</think><think>b</think>c"},
+    {"prompt": "pre", "completion": "preamble <think>x</think> ans"},
+    {"prompt": "", "completion": "<think>x</think>y"},
+    {"prompt": "unclosed", "completion": "<think>abc"},
+])
+def test_cli_refuses_a_malformed_row_at_its_line(tmp_path, capsys, bad):
+    from rlvr.cli import main
+
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text(json.dumps({"prompt": "ok", "completion": "<think>r</think>a"}) + "\n" + json.dumps(bad) + "\n")
+    assert main(["data", "fusion", str(src), "--completion-key", "completion", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{src}:2: field " in err and "has no answer after" not in err
+    assert not out.exists()

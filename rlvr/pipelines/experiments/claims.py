@@ -55,17 +55,27 @@ def se_of_difference(a: Sequence[float], b: Sequence[float]) -> float:
     return math.sqrt(mean_sd(a)[1] ** 2 / len(a) + mean_sd(b)[1] ** 2 / len(b))
 
 
-def write_report(claims: Sequence[Claim], out: str | Path, title: str, intro: str, footer: str = "") -> Path:
-    """`out/report.md`: a one-line-per-claim table, then each claim's setup and figures."""
+QUICK_BANNER = ("> **Quick run (`--quick`): checks the pipeline only; too few runs and steps to test any claim.** "
+                "No direction below is a verdict; run without `--quick` for one.")
+QUICK_VERDICT = "not tested (quick)"
+
+
+def write_report(claims: Sequence[Claim], out: str | Path, title: str, intro: str, footer: str = "",
+                 quick: bool = False) -> Path:
+    """`out/report.md`: a one-line-per-claim table, then each claim's setup and figures. `quick` (a
+    pipeline check at tiny sizes) opens it with a banner and prints no verdict: its numbers decide nothing."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    lines = [f"# {title}", "", intro, "", "| claim | measured by rlvr | seeds | direction |", "|---|---|---|---|"]
+    lines = [f"# {title}", ""] + ([QUICK_BANNER, ""] if quick else [])
+    lines += [intro, "", "| claim | measured by rlvr | seeds | direction |", "|---|---|---|---|"]
     for c in claims:
         seeds = "exact" if c.seeds == 0 else str(c.seeds)
-        lines.append(f"| [{c.lecture}](#{c.key}) | {c.measured} | {seeds} | **{c.verdict}** |")
+        verdict = QUICK_VERDICT if quick else c.verdict
+        lines.append(f"| [{c.lecture}](#{c.key}) | {c.measured} | {seeds} | **{verdict}** |")
     for c in claims:
+        verdict = QUICK_VERDICT if quick else c.verdict
         lines += ["", f'<a id="{c.key}"></a>', f"## {c.lecture}", "", f"Measured: {c.measured}. "
-                  f"Direction: **{c.verdict}**.", "", c.setup]
+                  f"Direction: **{verdict}**.", "", c.setup]
         lines += [f"\n![{c.key}]({name})" for name in c.figures]
     if footer:
         lines += ["", footer]

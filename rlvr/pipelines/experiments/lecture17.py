@@ -35,12 +35,13 @@ class Lecture17Sizes:
     thinking_budgets: tuple[int, ...] = (4, 10, 14, 18, 26)
     thinking_prompts: int = 64
     workers: int = 2  # processes running independent parts side by side (one per idle core)
+    quick: bool = False  # tiny sizes that check the pipeline only: the report says so and gives no verdicts
 
 
 QUICK = Lecture17Sizes(toy_seeds=3, toy_epochs=2, kl_seeds=3, kl_samples=200,
                        lm=LMSizes(seeds=2, sft_steps=2, rl_steps=2, batch_size=8, group_size=4, max_new_tokens=6,
                                   eval_size=4, rollout_prompts=4, threads=1),
-                       thinking_sft_steps=2, thinking_budgets=(2, 4), thinking_prompts=4, workers=1)
+                       thinking_sft_steps=2, thinking_budgets=(2, 4), thinking_prompts=4, workers=1, quick=True)
 
 INTRO = ("Each claim of Stanford CS336 (Spring 2025) lecture 17 \"Policy gradient\" (and of the papers it "
          "cites) in one line, the number rlvr measured (mean ± sample sd over seeds, n given) and whether "
@@ -75,4 +76,4 @@ def run_lecture17(out: str | Path, runs: str | Path, sizes: Lecture17Sizes | Non
     footer = (f"Wall time of this run: {time.perf_counter() - tic:.0f} s on {platform.machine()}, "
               f"{sizes.workers} worker processes x {lm.threads} torch threads; the training runs are in "
               f"`{runs_dir}`, not part of the report.")
-    return write_report(claims, out, "CS336 lecture 17, reproduced by rlvr", INTRO, footer), claims
+    return write_report(claims, out, "CS336 lecture 17, reproduced by rlvr", INTRO, footer, quick=sizes.quick), claims
