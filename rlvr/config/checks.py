@@ -135,8 +135,7 @@ def _check_distributed(cfg: Config) -> None:
         raise ConfigError(f"rollout.max_staleness={k} needs distributed.backend=ray")
     if d.max_restarts < 0:  # Ray's -1 (for ever) is not offered: rlvr counts the restarts to stop a failing run
         raise ConfigError(f"distributed.max_restarts must be >= 0, got {d.max_restarts}")
-    host, _, port = d.address.rpartition("://")[2].rpartition(":")
-    if d.address not in ("local", "auto") and not (host and port.isdigit()):
+    if d.address not in ("local", "auto") and head_address(d.address) is None:
         raise ConfigError(f"distributed.address must be local, auto, HOST:PORT or ray://HOST:PORT, got "
                           f"{d.address!r}")
     if cfg.algorithm.is_cap and cfg.algorithm.is_cap <= 1:
@@ -180,6 +179,16 @@ def validate(cfg: Config) -> Config:
     _check_files(cfg)
     _check_rollout_engine(cfg)
     return cfg
+
+
+def head_address(address: str) -> tuple[str, int] | None:
+    """(host, port) of a Ray head given as HOST:PORT or ray://HOST:PORT (IPv6 in brackets); None otherwise
+    (`local`, `auto`, anything malformed). One parse for the config check and the reachability check."""
+    scheme, _, rest = address.rpartition("://")
+    host, _, port = rest.rpartition(":")
+    if not host or not port.isdigit() or scheme not in ("", "ray"):
+        return None
+    return host.strip("[]"), int(port)
 
 
 def check_out_dir(out_dir: str | Path, key: str = "out_dir") -> None:

@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 from rlvr.config import Config, ConfigError
+from rlvr.config.checks import head_address
 
 try:
     import ray
@@ -50,12 +51,12 @@ def _check_reachable(address: str, timeout: float = 5.0) -> None:
     minutes, printing its client's warnings. `auto` is resolved as Ray does (RAY_ADDRESS, then the last
     `ray start` on this node, which a killed head leaves behind); with nothing found Ray's own error says so."""
     target = _resolve_auto() if address == "auto" else address
-    scheme, _, rest = target.rpartition("://")
-    host, _, port = rest.rpartition(":")
-    if not host or not port.isdigit() or scheme not in ("", "ray"):
+    head = head_address(target)
+    if head is None:
         return
+    host, port = head
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+        socket.create_connection(head, timeout=timeout).close()
     except OSError as err:
         where = f"distributed.address={address}" + (f" (found: {target})" if target != address else "")
         raise ConfigError(f"{where}: nothing answers at {host}:{port} ({err.strerror or err}); is the Ray head "
