@@ -127,11 +127,10 @@ def test_subset_task_round_trips_examples_and_keeps_the_base_verifier(tmp_path):
 
 
 @pytest.mark.slow
-def test_an_interrupted_rl_stage_resumes_when_the_recipe_runs_again(tmp_path, capsys, monkeypatch):
+def test_an_interrupted_rl_stage_resumes_when_the_recipe_runs_again(tmp_path, capsys, monkeypatch, sigint_at_step):
     """SIGINT in the RL stage: the hint names the recipe command (there is no run to `rlvr train --resume` on
     its own); running it again skips the SFT stage and resumes the RL stage from its checkpoint, ending
     where a recipe never stopped ends (it stopped with "already holds a run; resume it with --resume")."""
-    import os
     import signal
 
     import rlvr.train.loop as loop_module
@@ -141,14 +140,7 @@ def test_an_interrupted_rl_stage_resumes_when_the_recipe_runs_again(tmp_path, ca
                                                {"name": "rl", "kind": "rl"}]}))
     argv = ["recipe", str(path), "--set", *TINY, "train.steps=4", "checkpoint.every=2"]
     assert main([*argv, "--out", str(tmp_path / "full")]) == 0
-    real_save = loop_module.save_checkpoint
-
-    def sigint_at_step_2(run_dir, step, *args, **kwargs):
-        if step == 2:
-            os.kill(os.getpid(), signal.SIGINT)
-        return real_save(run_dir, step, *args, **kwargs)
-
-    monkeypatch.setattr(loop_module, "save_checkpoint", sigint_at_step_2)
+    real_save = sigint_at_step(2)
     capsys.readouterr()
     assert main([*argv, "--out", str(tmp_path / "cut")]) == 128 + signal.SIGINT
     err = capsys.readouterr().err

@@ -105,23 +105,12 @@ def test_lora_target_modules_are_checked_before_any_work(tmp_path, capsys):
     assert not (tmp_path / "run").exists()
 
 
-def test_a_run_stopped_by_a_signal_draws_its_plots(tmp_path, monkeypatch):
+def test_a_run_stopped_by_a_signal_draws_its_plots(tmp_path, sigint_at_step):
     """log.plots said "redrawn at every evaluation", but the plots were drawn only when a run finished: one
     stopped by Ctrl-C had none. They are drawn at the end and at a signal's stop (the help says so)."""
-    import os
-    import signal
-
-    import rlvr.train.loop as loop_module
     from rlvr.train.guard import Interrupted
 
-    real_save = loop_module.save_checkpoint
-
-    def sigint_at_step_2(run_dir, step, *args, **kwargs):
-        if step == 2:
-            os.kill(os.getpid(), signal.SIGINT)
-        return real_save(run_dir, step, *args, **kwargs)
-
-    monkeypatch.setattr(loop_module, "save_checkpoint", sigint_at_step_2)
+    sigint_at_step(2)
     cfg = load_config(_built_here(tmp_path, "run", sft={"steps": 0}, train={"steps": 4, "batch_size": 16,
                                                                             "group_size": 4},
                                   log={"progress": False, "plots": True, "tensorboard": False}))
