@@ -42,11 +42,6 @@ def located_pairs_from_jsonl(path: str | Path) -> tuple[list[str], list[tuple[st
     return [where for where, _ in rows], [(row["prompt"], row["completion"]) for _, row in rows]
 
 
-def pairs_from_jsonl(path: str | Path) -> list[tuple[str, str]]:
-    """(prompt, completion) pairs from a jsonl file with string fields `prompt` and `completion`."""
-    return located_pairs_from_jsonl(path)[1]
-
-
 def encode_pairs(tokenizer, pairs: Sequence[tuple[str, str]], positions: int | None = None,
                  places: Sequence[str] | None = None) -> list[tuple[list[int], list[int]]]:
     """Prompt and completion (+ EOS) ids, encoded apart exactly as the rollout engine sees them; each pair must
@@ -81,15 +76,17 @@ def warm_start_config(steps: int, batch_size: int, lr: float, seed: int) -> Offl
 
 
 def train_sft(model, tokenizer, pairs: Sequence[tuple[str, str]], steps: int, batch_size: int, lr: float,
-              seed: int, on_step: Callable[[int, float], None] | None = None) -> float:
+              seed: int, on_step: Callable[[int, float], None] | None = None,
+              places: Sequence[str] | None = None) -> float:
     """`steps` optimizer steps of masked NLL on `pairs` through `train_offline` (`warm_start_config`).
 
-    Returns the mean loss of the last 10 steps. `on_step(step, loss)` sees every step's loss.
+    Returns the mean loss of the last 10 steps. `on_step(step, loss)` sees every step's loss. `places` names
+    each pair in the error for one too long for the model (`encode_pairs`), e.g. `sft.data: train.jsonl:7`.
     """
     if steps < 1 or batch_size < 1:
         raise ValueError(f"steps and batch_size must be >= 1, got {steps}, {batch_size}")
     pad_id = pad_token_id(tokenizer)
-    encoded = encode_pairs(tokenizer, pairs, max_positions(model))
+    encoded = encode_pairs(tokenizer, pairs, max_positions(model), places)
     report = None if on_step is None else (lambda row: on_step(row["step"], row["loss"]))
     model.train()
     history = train_offline(model, len(encoded), warm_start_config(steps, batch_size, lr, seed),

@@ -5,7 +5,14 @@
     rlvr data fusion traces.jsonl --out fusion.jsonl          # Qwen3 /think + /no_think SFT pairs
 
 Each filtering command writes `<out>/<step>.kept.jsonl` and its report (`<step>.removed.jsonl`,
-`<step>.md`) and prints a one-line summary. `add_parser(subparsers)` registers `data` on `rlvr`.
+`<step>.md`) and prints a one-line summary. The report names every removed row, and the row it duplicates
+or the eval item it overlaps, by its file and line (`train.jsonl:7`, the file's real line: blank lines
+count). A row with an empty text is bad input in every step, never a "duplicate": decontaminate and dedup
+refuse a text field with no words (empty, blank or punctuation only: dedup called all such rows copies of
+one another, and decontamination can check nothing in one), fusion an empty or blank prompt, reasoning or
+answer (it would write a sample without it). The step stops before any work, exit code 2, with one line
+naming the row by file:LINE (dedup and decontaminate also count the others); nothing is written.
+`add_parser(subparsers)` registers `data` on `rlvr`.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from rlvr.data.decontaminate import DEFAULT_MIN_WORDS, decontaminate
 from rlvr.data.dedup import deduplicate
 from rlvr.data.report import CurationResult
 from rlvr.data.text import write_jsonl
-from rlvr.jsonl import read_jsonl, read_jsonl_located
+from rlvr.jsonl import read_jsonl_located
 from rlvr.thinking.fusion import build_fusion_data, write_fusion_jsonl
 
 
@@ -76,6 +83,12 @@ def _writing(out: str) -> Iterator[None]:
         raise ValueError(f"--out: cannot write {str(err.filename or out)!r}: {err.strerror or err}") from None
 
 
+def _located(path: str | Path, key: str, what: str, empty_ok: bool = True) -> tuple[list[str], list[dict]]:
+    """(each row's `path:LINE`, the rows) of a jsonl whose rows all have a string field `key`."""
+    located = read_jsonl_located(path, (key,), what, empty_ok=empty_ok)
+    return [place for place, _ in located], [row for _, row in located]
+
+
 def _finish(result: CurationResult, out: str) -> int:
     out_dir = Path(out)
     with _writing(out):
@@ -102,12 +115,14 @@ def _decontaminate(args: argparse.Namespace) -> int:
         raise ValueError(f"--eval: name {twice!r} given twice")
     _check_out(args.out, folder=True, outputs=_outputs("decontaminate"),
                inputs=[Path(args.input), *(path for _, path in args.eval)])
-    # every row's text field checked here, so a bad row is named by file and line
-    items = read_jsonl(args.input, (args.text_key,), "input")
+    # every row's text field checked here and each row's file:LINE kept, so a bad or removed row is named by it
+    where, items = _located(args.input, args.text_key, "input")
     eval_key = args.eval_text_key or args.text_key
-    evals = {name: read_jsonl(path, (eval_key,), f"--eval {name}", empty_ok=False)  # an empty set removes nothing
+    evals = {name: _located(path, eval_key, f"--eval {name}", empty_ok=False)  # an empty set removes nothing
              for name, path in args.eval}
-    result = decontaminate(items, evals, text=args.text_key, eval_text=eval_key, n=args.n, min_words=min_words)
+    result = decontaminate(items, {name: rows for name, (_, rows) in evals.items()}, text=args.text_key,
+                           eval_text=eval_key, n=args.n, min_words=min_words, where=where,
+                           eval_where={name: places for name, (places, _) in evals.items()})
     return _finish(result, args.out)
 
 
@@ -119,9 +134,9 @@ def _dedup(args: argparse.Namespace) -> int:
     if args.num_perm < 1:
         raise ValueError(f"--num-perm must be >= 1, got {args.num_perm}")
     _check_out(args.out, folder=True, outputs=_outputs("deduplicate"), inputs=[Path(args.input)])
-    result = deduplicate(read_jsonl(args.input, (args.text_key,), "input"), text=args.text_key,
-                         near=not args.exact_only, method=args.method, threshold=args.threshold,
-                         shingle=args.shingle, num_perm=args.num_perm)
+    where, items = _located(args.input, args.text_key, "input")
+    result = deduplicate(items, text=args.text_key, near=not args.exact_only, method=args.method,
+                         threshold=args.threshold, shingle=args.shingle, num_perm=args.num_perm, where=where)
     return _finish(result, args.out)
 
 
@@ -141,7 +156,14 @@ def _fusion(args: argparse.Namespace) -> int:
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser("data", help="data curation: decontaminate, dedup, thinking-fusion data")
+    parser = subparsers.add_parser(
+        "data", help="data curation: decontaminate, dedup, thinking-fusion data",
+        description="Curation steps on jsonl files. decontaminate and dedup write OUT/<step>.kept.jsonl, "
+                    "OUT/<step>.removed.jsonl and OUT/<step>.md; the report names each removed row (and the row "
+                    "it duplicates or the eval item it overlaps) by file:LINE. An empty text is refused in every "
+                    "step, before any work (exit code 2, naming the row by file:LINE), never counted as a "
+                    "duplicate: decontaminate and dedup refuse a --text-key field with no words (empty, blank or "
+                    "punctuation only), fusion an empty or blank prompt, reasoning or answer.")
     sub = parser.add_subparsers(dest="data_command", metavar="STEP", required=True)
 
     dc = sub.add_parser("decontaminate", help="drop items sharing an n-gram with an eval set")

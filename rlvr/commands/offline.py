@@ -81,11 +81,21 @@ def _check_out(args: argparse.Namespace) -> None:
     check_output_folder(args.out, OUTPUTS, args.overwrite)
 
 
+def _start_model(path: str, causal_lm: bool) -> str:
+    """--model: a Hugging Face folder, or the --out folder of an earlier `rlvr dpo`, `reward-model`, `rft` or
+    `sft` run, to go on training the model it saved there (`rlvr.models.model_folder`); checked before any work."""
+    from rlvr.models import model_folder
+
+    folder = str(model_folder(path, required=False))
+    check_model_folder(folder, "--model", causal_lm=causal_lm)
+    return folder
+
+
 def _run_pairs(args: argparse.Namespace, command: str, cls: type,
                train: Callable[..., dict[str, Any]], load: Callable[[Any, str], Any]) -> int:
     config = config_from_args(cls, args)
     placed = config_from_flags(args, training=True)
-    check_model_folder(args.model, "--model", causal_lm=command != "reward-model")  # an RM may go on training
+    args.model = _start_model(args.model, causal_lm=command != "reward-model")  # an RM may go on training
     pairs = load_preference_pairs(args.data)
     eval_pairs = load_preference_pairs(args.eval_data) if args.eval_data else None
     _check_out(args)
@@ -133,7 +143,7 @@ def _rft(args: argparse.Namespace) -> int:
 
     config = config_from_args(RFTConfig, args)
     placed = config_from_flags(args, training=True)
-    check_model_folder(args.model, "--model", causal_lm=True)
+    args.model = _start_model(args.model, causal_lm=True)
     if args.train_size < 1 or args.eval_size < 0:
         raise ValueError(f"--train-size must be >= 1 and --eval-size >= 0, got {args.train_size}, {args.eval_size}")
     task = task_from_cli(args.task, args.task_option, args.model)
@@ -155,7 +165,8 @@ def _rft(args: argparse.Namespace) -> int:
 
 
 def _common(parser: argparse.ArgumentParser, out: str) -> None:
-    parser.add_argument("--model", required=True, help="Hugging Face folder of the starting model")
+    parser.add_argument("--model", required=True, help="Hugging Face folder of the starting model, or the --out "
+                        "folder of an earlier rlvr dpo / reward-model / rft / sft run (to go on from its model)")
     parser.add_argument("--out", default=out, help="run folder: model/ and metrics.json are written here")
     parser.add_argument("--overwrite", action="store_true", help="replace model/ and metrics.json of an earlier run "
                         "in --out (without it such a folder is refused before any work)")

@@ -80,13 +80,15 @@ def _sft(args: argparse.Namespace) -> int:
     import torch
 
     from rlvr.config import load_config
-    from rlvr.models import resolve_placement
+    from rlvr.models import model_folder, resolve_placement
     from rlvr.tasks import get_task
     from rlvr.train.evaluate import evaluate_heldout
     from rlvr.train.preflight import check_context, check_output_folder, preflight
     from rlvr.train.rollout import inference_engine
     from rlvr.train.setup import held_out_examples, start_model
 
+    if args.model is not None:  # an earlier run's --out folder: the model it saved there (runs/sft/sft_model)
+        args.model = str(model_folder(args.model, required=False))
     sets = [f"{key}={value}" for key, value in [("model.path", args.model), ("task.name", args.task),
                                                  ("sft.data", args.data), ("sft.steps", args.steps),
                                                  ("out_dir", args.out)] if value is not None]
@@ -139,7 +141,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                                           "demonstrations; writes OUT/sft_model.")
     s.add_argument("config", nargs="?", help="YAML config (read: seed, out_dir, model, task, sft, and rollout's "
                                              "max_new_tokens and engine settings for the held-out check)")
-    s.add_argument("--model", help="Hugging Face model folder (default: build the tiny model)")
+    s.add_argument("--model", help="Hugging Face model folder, or the --out folder of an earlier rlvr sft / dpo / "
+                   "reward-model / rft run (to go on from its model); default: build the tiny model")
     s.add_argument("--task", help="task for demonstrations and the held-out check (default: sort)")
     s.add_argument("--data", help="jsonl of {prompt, completion} pairs (default: task demonstrations)")
     s.add_argument("--steps", type=int, help="optimizer steps")

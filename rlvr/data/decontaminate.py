@@ -6,7 +6,9 @@ same text. n = 13 is GPT-3's choice (Brown et al. 2020, App. C: "13-gram overlap
 length when an item has fewer than n words also catches short eval questions pasted into a longer
 prompt, which a fixed 13-gram test misses. `min_words` (GPT-3's lower bound, 8) is the floor of that
 fallback: it stops a few common words from counting as a leak. It is at most n (by default min(8, n)),
-so a smaller n is never a weaker check: every item caught with n is caught with any n' < n.
+so a smaller n is never a weaker check: every item caught with n is caught with any n' < n. An item
+(training or eval) whose text has no words (empty, blank, punctuation only) could overlap nothing, so it
+is refused rather than silently kept unchecked (`comparable_texts`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from rlvr.data.report import CurationResult, Removal, make_result
-from rlvr.data.text import TextKey, get_text, ngrams, words
+from rlvr.data.text import TextKey, comparable_texts, ngrams
 
 DEFAULT_MIN_WORDS = 8  # GPT-3's shortest overlap that counts (Brown et al. 2020, App. C)
 
@@ -49,9 +51,7 @@ class _EvalIndex:
         return self.by_len[m]
 
     def match(self, ws: tuple[str, ...]) -> tuple[tuple[str, int], tuple[str, ...], int] | None:
-        """First eval hit for a training word sequence: ((set, index), overlapping gram, #hits)."""
-        if not ws:
-            return None
+        """First eval hit for a (non-empty) training word sequence: ((set, index), overlapping gram, #hits)."""
         if ws in self.whole:
             return self.whole[ws], ws, 1
         hits: list[tuple[tuple[str, int], tuple[str, ...]]] = []
@@ -75,6 +75,8 @@ def decontaminate(
     eval_text: TextKey | None = None,
     n: int = 13,
     min_words: int | None = None,
+    where: Sequence[str] | None = None,
+    eval_where: Mapping[str, Sequence[str]] | None = None,
     report_dir: str | Path | None = None,
 ) -> CurationResult:
     """Keep the items that share no n-gram with any eval item; report the eval item each removed one hit.
@@ -82,6 +84,9 @@ def decontaminate(
     `eval_sets` maps a name (e.g. "gsm8k_test") to its items; `text`/`eval_text` say where the text is
     (a field name or a callable). Example: `decontaminate(train_rows, {"gsm8k": test_rows},
     text="question")`. `min_words` defaults to min(8, n); one above n would switch n-gram matching off.
+    `where` and `eval_where` (per set) give each item's place (`train.jsonl:7`, `read_jsonl_located`): a
+    removal then carries its own (`Removal.where`) and the eval item's (`eval_where`, beside `eval_index`),
+    and an item without words is refused naming it.
     """
     min_words = min(DEFAULT_MIN_WORDS, n) if min_words is None else min_words
     if n < 1 or min_words < 1:
@@ -91,18 +96,20 @@ def decontaminate(
     if not eval_sets:
         raise ValueError("decontaminate needs at least one eval set")
     eval_text = text if eval_text is None else eval_text
-    index = _EvalIndex(
-        [(name, i, words(get_text(e, eval_text))) for name, es in eval_sets.items() for i, e in enumerate(es)],
-        n=n, min_words=min_words,
-    )
+    eval_where = eval_where or {}
+    # before any work: every item, training and eval, has words to compare
+    texts = comparable_texts(items, text, where)
+    evals = {name: comparable_texts(es, eval_text, eval_where.get(name)) for name, es in eval_sets.items()}
+    index = _EvalIndex([(name, i, ws) for name, es in evals.items() for i, (_, ws) in enumerate(es)],
+                       n=n, min_words=min_words)
     removed = []
-    for i, item in enumerate(items):
-        raw = get_text(item, text)
-        hit = index.match(words(raw))
+    for i, (raw, ws) in enumerate(texts):
+        hit = index.match(ws)
         if hit is not None:
             (name, j), gram, count = hit
-            detail = {"eval_set": name, "eval_index": j, "ngram": " ".join(gram), "n_hits": count}
-            removed.append(Removal(i, "eval_overlap", detail, raw))
+            place = {"eval_where": eval_where[name][j]} if name in eval_where else {}
+            detail = {"eval_set": name, "eval_index": j, **place, "ngram": " ".join(gram), "n_hits": count}
+            removed.append(Removal(i, "eval_overlap", detail, raw, where[i] if where is not None else ""))
     stats = {"n": n, "min_words": min_words, "eval_sets": {k: len(v) for k, v in eval_sets.items()}}
     result = make_result("decontaminate", list(items), removed, stats)
     if report_dir is not None:

@@ -9,7 +9,9 @@ Jaccard >= 0.8).
 
 Items are visited once, in order, and one is dropped when it duplicates an earlier *kept* item (first
 by normalised text, then by similarity), so every removal names a kept item, the kept set never holds
-two items above the threshold, and the first occurrence always survives.
+two items above the threshold, and the first occurrence always survives. An item whose text has no words
+(empty, blank, punctuation only) is refused, not called a duplicate of the other such items
+(`comparable_texts`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from rlvr.data.report import CurationResult, Removal, make_result
-from rlvr.data.text import TextKey, get_text, ngrams, normalize_text
+from rlvr.data.text import TextKey, comparable_texts, ngrams, normalize_text
 
 _PRIME = (1 << 31) - 1  # Mersenne prime: a * x + b < 2**62 fits in uint64 for a, b, x < 2**31
 
@@ -120,13 +122,16 @@ def deduplicate(
     num_perm: int = 128,
     recall: float = 0.99,
     seed: int = 0,
+    where: Sequence[str] | None = None,
     report_dir: str | Path | None = None,
 ) -> CurationResult:
     """Drop exact duplicates (same normalised text) and, if `near`, items whose `shingle`-word shingle
     Jaccard similarity to an earlier kept item is >= `threshold`. Each removal names the kept item it
-    duplicates (and the similarity). `method="exact"` finds candidates with an inverted shingle index
-    instead of MinHash-LSH: no misses, but slower when short shingles are common (see
-    benchmarks/bench_curation.py)."""
+    duplicates (`duplicate_of`, its index; and the similarity). `method="exact"` finds candidates with an
+    inverted shingle index instead of MinHash-LSH: no misses, but slower when short shingles are common (see
+    benchmarks/bench_curation.py). `where` gives each item's place (`train.jsonl:7`, `read_jsonl_located`):
+    a removal then also carries its own (`Removal.where`) and the kept item's (`duplicate_of_where`), and an
+    item without words is refused naming it."""
     if method not in ("minhash", "exact"):
         raise ValueError(f"unknown dedup method {method!r}; choose from ['exact', 'minhash']")
     if not 0 < threshold <= 1:
@@ -137,19 +142,24 @@ def deduplicate(
         raise ValueError(f"recall must be in (0, 1), got {recall}")
     bands, rows = choose_bands(num_perm, threshold, recall)
     index = _MinHashIndex(num_perm, seed, bands, rows) if method == "minhash" else _ExactIndex()
+    texts = comparable_texts(items, text, where)  # before any work: an item without words is refused
     kept_exact: dict[str, int] = {}  # normalised text -> the kept item that has it
     removed = []
-    for i, item in enumerate(items):
-        raw = get_text(item, text)
-        key = normalize_text(raw)
+
+    def drop(i: int, reason: str, j: int, **evidence: float) -> None:
+        detail = {"duplicate_of": j, **({"duplicate_of_where": where[j]} if where is not None else {}), **evidence}
+        removed.append(Removal(i, reason, detail, texts[i][0], where[i] if where is not None else ""))
+
+    for i, (_, ws) in enumerate(texts):
+        key = " ".join(ws)  # the normalised text
         if key in kept_exact:
-            removed.append(Removal(i, "exact_duplicate", {"duplicate_of": kept_exact[key]}, raw))
+            drop(i, "exact_duplicate", kept_exact[key])
             continue
         s = shingles(key, shingle, normalized=True) if near else frozenset()
         if s:
             sim, j, keys = index.match(s)
             if sim >= threshold:
-                removed.append(Removal(i, "near_duplicate", {"duplicate_of": j, "jaccard": round(sim, 4)}, raw))
+                drop(i, "near_duplicate", j, jaccard=round(sim, 4))
                 continue
             index.add(i, s, keys)
         kept_exact[key] = i

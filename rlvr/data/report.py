@@ -1,9 +1,11 @@
 """What a curation step kept, what it removed and why, and the report files that record it.
 
 Every step (decontamination, de-duplication, difficulty filtering) returns a `CurationResult`. Its
-report is two files: `<step>.removed.jsonl` (one line per removed item: its index, reason and the
-evidence, e.g. the eval item it overlapped) and `<step>.md` (counts per reason and the first cases),
-so a user can audit a removal without re-running anything.
+report is two files: `<step>.removed.jsonl` (one line per removed item: its index, its place in the input
+file when the step was told it, reason and the evidence, e.g. the eval item it overlapped) and `<step>.md`
+(counts per reason and the first cases), so a user can audit a removal without re-running anything. An
+index counts the items handed to the step from 0; a place (`train.jsonl:7`) is the file's real line, blank
+lines included, which is what a user opens the file at.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from typing import Any
 from rlvr.data.text import write_jsonl
 
 _MD_EXAMPLES = 10  # removed items shown per reason in the markdown summary
+# evidence that names an item by index, and the key of its place: the markdown shows the place alone
+_PLACED = {"duplicate_of": "duplicate_of_where", "eval_index": "eval_where"}
 
 
 @dataclass
@@ -24,6 +28,7 @@ class Removal:
     reason: str  # short machine-readable cause, e.g. "eval_overlap", "near_duplicate", "too_easy"
     detail: dict[str, Any] = field(default_factory=dict)  # the evidence behind the reason
     text: str = ""  # the removed item's text (truncated in the markdown summary)
+    where: str = ""  # its place in the input file (`train.jsonl:7`), when the step was given one
 
 
 @dataclass
@@ -52,7 +57,8 @@ class CurationResult:
     def write_report(self, out_dir: str | Path) -> tuple[Path, Path]:
         """Write `<step>.removed.jsonl` and `<step>.md` under `out_dir`; return both paths."""
         out_dir = Path(out_dir)
-        jsonl = write_jsonl(out_dir / f"{self.step}.removed.jsonl", [asdict(r) for r in self.removed])
+        rows = [{"where": r.where, **asdict(r)} if r.where else asdict(r) for r in self.removed]  # place first
+        jsonl = write_jsonl(out_dir / f"{self.step}.removed.jsonl", rows)
         md = out_dir / f"{self.step}.md"
         md.write_text(self._markdown(), encoding="utf-8")
         return jsonl, md
@@ -63,9 +69,10 @@ class CurationResult:
             lines += ["| setting | value |", "| --- | --- |"]
             lines += [f"| {k} | {v} |" for k, v in self.stats.items()] + [""]
         for reason, count in sorted(self.removed_by_reason().items()):
-            lines += [f"## {reason} ({count})", "", "| index | text | evidence |", "| --- | --- | --- |"]
+            lines += [f"## {reason} ({count})", "", "| item | text | evidence |", "| --- | --- | --- |"]
             shown = [r for r in self.removed if r.reason == reason][:_MD_EXAMPLES]
-            lines += [f"| {r.index} | {_cell(r.text)} | {_cell(_evidence(r.detail))} |" for r in shown]
+            lines += [f"| {_cell(r.where or r.index)} | {_cell(r.text)} | {_cell(_evidence(r.detail))} |"
+                      for r in shown]
             if count > len(shown):
                 lines.append(f"| ... | {count - len(shown)} more in {self.step}.removed.jsonl | |")
             lines.append("")
@@ -73,7 +80,7 @@ class CurationResult:
 
 
 def _evidence(detail: dict[str, Any]) -> str:
-    return "; ".join(f"{k}={v}" for k, v in detail.items())
+    return "; ".join(f"{k}={v}" for k, v in detail.items() if _PLACED.get(k) not in detail)
 
 
 def _cell(text: str, limit: int = 120) -> str:

@@ -62,6 +62,29 @@ def get_text(item: Any, key: TextKey) -> str:
     return text
 
 
+def comparable_texts(items: Sequence[Any], key: TextKey, where: Sequence[str] | None = None
+                     ) -> list[tuple[str, tuple[str, ...]]]:
+    """(text, its normalised `words`) of every item, for a step that compares items by their words.
+
+    An item with no words (an empty or blank text, or punctuation only) cannot be compared: de-duplication
+    would call all such items copies of one another, decontamination could find no overlap in one. Such items
+    are refused, before any work, in one error naming the first by `where[i]` (e.g. `train.jsonl:7`; default
+    `item i`) and counting the others, so a user fixes the file in one pass.
+    """
+    if where is not None and len(where) != len(items):
+        raise ValueError(f"where names {len(where)} items, but there are {len(items)}")
+    pairs = [(t, words(t)) for t in (get_text(item, key) for item in items)]
+    empty = [where[i] if where is not None else f"item {i}" for i, (_, ws) in enumerate(pairs) if not ws]
+    if empty:
+        field = f"field {key!r}" if isinstance(key, str) else "the text"
+        more = len(empty) - 1
+        listed = ", ".join(empty[1:6]) + (", ..." if more > 5 else "")
+        others = f"; {more} more {'row has' if more == 1 else 'rows have'} none ({listed})" if more else ""
+        raise ValueError(f"{empty[0]}: {field} has no words (empty, blank or punctuation only): nothing to "
+                         f"compare{others}; remove such rows first")
+    return pairs
+
+
 def write_jsonl(path: str | Path, rows: Sequence[Any]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -39,6 +39,29 @@ def _model_dir(path: str | Path) -> Path:
     return path
 
 
+# where rlvr's commands save their model in --out: `rlvr dpo`, `reward-model`, `rft` (beside metrics.json)
+# and `rlvr sft`; an earlier run's --out is the natural --model of the next (to go on training it)
+SAVED_MODELS = ("model", "sft_model")
+
+
+def model_folder(path: str | Path, *, required: bool = True) -> Path:
+    """The model folder `path` names: `path` itself when it holds config.json, else the model an rlvr command
+    saved in it when `path` is that command's --out folder: PATH/model (`rlvr dpo`, `reward-model`, `rft`) or
+    PATH/sft_model (`rlvr sft`; not in an `rlvr train` run folder, with config.yaml, whose trained model is
+    final_model, not its warm start). `required=False`: `path` as given when it names neither, for the
+    caller's own check to say what is missing there."""
+    path = Path(path)
+    if (path / "config.json").is_file():
+        return path
+    for name in SAVED_MODELS:
+        if (path / name / "config.json").is_file() and not (name == "sft_model" and (path / "config.yaml").exists()):
+            return path / name
+    if not required:
+        return path
+    raise FileNotFoundError(f"{str(path)!r} is neither a Hugging Face model folder (no config.json) nor the --out "
+                            "folder of an rlvr command (no model/config.json or sft_model/config.json)")
+
+
 def load_model(path: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
                attn_implementation: str = "sdpa") -> PreTrainedModel:
     """Load the causal LM in the folder `path` (in eval mode)."""

@@ -12,7 +12,7 @@ from typing import Any
 
 from rlvr.algorithms.preference import PreferenceConfig, train_preference
 from rlvr.algorithms.rft import RFTConfig, greedy_accuracy, rejection_sample
-from rlvr.algorithms.sft import pairs_from_jsonl, pairs_from_task, train_sft
+from rlvr.algorithms.sft import located_pairs_from_jsonl, pairs_from_task, train_sft
 from rlvr.config import Config
 from rlvr.data.difficulty import best_of_n_filter
 from rlvr.models import load_policy, load_tokenizer, resolve_placement, save_model
@@ -61,21 +61,26 @@ def _heldout(base: Config, model, tokenizer) -> dict[str, float]:
     return {"heldout_greedy_accuracy": acc}
 
 
-def _sft_and_save(base: Config, opts: dict[str, Any], model, tokenizer, pairs, stage_dir: Path,
+def _sft_and_save(base: Config, opts: dict[str, Any], model, tokenizer, located, stage_dir: Path,
                   metrics: dict[str, Any]) -> dict[str, Any]:
+    """SFT on `located` = (each pair's place for errors: `file:LINE` of a data row, ...; the pairs), then save."""
+    places, pairs = located
     if not pairs:
         raise ValueError("this SFT stage has no training pairs (set data, demonstrations, or sample more)")
-    loss = train_sft(model, tokenizer, pairs, opts["steps"], opts["batch_size"], opts["lr"], base.seed)
+    loss = train_sft(model, tokenizer, pairs, opts["steps"], opts["batch_size"], opts["lr"], base.seed,
+                     places=places)
     path = save_model(model, tokenizer, stage_dir / "model")
     return {"model": str(path), "metrics": {**metrics, "pairs": len(pairs), "final_loss": loss,
                                             **_heldout(base, model, tokenizer)}}
 
 
-def _demonstrations(base: Config, opts: dict[str, Any], salt: int) -> list[tuple[str, str]]:
-    pairs = pairs_from_jsonl(opts["data"]) if opts.get("data") else []
+def _demonstrations(base: Config, opts: dict[str, Any], salt: int) -> tuple[list[str], list[tuple[str, str]]]:
+    """(places, pairs) of the `data` file's rows (`file:LINE`) and of the task's demonstrations."""
+    places, pairs = located_pairs_from_jsonl(opts["data"]) if opts.get("data") else ([], [])
     if opts.get("demonstrations"):
-        pairs += pairs_from_task(_task(base), opts["demonstrations"], base.seed + salt)
-    return pairs
+        demos = pairs_from_task(_task(base), opts["demonstrations"], base.seed + salt)
+        places, pairs = places + [f"task demonstration {i + 1}" for i in range(len(demos))], pairs + demos
+    return places, pairs
 
 
 def run_rl(cfg: Config, stage_dir: Path) -> dict[str, Any]:
@@ -102,9 +107,10 @@ def run_rejection_sft(base: Config, opts: dict[str, Any], model_path: Path, stag
     sampling = RFTConfig(num_samples=opts["samples"], temperature=opts["temperature"], seed=base.seed,
                          max_new_tokens=base.rollout.max_new_tokens, dedup=True, max_per_prompt=None)
     kept, _ = rejection_sample(_engine(base, model, tokenizer), examples, task.is_correct, sampling)
-    pairs = kept + _demonstrations(base, opts, 2)
+    places, pairs = _demonstrations(base, opts, 2)
+    located = ([f"correct sample {i + 1}" for i in range(len(kept))] + places, kept + pairs)
     metrics = {"sampled": len(examples) * opts["samples"], "kept_correct": len(kept)}
-    return _sft_and_save(base, opts, model, tokenizer, pairs, stage_dir, metrics)
+    return _sft_and_save(base, opts, model, tokenizer, located, stage_dir, metrics)
 
 
 def preference_pairs(task, examples: list[Example], completions, n: int) -> list[dict[str, str]]:
@@ -162,16 +168,17 @@ def run_fusion_sft(base: Config, opts: dict[str, Any], model_path: Path, stage_d
     Records come from `data` (jsonl of prompt, thinking, answer) or, for a toy task, from its
     demonstrations with the reasoning written by the `thinking` template ({prompt}, {answer})."""
     if opts["data"]:
-        rows = fusion_rows(opts["data"], opts["unflagged_think"], base.seed)
+        places, rows = fusion_rows(opts["data"], opts["unflagged_think"], base.seed)
     else:
         examples = _task(base).train_examples(opts["demonstrations"], base.seed + 4)
         records = [{"prompt": ex.prompt, "answer": ex.answer,
                     "thinking": opts["thinking"].format(prompt=ex.prompt, answer=ex.answer)} for ex in examples]
         rows = build_fusion_data(records, unflagged_think=opts["unflagged_think"], seed=base.seed)
+        places = [f"task demonstration {row['source_index'] + 1}" for row in rows]
     write_fusion_jsonl(rows, stage_dir / "fusion.jsonl")
     model, tokenizer = _load(base, model_path)
-    pairs = [(r["prompt"], r["completion"]) for r in rows]
-    return _sft_and_save(base, opts, model, tokenizer, pairs, stage_dir, {"fusion_rows": len(rows)})
+    located = (places, [(r["prompt"], r["completion"]) for r in rows])
+    return _sft_and_save(base, opts, model, tokenizer, located, stage_dir, {"fusion_rows": len(rows)})
 
 
 def run_budget_eval(base: Config, opts: dict[str, Any], model_path: Path, stage_dir: Path) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from rlvr.pipelines.compare import _flatten
 from rlvr.config import Config, ConfigError, check_out_dir, config_file, load_config, parse_yaml, read_yaml
 from rlvr.train.preflight import describe, differences, plain
 from rlvr.train.validate import check_registries
-from rlvr.pipelines.recipe_options import KINDS, check_stage_options
+from rlvr.pipelines.recipe_options import KINDS, check_sft_lengths, check_stage_options
 from rlvr.pipelines.recipe_stages import STAGE_FUNCTIONS, initial_model
 
 START = "recipe_start.json"  # the settings the starting model (OUT/init_model, its warm start) was made with
@@ -88,7 +88,7 @@ def load_recipe(path: str | Path, overrides: list[str] = ()) -> Recipe:
             _override_stage(by_name[head], rest)
         else:
             recipe.base_overrides.append(item)
-    base_config(recipe)  # validate now, before any work: the base, every stage's options, every RL config
+    base = base_config(recipe)  # validate now, before any work: the base, every stage's options, every RL config
     for stage in stages:
         check_stage_options(stage.name, stage.kind, stage.options)
         if stage.kind == "rl":
@@ -96,6 +96,7 @@ def load_recipe(path: str | Path, overrides: list[str] = ()) -> Recipe:
                 rl_config(recipe, stage, None, Path(stage.name), None)
             except ConfigError as err:
                 raise ConfigError(f"stage {stage.name!r} (rl): {err}") from None
+    check_sft_lengths(base, [(stage.name, stage.kind, stage.options) for stage in stages])
     return recipe
 
 

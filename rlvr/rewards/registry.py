@@ -39,9 +39,8 @@ def _reward_model(path: str, batch_size: int = 32, shift: float = 0.0, scale: fl
     """A trained Bradley-Terry reward model as a reward: RLHF. `path` is the --out folder of `rlvr reward-model`
     or the model folder in it. `device` and `dtype` place it as model.device and model.dtype place the policy
     (float32 weights, autocast)."""
-    from rlvr.rewards.reward_model import (RewardModelReward, load_placed_reward_model,  # torch models: on use only
-                                           reward_model_folder)
-    from rlvr.models import load_tokenizer
+    from rlvr.rewards.reward_model import RewardModelReward, load_placed_reward_model  # torch models: on use only
+    from rlvr.models import load_tokenizer, model_folder
     from rlvr.models.placement import resolve_device, resolve_dtype
 
     try:
@@ -50,7 +49,7 @@ def _reward_model(path: str, batch_size: int = 32, shift: float = 0.0, scale: fl
     except ValueError as err:  # the checks speak of model.device / model.dtype
         raise ValueError(str(err).replace("model.", "reward_model ")) from None
     try:
-        folder = reward_model_folder(path)
+        folder = model_folder(path)
     except FileNotFoundError as err:
         raise ValueError(f"reward_model path {err}") from None
     rm = load_placed_reward_model(folder, placed_on, compute)

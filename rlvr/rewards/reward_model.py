@@ -24,7 +24,7 @@ from torch import Tensor
 from transformers import AutoConfig, AutoModelForSequenceClassification, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
-from rlvr.models import load_model
+from rlvr.models import load_model, model_folder
 from rlvr.models.placement import autocast_forward
 from rlvr.models.tokenizer import pad_token_id
 from rlvr.rewards.base import BatchContext, RewardBatch, RewardOutput, bounded
@@ -48,22 +48,10 @@ def reward_model_from_lm(lm: PreTrainedModel, seed: int = 0) -> PreTrainedModel:
     return rm.to(lm.device).eval()
 
 
-def reward_model_folder(path: str | Path) -> Path:
-    """The model folder `path` names: `path` itself when it holds config.json, else, when `path` is what
-    `rlvr reward-model --out PATH` wrote (the model in PATH/model, beside metrics.json), PATH/model."""
-    path = Path(path)
-    if (path / "config.json").is_file():
-        return path
-    if (path / "model" / "config.json").is_file():
-        return path / "model"
-    raise FileNotFoundError(f"{str(path)!r} is neither a Hugging Face model folder (no config.json) nor the --out "
-                            "folder of `rlvr reward-model` (no model/config.json)")
-
-
 def load_reward_model(path: str | Path, dtype: torch.dtype = torch.float32) -> PreTrainedModel:
-    """Load a reward model folder (or the `rlvr reward-model` output folder holding it), or start one from a
-    causal LM folder (its head is then new)."""
-    path = reward_model_folder(path)
+    """Load a reward model folder (or the `rlvr reward-model` output folder holding it: `model_folder`), or start
+    one from a causal LM folder (its head is then new)."""
+    path = model_folder(path)
     config = AutoConfig.from_pretrained(path, local_files_only=True)
     if not any(a.endswith("ForSequenceClassification") for a in config.architectures or []):
         return reward_model_from_lm(load_model(path, dtype))

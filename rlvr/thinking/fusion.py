@@ -151,9 +151,13 @@ def build_fusion_data(
             _untagged(answer, answer_key, at)
         if not thinking.strip():
             raise ValueError(f"{at}: empty reasoning; a thinking sample needs some")
+        if not answer.strip():  # a completion's empty answer is refused by _parse_completion
+            raise ValueError(f"{at}: field {answer_key!r} is empty; a sample needs an answer")
         direct = _field(record, no_think_answer_key, at) if no_think_answer_key else answer
         if no_think_answer_key:
             _untagged(direct, no_think_answer_key, at)
+            if not direct.strip():
+                raise ValueError(f"{at}: field {no_think_answer_key!r} is empty; a sample needs an answer")
         think_prompt = prompt if rng.random() < unflagged_think else _flagged(prompt, THINK_FLAG)
         rows.append(_row(think_prompt, thinking_completion(thinking, answer), "think", i))
         rows.append(_row(_flagged(prompt, NO_THINK_FLAG), no_thinking_completion(direct), "no_think", i))

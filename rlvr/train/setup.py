@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from rlvr.algorithms.sft import pairs_from_jsonl, pairs_from_task, train_sft
+from rlvr.algorithms.sft import located_pairs_from_jsonl, pairs_from_task, train_sft
 from rlvr.config import Config, ConfigError, save_config, with_absolute_paths
 from rlvr.logging.sinks import MetricsLogger
 from rlvr.models import load_policy, load_tokenizer, make_tiny_model_dir, save_model
@@ -79,9 +79,12 @@ def start_model(cfg: Config, run_dir: Path, task: Task, on_sft=None) -> Path:
     if not _reusable(sft_dir, warm):
         model = load_policy(cfg.model, path, lora=False)  # placed as the policy will be; full fine-tuning
         tokenizer = load_tokenizer(path)
-        pairs = pairs_from_jsonl(cfg.sft.data) if cfg.sft.data else pairs_from_task(task, cfg.task.train_size,
-                                                                                   cfg.seed + 1)
-        train_sft(model, tokenizer, pairs, cfg.sft.steps, cfg.sft.batch_size, cfg.sft.lr, cfg.seed, on_sft)
+        if cfg.sft.data:
+            places, pairs = located_pairs_from_jsonl(cfg.sft.data)
+            places = [f"sft.data: {place}" for place in places]
+        else:
+            places, pairs = None, pairs_from_task(task, cfg.task.train_size, cfg.seed + 1)
+        train_sft(model, tokenizer, pairs, cfg.sft.steps, cfg.sft.batch_size, cfg.sft.lr, cfg.seed, on_sft, places)
         save_model(model, tokenizer, sft_dir)
         (sft_dir / BUILT_WITH).write_text(json.dumps(warm))
     return sft_dir

@@ -2,6 +2,7 @@
 
 import json
 import re
+import shutil
 
 import pytest
 
@@ -49,6 +50,32 @@ def test_reward_model_command_then_reload(workdir):
     assert main(["reward-model", "--model", str(first / "model"), "--out", str(second), *base, "--epochs", "1"]) == 0
     metrics = json.loads((second / "metrics.json").read_text())
     assert metrics["eval_before"]["accuracy"] > 0.5  # the second run starts from the trained reward model
+
+
+def test_the_out_folder_of_an_earlier_run_is_a_model_to_go_on_from(workdir, tmp_path, capsys):
+    """`rlvr reward-model --model runs/rm`, the --out folder of an earlier run, was refused ("not a Hugging Face
+    model folder (no config.json)": the model is in runs/rm/model), as was every offline command's, and `rlvr
+    sft`'s (runs/sft/sft_model). Each now goes on from the model saved there (`rlvr.models.model_folder`)."""
+    pairs = ["--data", str(workdir / "pairs.jsonl"), "--lr", "1e-3", "--epochs", "1", "--batch-size", "8"]
+    rm, rm2, dpo, sft, dpo2 = (tmp_path / name for name in ("rm", "rm2", "dpo", "sft", "dpo2"))
+    assert main(["reward-model", "--model", str(workdir / "model"), *pairs, "--out", str(rm)]) == 0
+    assert main(["reward-model", "--model", str(rm), *pairs, "--steps", "1", "--out", str(rm2)]) == 0
+    before, trained = (json.loads((out / "metrics.json").read_text()) for out in (rm2, rm))
+    assert before["eval_before"] == pytest.approx(trained["eval_after"])  # it started from rm's model
+    assert main(["dpo", "--model", str(workdir / "model"), *pairs, "--steps", "1", "--out", str(dpo)]) == 0
+    assert main(["sft", "--model", str(dpo), "--task", "sort", "--steps", "1", "--out", str(sft),
+                 "--set", "task.eval_size=2", "--set", "threads=1"]) == 0
+    assert json.loads((sft / "sft_model" / "built_with.json").read_text())["model"] == str(dpo / "model")
+    assert main(["dpo", "--model", str(sft), *pairs, "--steps", "1", "--out", str(dpo2)]) == 0
+    assert f"saved to {dpo2 / 'model'}" in capsys.readouterr().out
+    # rft's model check passes on an out folder: the next check, of the task, is the one that fails
+    assert main(["rft", "--model", str(dpo), "--task", "nosuchtask", "--out", str(tmp_path / "rft")]) == 2
+    assert "unknown task 'nosuchtask'" in capsys.readouterr().err
+    run = tmp_path / "run"  # an `rlvr train` run folder: its warm start is not its trained model
+    shutil.copytree(sft / "sft_model", run / "sft_model")
+    (run / "config.yaml").write_text("{}")
+    assert main(["dpo", "--model", str(run), *pairs, "--out", str(tmp_path / "dpo3")]) == 2
+    assert "is not a Hugging Face model folder (no config.json)" in capsys.readouterr().err
 
 
 def test_rft_command(workdir, capsys):

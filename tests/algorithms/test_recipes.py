@@ -292,3 +292,38 @@ def test_a_fusion_stage_trains_on_its_data_file(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "out" / "01_fusion" / "fusion.jsonl").read_text().splitlines()]
     assert record["metrics"]["fusion_rows"] == len(rows) == 4
     assert [r["mode"] for r in rows] == ["think", "no_think"] * 2
+
+
+LONG = {**DEMO, "completion": " ".join("1" * 400)}  # 800 tokens: past the tiny model's 512 positions
+
+
+@pytest.mark.parametrize("recipe, key, row", [("qwen3", "cold_start.data", LONG), ("r1", "mixed_sft.data", LONG),
+                                              ("qwen3", "fusion.data", {**TRACE, "thinking": " ".join("1" * 400)}),
+                                              ("r1", "sft.data", LONG)])  # the base's warm start
+def test_an_sft_row_too_long_for_the_model_is_named_by_stage_data_file_and_line(recipe, key, row, tmp_path, capsys):
+    """A recipe's SFT row past the model's context stopped the recipe at its stage, after the stages (and the
+    starting model) before it, as "SFT pair 1" (its index, not the file's line 3); now `STAGE.data: FILE:LINE`,
+    as `rlvr sft` names `sft.data`, before the first stage."""
+    good = {"cold_start.data": DEMO, "mixed_sft.data": DEMO, "sft.data": DEMO, "fusion.data": TRACE}[key]
+    path = tmp_path / "long.jsonl"
+    path.write_text(json.dumps(good) + "\n\n" + json.dumps(row) + "\n")
+    sets = [f"{key}={path}", *(["sft.steps=1"] if key == "sft.data" else [])]
+    with pytest.raises(ConfigError, match=rf"^{re.escape(f'{key}: {path}:3: prompt + completion is ')}\d+ tokens"):
+        load_recipe(RECIPES / f"{recipe}.yaml", ["model.tiny_preset=test", *sets])
+    assert main(["recipe", str(RECIPES / f"{recipe}.yaml"), "--out", str(tmp_path / "out"), "--set",
+                 "model.tiny_preset=test", *sets]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{key}: {path}:3: prompt + completion" in err and "SFT pair" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_sft_stage_names_a_data_row_too_long_by_its_file_and_line(tmp_path, monkeypatch):
+    """The stage's own check (behind the recipe's, which names STAGE.data first) names the row too."""
+    path = tmp_path / "long.jsonl"
+    path.write_text(json.dumps(DEMO) + "\n\n" + json.dumps(LONG) + "\n")
+    recipe = tmp_path / "warm.yaml"
+    recipe.write_text(yaml.safe_dump({"stages": [{"name": "warm", "kind": "sft", "steps": 1, "demonstrations": 2,
+                                                  "data": str(path)}]}))
+    monkeypatch.setattr("rlvr.pipelines.recipes.check_sft_lengths", lambda *_: None, raising=False)
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}:3: prompt \+ completion is 811 tokens"):
+        run_recipe(load_recipe(recipe, [*TINY, "sft.steps=0"]), tmp_path / "out", log=lambda _: None)

@@ -156,3 +156,52 @@ def test_an_empty_eval_set_is_refused(three, capsys):
     _refused(capsys, ["decontaminate", "three.jsonl", "--eval", "t=empty.jsonl", "--text-key", "question",
                       "--out", "cur"], "--eval t file 'empty.jsonl' is empty")
     assert not Path("cur").exists()
+
+
+def _windows_jsonl(path: Path, rows: list) -> Path:
+    """`rows` as a jsonl with a byte-order mark and CRLF ends; None is a blank line (lines still count)."""
+    lines = ["" if row is None else json.dumps(row) for row in rows]
+    path.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(lines).encode() + b"\r\n")
+    return path
+
+
+def test_rows_with_empty_text_are_refused_in_every_step_not_called_duplicates(three, capsys):
+    """dedup kept one of two blank questions and removed the other as an "exact_duplicate" of it (rc 0);
+    decontaminate kept them unchecked. Now every step refuses an empty text at file:LINE, before any work."""
+    q = "question"
+    _windows_jsonl(Path("blank.jsonl"), [{q: "what is two plus two"}, None, {q: ""}, {q: "  \t "}, None,
+                                         {q: "What is two plus two?"}, {q: "?!"}])
+    dd = ["dedup", "blank.jsonl", "--text-key", q, "--out", "out"]
+    for argv in (dd, [*dd, "--exact-only"], ["decontaminate", "blank.jsonl", "--eval", "e=three.jsonl",
+                                               "--text-key", q, "--out", "out"]):
+        _refused(capsys, argv, "blank.jsonl:3: field 'question' has no words (empty, blank or punctuation only)",
+                 "2 more rows have none (blank.jsonl:4, blank.jsonl:7)")
+    write_jsonl(Path("ev.jsonl"), [{q: "an eval question"}, {q: " "}])
+    _refused(capsys, ["decontaminate", "three.jsonl", "--eval", "e=ev.jsonl", "--text-key", q, "--out", "out"],
+             "ev.jsonl:2: field 'question' has no words")
+    write_jsonl(Path("tr.jsonl"), [{"prompt": "Q1", "thinking": "t", "answer": "x"},
+                                   {"prompt": "Q2", "thinking": "t", "answer": " \n"}])
+    _refused(capsys, ["fusion", "tr.jsonl", "--out", "out/f.jsonl"], "tr.jsonl:2: field 'answer' is empty")
+    assert not Path("out").exists()
+
+
+def test_removal_reports_name_the_file_and_line_not_the_list_index(three, capsys):
+    """The reports gave each removed row's index in the loaded list (2 for the row on line 6 here: a BOM,
+    CRLF ends and blank lines before it), and the row it duplicates by index too."""
+    long_q = "a farmer has twelve cows and buys seven more cows at the market on monday morning"
+    _windows_jsonl(Path("train.jsonl"), [{"q": "what is two plus two"}, None, {"q": long_q + " then sells two"},
+                                         None, None, {"q": "What is two plus two?"}])
+    write_jsonl(Path("test.jsonl"), [{"q": "unrelated words"}])
+    Path("test.jsonl").write_text(Path("test.jsonl").read_text() + "\n" + json.dumps({"q": long_q}) + "\n")
+    assert main(["dedup", "train.jsonl", "--text-key", "q", "--out", "dd"]) == 0
+    [row] = [json.loads(line) for line in Path("dd/deduplicate.removed.jsonl").read_text().splitlines()]
+    assert (row["where"], row["reason"], row["detail"]["duplicate_of_where"]) == (
+        "train.jsonl:6", "exact_duplicate", "train.jsonl:1")
+    assert "| train.jsonl:6 | What is two plus two? | duplicate_of_where=train.jsonl:1 |" in \
+        Path("dd/deduplicate.md").read_text()
+    assert main(["decontaminate", "train.jsonl", "--eval", "gsm=test.jsonl", "--text-key", "q", "--out", "dc"]) == 0
+    [row] = [json.loads(line) for line in Path("dc/decontaminate.removed.jsonl").read_text().splitlines()]
+    assert (row["where"], row["detail"]["eval_set"], row["detail"]["eval_where"]) == (
+        "train.jsonl:3", "gsm", "test.jsonl:3")
+    assert "| train.jsonl:3 |" in Path("dc/decontaminate.md").read_text()
+    capsys.readouterr()

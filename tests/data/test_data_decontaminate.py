@@ -50,8 +50,8 @@ def test_by_hand_overlap_short_eval_and_exact_copy():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.lists(st.sampled_from(WORDS[:6]), max_size=14), min_size=1, max_size=6),
-       st.lists(st.lists(st.sampled_from(WORDS[:6]), max_size=14), min_size=1, max_size=6),
+@given(st.lists(st.lists(st.sampled_from(WORDS[:6]), min_size=1, max_size=14), min_size=1, max_size=6),
+       st.lists(st.lists(st.sampled_from(WORDS[:6]), min_size=1, max_size=14), min_size=1, max_size=6),
        st.integers(2, 6), st.integers(1, 4))
 def test_matches_brute_force_definition(train, evals, n, min_words):
     min_words = min(min_words, n)  # above n is refused (test_min_words_above_n_is_refused)
@@ -91,8 +91,8 @@ def test_min_words_above_n_is_refused():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.lists(st.sampled_from(WORDS[:5]), max_size=12), min_size=1, max_size=6),
-       st.lists(st.lists(st.sampled_from(WORDS[:5]), max_size=12), min_size=1, max_size=6),
+@given(st.lists(st.lists(st.sampled_from(WORDS[:5]), min_size=1, max_size=12), min_size=1, max_size=6),
+       st.lists(st.lists(st.sampled_from(WORDS[:5]), min_size=1, max_size=12), min_size=1, max_size=6),
        st.integers(1, 10), st.integers(1, 10))
 def test_smaller_n_never_removes_less(train, evals, n, smaller):
     smaller = min(smaller, n)

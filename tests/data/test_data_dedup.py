@@ -103,3 +103,12 @@ def test_bad_input():
         deduplicate(["a"], text=lambda s: s, method="lsh")
     with pytest.raises(ValueError, match="num_perm"):
         MinHasher(0)
+
+
+def test_items_without_words_are_refused_not_called_duplicates():
+    """Two blank items were one kept, the other an "exact_duplicate" of it."""
+    with pytest.raises(ValueError, match=r"^item 1: the text has no words \(empty, blank or punctuation only\): "
+                                         r"nothing to compare; 2 more rows have none \(item 2, item 4\)"):
+        deduplicate(["a b", "", " ", "c d", "..."], text=lambda s: s)
+    with pytest.raises(ValueError, match=r"^t.jsonl:3: field 'q' has no words"):
+        deduplicate([{"q": "a"}, {"q": ""}], text="q", where=["t.jsonl:1", "t.jsonl:3"])

@@ -12,9 +12,9 @@ import yaml
 
 from rlvr.cli import main
 from rlvr.config import ConfigError, load_config
-from rlvr.models import make_tiny_model_dir
+from rlvr.models import make_tiny_model_dir, model_folder
 from rlvr.rewards import reward_from_name
-from rlvr.rewards.reward_model import load_reward_model, reward_model_folder
+from rlvr.rewards.reward_model import load_reward_model
 from rlvr.train.validate import check_registries
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "preference_sft_rft.md"
@@ -41,7 +41,7 @@ def test_the_output_folder_of_rlvr_reward_model_is_a_reward_model_path(rm_out):
     by_out = reward_from_name("reward_model", path=str(rm_out))
     by_model = reward_from_name("reward_model", path=str(rm_out / "model"))
     assert by_out.scores(PROMPTS, COMPLETIONS) == by_model.scores(PROMPTS, COMPLETIONS)
-    assert reward_model_folder(rm_out) == rm_out / "model" and reward_model_folder(rm_out / "model") == rm_out / "model"
+    assert model_folder(rm_out) == rm_out / "model" and model_folder(rm_out / "model") == rm_out / "model"
     assert load_reward_model(rm_out).config.num_labels == 1
 
 
@@ -50,7 +50,8 @@ def test_a_folder_that_is_neither_is_refused_naming_both_forms(tmp_path):
     with pytest.raises(ValueError) as err:
         reward_from_name("reward_model", path=str(tmp_path / "empty"))
     assert str(err.value) == (f"reward_model path {str(tmp_path / 'empty')!r} is neither a Hugging Face model folder "
-                              "(no config.json) nor the --out folder of `rlvr reward-model` (no model/config.json)")
+                              "(no config.json) nor the --out folder of an rlvr command (no model/config.json or "
+                              "sft_model/config.json)")
     rewards = [{"name": "reward_model", "options": {"path": str(tmp_path / "empty")}}]
     with pytest.raises(ConfigError, match=r"^task.rewards: reward_model path .* is neither"):
         check_registries(load_config(None, ["task.rewards=" + json.dumps(rewards)]))
