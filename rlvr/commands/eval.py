@@ -34,7 +34,8 @@ def _k_list(text: str) -> list[int]:
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = subparsers.add_parser("eval", help="evaluate a model on a task (greedy and sampled)",
                               description=__doc__.split("\n")[0])
-    p.add_argument("--model", required=True, help="Hugging Face model folder")
+    p.add_argument("--model", required=True, help="Hugging Face model folder, or the --out folder of an rlvr "
+                   "dpo / rft / sft run (its model)")
     p.add_argument("--task", required=True, help="task name (rlvr.tasks.TASKS)")
     p.add_argument("--task-option", action="append", default=[], metavar="KEY=VALUE",
                    help="task option, repeatable (e.g. template=chat)")
@@ -155,12 +156,14 @@ def run(args: argparse.Namespace) -> int:
 
 def run_eval(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     """Greedy (n = 1) then sampled (n = --n) evaluation; returns {mode: metrics}."""
+    from rlvr.models import model_folder
     from rlvr.rollout.base import SamplingParams
     from rlvr.tasks import TooFewExamples
     from rlvr.train.preflight import check_model_folder
     from rlvr.train.rollout import inference_engine
 
     check_flags(args)
+    args.model = str(model_folder(args.model, required=False))  # an rlvr dpo/rft/sft --out folder: its model
     check_model_folder(args.model, "--model", causal_lm=True)
     task = task_from_cli(args.task, args.task_option, args.model)
     try:

@@ -54,8 +54,8 @@ def test_reward_model_command_then_reload(workdir):
 
 def test_the_out_folder_of_an_earlier_run_is_a_model_to_go_on_from(workdir, tmp_path, capsys):
     """`rlvr reward-model --model runs/rm`, the --out folder of an earlier run, was refused ("not a Hugging Face
-    model folder (no config.json)": the model is in runs/rm/model), as was every offline command's, and `rlvr
-    sft`'s (runs/sft/sft_model). Each now goes on from the model saved there (`rlvr.models.model_folder`)."""
+    model folder (no config.json)": the model is in runs/rm/model), as was every offline command's, `rlvr
+    sft`'s (runs/sft/sft_model) and `rlvr eval`'s. Each now goes on from the model saved there (`rlvr.models.model_folder`)."""
     pairs = ["--data", str(workdir / "pairs.jsonl"), "--lr", "1e-3", "--epochs", "1", "--batch-size", "8"]
     rm, rm2, dpo, sft, dpo2 = (tmp_path / name for name in ("rm", "rm2", "dpo", "sft", "dpo2"))
     assert main(["reward-model", "--model", str(workdir / "model"), *pairs, "--out", str(rm)]) == 0
@@ -68,6 +68,8 @@ def test_the_out_folder_of_an_earlier_run_is_a_model_to_go_on_from(workdir, tmp_
     assert json.loads((sft / "sft_model" / "built_with.json").read_text())["model"] == str(dpo / "model")
     assert main(["dpo", "--model", str(sft), *pairs, "--steps", "1", "--out", str(dpo2)]) == 0
     assert f"saved to {dpo2 / 'model'}" in capsys.readouterr().out
+    assert main(["eval", "--model", str(dpo2), "--task", "sort", "--num-examples", "2", "--n", "0"]) == 0
+    assert (dpo2 / "model" / "eval_sort.jsonl").is_file()  # evaluated the model saved there
     # rft's model check passes on an out folder: the next check, of the task, is the one that fails
     assert main(["rft", "--model", str(dpo), "--task", "nosuchtask", "--out", str(tmp_path / "rft")]) == 2
     assert "unknown task 'nosuchtask'" in capsys.readouterr().err
