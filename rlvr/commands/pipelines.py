@@ -37,16 +37,21 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _recipe(args: argparse.Namespace) -> int:
+    from rlvr.config import ConfigError
     from rlvr.pipelines.recipes import load_recipe, run_recipe
     from rlvr.train.guard import Interrupted, StoppedAtOnce
 
+    if args.out is not None and any(item.startswith("out_dir=") for item in args.overrides):
+        raise ConfigError("--out and --set out_dir both name the recipe's folder; give one of them")
+    recipe = load_recipe(args.recipe, args.overrides)
+    out = args.out if args.out is not None else recipe.out_dir
     try:
-        records = run_recipe(load_recipe(args.recipe, args.overrides), args.out)
+        records = run_recipe(recipe, out)
     except (Interrupted, StoppedAtOnce) as err:
         raise err.continued_with("the same `rlvr recipe` command (finished stages are skipped, this one "
                                  "resumes)") from None
     final = next((r["model"] for r in reversed(records) if r.get("model")), None)
-    print(f"recipe finished: {len(records)} stages in {args.out}" + (f"; final model {final}" if final else ""))
+    print(f"recipe finished: {len(records)} stages in {out}" + (f"; final model {final}" if final else ""))
     return 0
 
 
@@ -74,8 +79,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
     r = subparsers.add_parser("recipe", help="run a multi-stage recipe (R1, Kimi k1.5, Qwen3, ...) stage by stage")
     r.add_argument("recipe", help="recipe YAML (configs/recipes/*.yaml)")
-    r.add_argument("--out", default="runs/recipe", help="folder: one sub-folder per stage; finished stages are "
-                                                        "skipped when run again")
+    r.add_argument("--out", default=None, help="folder: one sub-folder per stage; finished stages are skipped when "
+                                                 "run again (default: the recipe's out_dir, else runs/<recipe name>)")
     _sets(r, "KEY=VALUE changes the shared base config and every RL stage's config (over the file's values), "
              "STAGE.KEY=VALUE one stage's option; repeatable")
     r.set_defaults(func=_recipe)

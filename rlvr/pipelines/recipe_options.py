@@ -142,8 +142,8 @@ def check_stage_options(name: str, kind: str, options: dict[str, Any]) -> None:
         if value is None and KINDS[kind][key] is None:
             continue
         problem = CHECKS[key](value)
-        if problem:
-            raise ConfigError(f"{name}.{key}: {problem}, got {value!r}")
+        if problem:  # a problem that names the value already ("no such file 'x'") is not followed by it again
+            raise ConfigError(f"{name}.{key}: {problem}" + ("" if repr(value) in problem else f", got {value!r}"))
     check_stage_data(name, kind, options)
     if kind == "filter":
         try:

@@ -21,7 +21,7 @@ from rlvr.rollout.base import SamplingParams
 from rlvr.rollout.hf_engine import HFEngine
 from rlvr.tasks import Example, get_task
 from rlvr.tasks.subset import write_examples
-from rlvr.thinking.fusion import THINK_FLAG, build_fusion_data, write_fusion_jsonl
+from rlvr.thinking.fusion import THINK_FLAG, build_fusion_data, split_thinking, write_fusion_jsonl
 from rlvr.thinking.sweep import budget_sweep, save_budget_sweep
 from rlvr.train.loop import train_to_end
 from rlvr.train.setup import start_model
@@ -55,9 +55,12 @@ def _sample(base: Config, model, tokenizer, examples: list[Example], n: int, tem
 
 
 def _heldout(base: Config, model, tokenizer) -> dict[str, float]:
+    """Greedy accuracy of the answer after any `</think>` (as the budget sweep grades): a model that learned the
+    thinking format (fusion_sft) scored 0 on its correct answers, the sort verifier reading the block too."""
     task = _task(base)
     examples = task.eval_examples(base.task.eval_size, base.task.eval_seed)
-    acc = greedy_accuracy(_engine(base, model, tokenizer), examples, task.is_correct, base.rollout.max_new_tokens)
+    answer_correct = lambda text, ex: task.is_correct(split_thinking(text)[1], ex)  # noqa: E731
+    acc = greedy_accuracy(_engine(base, model, tokenizer), examples, answer_correct, base.rollout.max_new_tokens)
     return {"heldout_greedy_accuracy": acc}
 
 

@@ -4,10 +4,15 @@
 
 A recipe file is either a plain training config (one RL stage; `rlvr train FILE` runs it as well) or
 
-    base: {model: ..., task: ..., rollout: ..., seed: ...}   # a training config every stage shares
+    base: {model: ..., task: ..., rollout: ..., seed: ...}   # optional: a training config every stage shares
     stages:
       - {name: cold_start, kind: sft, steps: 200}
       - {name: reasoning_rl, kind: rl, config: {algorithm: {preset: grpo}}}
+
+A stage name is a plain folder name (letters, digits, `_`, `-`). The recipe sets three things of an `rl`
+stage itself, so its config (or `--set STAGE.KEY`) may not: `model.path` (and `model.tiny_*`: the model is the
+previous stage's), `sft.*` (supervised steps are stages of their own) and `out_dir` (`OUT/NN_name/run`). The
+recipe's folder OUT is `--out`, else the file's or `--set`'s `out_dir`, else `runs/<recipe file name>`.
 
 Each stage starts from the model the previous stage produced (the first from `base.model`, or a tiny
 model built from it). An `rl` stage is `base` + its `config`, trained by the shared loop
@@ -23,18 +28,25 @@ running an interrupted recipe again finishes it.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
 
 from rlvr.pipelines.compare import _flatten
 from rlvr.config import Config, ConfigError, check_out_dir, config_file, load_config, parse_yaml, read_yaml
-from rlvr.train.preflight import describe, differences, plain
+from rlvr.tasks import TooFewExamples, get_task
+from rlvr.train.preflight import SettingsChanged, describe, differences, plain
+from rlvr.train.setup import held_out_examples
 from rlvr.train.validate import check_registries
 from rlvr.pipelines.recipe_options import KINDS, check_sft_lengths, check_stage_options
 from rlvr.pipelines.recipe_stages import STAGE_FUNCTIONS, initial_model
 
 START = "recipe_start.json"  # the settings the starting model (OUT/init_model, its warm start) was made with
+_NAME = re.compile(r"[A-Za-z0-9_-]+")  # a stage's folder `OUT/NN_name` and its `--set NAME.KEY` prefix
+# what the recipe sets in an rl stage's config itself (key or section prefix -> why)
+OWNED = {"model.path": "the previous stage's model", "model.tiny_": "the previous stage's model",
+         "sft.": "supervised steps are stages of their own (kind sft)", "out_dir": "the stage's folder OUT/NN_name/run"}
 
 
 @dataclass
@@ -50,12 +62,16 @@ class Recipe:
     base: dict[str, Any]
     stages: list[Stage]
     base_overrides: list[str] = field(default_factory=list)
+    out_dir: str = "runs/recipe"  # the default of --out: the file's or --set's out_dir, else runs/<file name>
 
 
 def _stage(raw: Any, index: int) -> Stage:
     if not isinstance(raw, dict) or "kind" not in raw or "name" not in raw:
         raise ConfigError(f"stages[{index}] needs `name` and `kind`, got {raw!r}")
     name, kind = str(raw["name"]), raw["kind"]
+    if not _NAME.fullmatch(name):
+        raise ConfigError(f"stages[{index}]: name {name!r} is not a plain folder name (letters, digits, _ and -; "
+                          "it names the stage's folder OUT/NN_name)")
     if kind not in KINDS:
         raise ConfigError(f"stages[{index}] ({name}): unknown kind {kind!r}; choose from {sorted(KINDS)}")
     options = {k: v for k, v in raw.items() if k not in ("name", "kind")}
@@ -69,13 +85,16 @@ def _stage(raw: Any, index: int) -> Stage:
 def load_recipe(path: str | Path, overrides: list[str] = ()) -> Recipe:
     """Parse a recipe file and route `--set` overrides to the base or to a stage."""
     path = config_file(path, "recipes", "recipe file")
-    raw = read_yaml(path) or {}
+    raw = read_yaml(path)
+    if not raw:  # not 100 steps of every default, as an empty training config would give
+        raise ConfigError(f"{path}: empty recipe; write a training config, or `stages` (and optionally `base`)")
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping")
     if "stages" not in raw:  # a plain training config: one RL stage
         raw = {"base": raw, "stages": [{"name": "rl", "kind": "rl"}]}
     if set(raw) - {"base", "stages"} or not isinstance(raw["stages"], list) or not raw["stages"]:
-        raise ConfigError(f"{path}: a staged recipe has exactly `base` and a non-empty list `stages`")
+        raise ConfigError(f"{path}: a staged recipe has a non-empty list `stages` and optionally `base` (the config "
+                          f"the stages share), nothing else; got {sorted(raw)}")
     stages = [_stage(s, i) for i, s in enumerate(raw["stages"])]
     names = [s.name for s in stages]
     if len(set(names)) != len(names) or set(names) & {f.name for f in fields(Config)}:
@@ -89,15 +108,45 @@ def load_recipe(path: str | Path, overrides: list[str] = ()) -> Recipe:
         else:
             recipe.base_overrides.append(item)
     base = base_config(recipe)  # validate now, before any work: the base, every stage's options, every RL config
+    explicit = "out_dir" in recipe.base or any(item.startswith("out_dir=") for item in recipe.base_overrides)
+    recipe.out_dir = base.out_dir if explicit else f"runs/{path.stem}"
+    check_held_out(base)
     for stage in stages:
         check_stage_options(stage.name, stage.kind, stage.options)
         if stage.kind == "rl":
-            try:
-                rl_config(recipe, stage, None, Path(stage.name), None)
-            except ConfigError as err:
-                raise ConfigError(f"stage {stage.name!r} (rl): {err}") from None
+            _check_rl_stage(recipe, stage)
+        if stage.kind == "budget_eval" and stage.options["examples"]:
+            check_held_out(base, stage.options["examples"], f"{stage.name}.examples")
     check_sft_lengths(base, [(stage.name, stage.kind, stage.options) for stage in stages])
     return recipe
+
+
+def check_held_out(cfg: Config, size: int | None = None, key: str = "") -> None:
+    """The task has `size` (`key`; default task.eval_size) distinct held-out examples, as the stages that evaluate
+    will draw them: refused before any work, not after the starting model and the stages before it were made."""
+    task = get_task(cfg.task.name, **cfg.task.options)
+    if size is None:
+        held_out_examples(cfg, task)  # ConfigError naming task.eval_size
+        return
+    try:
+        task.eval_examples(size, cfg.task.eval_seed)
+    except TooFewExamples as err:
+        raise ConfigError(f"{key}={size}: {err}") from None
+
+
+def _check_rl_stage(recipe: Recipe, stage: Stage) -> None:
+    """The stage's own config sets none of the keys the recipe sets (OWNED: silently replaced before), and the
+    whole config (base, stage, command line) is valid and has its held-out set."""
+    keys = [item.partition("=")[0] for item in [*_flatten(stage.options["config"]), *stage.sets]]
+    owned = [key for key in keys if key.startswith(tuple(OWNED))]
+    if owned:
+        why = "; ".join(sorted({f"{p.rstrip('._')}: {OWNED[p]}" for k in owned for p in OWNED if k.startswith(p)}))
+        raise ConfigError(f"stage {stage.name!r} (rl): the recipe sets {', '.join(owned)} itself ({why}); "
+                          "remove from the stage")
+    try:
+        check_held_out(rl_config(recipe, stage, None, Path(stage.name), None))
+    except ConfigError as err:
+        raise ConfigError(f"stage {stage.name!r} (rl): {err}") from None
 
 
 def _override_stage(stage: Stage, item: str) -> None:
@@ -183,7 +232,7 @@ def run_recipe(recipe: Recipe, out_dir: str | Path, log: Callable[[str], None] =
             log(f"[{i}/{len(recipe.stages)}] {stage.name} ({stage.kind}) from {model}")
             stage_dir.mkdir(parents=True, exist_ok=True)
             if stage.kind == "rl":
-                record = STAGE_FUNCTIONS["rl"](rl_config(recipe, stage, model, stage_dir / "run", pool), stage_dir)
+                record = _run_rl_stage(rl_config(recipe, stage, model, stage_dir / "run", pool), stage, stage_dir)
             else:
                 record = STAGE_FUNCTIONS[stage.kind](base, stage.options, model, stage_dir)
             record = {"name": stage.name, "kind": stage.kind, **record, "settings": current}
@@ -193,3 +242,14 @@ def run_recipe(recipe: Recipe, out_dir: str | Path, log: Callable[[str], None] =
         pool = Path(record["pool"]) if record.get("pool") else pool
         records.append(record)
     return records
+
+
+def _run_rl_stage(cfg: Config, stage: Stage, stage_dir: Path) -> dict[str, Any]:
+    """The RL stage's run, started or (interrupted before) resumed; a resume refused is named as the user ran it,
+    `rlvr recipe --out`, not as `rlvr train --resume` ("start a new run in another out_dir")."""
+    try:
+        return STAGE_FUNCTIONS["rl"](cfg, stage_dir)
+    except SettingsChanged as err:
+        raise ConfigError(f"stage {stage.name!r} (rl) was interrupted and resumes: {str(err.run_dir)!r} was trained "
+                          f"with other settings ({describe(err.changed)}); drop the change of {err.keys}, or choose "
+                          "another --out, or delete that stage's folder and those after it to redo them") from None

@@ -7,8 +7,11 @@ scripts write no spaces between words). Each letter gets a script from its Unico
 CYRILLIC, CJK, HANGUL, ...); a word is in the target language when all its letters are in one of the
 language's scripts. The score is target words / all words. Digits, punctuation and math symbols make
 no word, so equations do not dilute it; a reasoning with no word at all scores 0 (no evidence of the
-target language). Scripts stand in for languages: English and French are both Latin. Only the standard
-library's `unicodedata` is used.
+target language). The reasoning is the `<think>` block (opened by the prompt or the completion); a
+completion without one has no chain of thought to score and gets 0: scoring the whole completion instead
+paid any letters ("9eJ": 1.0) over a correct digits-only answer ("3 7 8 9": 0.0), and RL learned the letters.
+Scripts stand in for languages: English and French are both Latin. Only the standard library's
+`unicodedata` is used.
 """
 
 from __future__ import annotations
@@ -71,15 +74,16 @@ def script_share(text: str, scripts: tuple[str, ...]) -> float:
 
 
 def reasoning_part(prompt: str, completion: str) -> str:
-    """The text inside `<think>` (opened by the prompt or the completion), else the whole completion."""
+    """The text inside `<think>` (opened by the prompt or the completion; unclosed: to the end), else ""."""
     text = "<think>" + completion if prompt.rstrip().endswith("<think>") else completion
     m = _THINK.search(text)
-    return m.group(1) if m else completion
+    return m.group(1) if m else ""
 
 
 @bounded
 class LanguageConsistencyReward:
-    """Share of the reasoning's words in the script of `lang` (e.g. 'en' -> Latin, 'zh' -> Han)."""
+    """Share of the reasoning's (`<think>` block's) words in the script of `lang` (e.g. 'en' -> Latin, 'zh' ->
+    Han); 0 without a reasoning block."""
 
     def __init__(self, lang: str = "en") -> None:
         if lang not in LANGUAGE_SCRIPTS:

@@ -251,6 +251,22 @@ def describe(diffs: list[tuple[str, Any, Any]], most: int = 3) -> str:
     return text + ("; ..." if len(diffs) > most else "")
 
 
+class SettingsChanged(ConfigError):
+    """A resume whose settings differ from the run's in keys a resume may not change; `run_dir`, `changed`
+    ((key, old, new) as `differences` gives them) let a caller that resumes on its own (a recipe stage) say so
+    in its own words."""
+
+    def __init__(self, run_dir: Path, changed: list[tuple[str, Any, Any]]) -> None:
+        self.run_dir, self.changed = run_dir, changed
+        super().__init__(f"--resume: {str(run_dir)!r} was trained with other settings ({describe(changed)}); a "
+                         f"resumed run continues that run: drop the change of {self.keys}, or start a new run in "
+                         f"another out_dir")
+
+    @property
+    def keys(self) -> str:
+        return ", ".join(key for key, _, _ in self.changed[:3])
+
+
 def check_resumed_config(cfg: Config, run_dir: Path, step: int) -> None:
     """A resume continues the run its folder holds: the settings it was trained with may change only in
     RESUMABLE keys, and train.steps not below the checkpoint's step. A config file or --set that changes
@@ -262,10 +278,7 @@ def check_resumed_config(cfg: Config, run_dir: Path, step: int) -> None:
     saved, now = with_absolute_paths(load_config(saved_path)), with_absolute_paths(cfg)  # as config.yaml holds them
     changed = [d for d in differences(plain(asdict(saved)), plain(asdict(now))) if not d[0].startswith(RESUMABLE)]
     if changed:
-        keys = ", ".join(key for key, _, _ in changed[:3])
-        raise ConfigError(f"--resume: {str(run_dir)!r} was trained with other settings ({describe(changed)}); a "
-                          f"resumed run continues that run: drop the change of {keys}, or start a new run in "
-                          f"another out_dir")
+        raise SettingsChanged(run_dir, changed)
     if cfg.train.steps < step:
         raise ConfigError(f"--resume: train.steps={cfg.train.steps} is below the checkpoint's step {step} in "
                           f"{str(run_dir)!r}")

@@ -17,9 +17,13 @@ from rlvr.pipelines.recipe_stages import preference_pairs
 from rlvr.pipelines.recipes import load_recipe, rl_config, run_recipe
 from rlvr.cli import main
 from rlvr.config import ConfigError, load_config
+from rlvr.rewards import BatchContext
+from rlvr.rewards.scoring import build_reward
 from rlvr.rollout.base import Completion
 from rlvr.tasks import Example, get_task
 from rlvr.tasks.subset import read_examples, write_examples
+from rlvr.train.setup import held_out_examples
+from rlvr.train.validate import check_registries
 from variant_helpers import TINY, changed
 
 RECIPES = Path(__file__).resolve().parents[2] / "configs" / "recipes"
@@ -327,3 +331,158 @@ def test_an_sft_stage_names_a_data_row_too_long_by_its_file_and_line(tmp_path, m
     monkeypatch.setattr("rlvr.pipelines.recipes.check_sft_lengths", lambda *_: None, raising=False)
     with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}:3: prompt \+ completion is 811 tokens"):
         run_recipe(load_recipe(recipe, [*TINY, "sft.steps=0"]), tmp_path / "out", log=lambda _: None)
+
+
+SHIPPED = Path(__file__).resolve().parents[2] / "rlvr" / "configs"
+
+
+@pytest.mark.parametrize("path", sorted(SHIPPED.rglob("*.yaml")), ids=lambda p: str(p.relative_to(SHIPPED)))
+def test_every_shipped_config_and_recipe_passes_its_checks_at_its_own_sizes(path):
+    """r1_zero asked for 100 held-out lists of length 3 (95 exist): both ways its header runs it stopped, and
+    `rlvr recipe` only after building the starting model. The smoke tests shrink task sizes, so they missed it:
+    here every shipped file is loaded as shipped and its held-out set drawn."""
+    if "recipes" in path.parts:
+        recipe = load_recipe(path)  # checks the base and every RL stage, held-out sets included
+        configs = [rl_config(recipe, stage, None, Path("run"), None) for stage in recipe.stages if stage.kind == "rl"]
+    else:
+        configs = [check_registries(load_config(path))]
+    for cfg in configs:
+        held_out_examples(cfg, get_task(cfg.task.name, **cfg.task.options))
+
+
+def test_a_held_out_set_too_large_is_refused_before_the_starting_model_is_built(tmp_path, capsys):
+    path = tmp_path / "big.yaml"
+    path.write_text(yaml.safe_dump({"task": {"name": "sort", "options": {"length": 3}, "eval_size": 100}}))
+    assert main(["recipe", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "task.eval_size=100: sort: could not draw 100" in err
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ConfigError, match=r"^stage 'rl' \(rl\): task.eval_size=100"):
+        load_recipe(RECIPES / "r1_zero.yaml", ["rl.task.eval_size=100"])
+    with pytest.raises(ConfigError, match=r"^budget.examples=5000: sort: could not draw 5000"):
+        load_recipe(RECIPES / "qwen3.yaml", ["budget.examples=5000"])
+
+
+def test_the_r1_language_reward_never_pays_gibberish_over_a_correct_answer():
+    """On r1's toy (sort, no <think> block) the whole completion was scored for language: "9eJ" got 1.0 and the
+    correct "3 7 8 9" 0.0 (the same total as gibberish), and RL learned letters (reward/language 0.94, accuracy 0).
+    Now the language term scores the reasoning block only, and its toy weight (0.5) keeps a correct answer,
+    which on the toy has no reasoning block, above any wrong one that has."""
+    r1 = load_recipe(RECIPES / "r1.yaml")
+    cfg = rl_config(r1, {s.name: s for s in r1.stages}["reasoning_rl"], None, Path("run"), None)
+    task = get_task(cfg.task.name, **cfg.task.options)
+    reward = build_reward(task, cfg.task.rewards, timeout=None)
+    ex = Example("sort 9 3 7 8=", "3 7 8 9", {"digits": [9, 3, 7, 8]})
+    right = reward.score_batch([ex.prompt], ["3 7 8 9"], [ex], BatchContext()).scores[0]
+    for junk in ["9eJ", "hello world", "abc def ghi", "3 7 8 x", "<think>the words</think> abc", "<think>ab"]:
+        wrong = reward.score_batch([ex.prompt], [junk], [ex], BatchContext()).scores[0]
+        assert right > wrong, junk
+
+
+def test_a_stage_name_that_is_not_a_plain_folder_name_is_refused(tmp_path, capsys, monkeypatch):
+    """`a/../../escaped` wrote deep/escaped/{model,stage.json}, outside `--out deep/out`."""
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "esc.yaml"
+    path.write_text(yaml.safe_dump({"stages": [{"name": "a/../../escaped", "kind": "sft", "steps": 1,
+                                                "demonstrations": 4}]}))
+    assert main(["recipe", str(path), "--out", "deep/out", "--set", *TINY]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'a/../../escaped' is not a plain folder name" in err
+    assert not (tmp_path / "deep").exists()
+    for name in ["..", ".", "a.b", "", "x y"]:
+        path.write_text(yaml.safe_dump({"stages": [{"name": name, "kind": "sft"}]}))
+        with pytest.raises(ConfigError, match="not a plain folder name"):
+            load_recipe(path)
+
+
+@pytest.mark.parametrize("override, keys", [
+    ("reasoning_rl.model.path=/somewhere", "model.path"),
+    ("reasoning_rl.sft.steps=5", "sft.steps"),
+    ("reasoning_rl.out_dir=elsewhere", "out_dir"),
+    ("reasoning_rl.model.tiny_preset=small", "model.tiny_preset"),
+])
+def test_an_rl_stage_may_not_set_what_the_recipe_sets(override, keys, tmp_path, capsys):
+    """An rl stage's own model.path, sft.steps and out_dir were replaced without a word (its config.yaml showed
+    the previous stage's model and sft.steps 0); now refused, naming the key, before any work."""
+    assert main(["recipe", str(RECIPES / "r1.yaml"), "--out", str(tmp_path / "out"), "--set", override]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"stage 'reasoning_rl' (rl): the recipe sets {keys} itself" in err
+    assert not (tmp_path / "out").exists()
+    path = tmp_path / "own.yaml"
+    key, _, value = override.partition(".")[2].partition("=")
+    section, _, leaf = key.partition(".")
+    path.write_text(yaml.safe_dump({"stages": [{"name": "rl", "kind": "rl",
+                                                "config": {section: {leaf: value} if leaf else value}}]}))
+    with pytest.raises(ConfigError, match=f"the recipe sets {keys} itself"):
+        load_recipe(path)
+    load_recipe(RECIPES / "r1.yaml", ["sft.steps=3", "model.tiny_preset=test"])  # the base's: the starting model
+
+
+def test_the_recipe_folder_is_out_else_the_files_out_dir_else_runs_name(tmp_path, capsys, monkeypatch):
+    """--out defaulted to runs/recipe for every recipe (r1_zero then kimi_k15 mixed their stage folders) and the
+    file's or --set's out_dir was ignored without a word."""
+    assert load_recipe(RECIPES / "r1_zero.yaml").out_dir == "runs/r1_zero"  # the file's out_dir
+    assert load_recipe(RECIPES / "kimi_k15.yaml").out_dir == "runs/kimi_k15"
+    assert load_recipe(RECIPES / "r1.yaml", ["out_dir=mine"]).out_dir == "mine"
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "one.yaml"
+    path.write_text(yaml.safe_dump({"stages": [{"name": "a", "kind": "sft", "steps": 1, "demonstrations": 4}]}))
+    assert main(["recipe", str(path), "--set", *TINY]) == 0
+    assert (tmp_path / "runs" / "one" / "01_a" / "stage.json").is_file()
+    assert main(["recipe", str(path), "--set", *TINY, "out_dir=there"]) == 0
+    assert (tmp_path / "there" / "01_a" / "stage.json").is_file()
+    capsys.readouterr()
+    assert main(["recipe", str(path), "--out", "here", "--set", *TINY, "out_dir=there"]) == 2
+    assert "--out and --set out_dir" in capsys.readouterr().err and not (tmp_path / "here").exists()
+
+
+def test_an_empty_recipe_is_refused_and_a_recipe_may_omit_base(tmp_path):
+    """An empty file ran 100 steps of every default; `stages` without `base` ran while the error text said a
+    staged recipe has exactly `base` and `stages`."""
+    for text in ["", "# nothing\n", "{}"]:
+        (tmp_path / "empty.yaml").write_text(text)
+        with pytest.raises(ConfigError, match="empty.yaml: empty recipe"):
+            load_recipe(tmp_path / "empty.yaml")
+    (tmp_path / "nobase.yaml").write_text("stages: [{name: a, kind: sft}]")
+    assert load_recipe(tmp_path / "nobase.yaml").base == {}
+    (tmp_path / "extra.yaml").write_text("stages: [{name: a, kind: sft}]\nbse: {seed: 1}")
+    with pytest.raises(ConfigError, match=r"`stages` and optionally `base` .*got \['bse', 'stages'\]"):
+        load_recipe(tmp_path / "extra.yaml")
+
+
+def test_a_missing_stage_data_file_is_named_once():
+    with pytest.raises(ConfigError) as err:
+        load_recipe(RECIPES / "r1.yaml", ["cold_start.data=nothere.jsonl"])
+    assert str(err.value) == "cold_start.data: no such file 'nothere.jsonl'"
+
+
+def test_a_changed_setting_on_an_interrupted_rl_stage_names_the_recipe_command(tmp_path):
+    """It said "--resume: ... start a new run in another out_dir", though the user ran `rlvr recipe --out`."""
+    path = tmp_path / "rl.yaml"
+    path.write_text(yaml.safe_dump({"stages": [{"name": "rl", "kind": "rl"}]}))
+    out = tmp_path / "out"
+    run_recipe(load_recipe(path, [*TINY, "sft.steps=0", "checkpoint.every=1"]), out, log=lambda _: None)
+    (out / "01_rl" / "stage.json").unlink()  # as if interrupted after its last checkpoint
+    with pytest.raises(ConfigError) as err:
+        run_recipe(load_recipe(path, [*TINY, "sft.steps=0", "checkpoint.every=1", "optim.lr=0.5"]), out,
+                   log=lambda _: None)
+    text = str(err.value)
+    assert text.startswith("stage 'rl' (rl) was interrupted and resumes: ") and "optim.lr" in text
+    assert "another --out" in text and "--resume" not in text and "out_dir" not in text
+
+
+def test_a_stages_held_out_accuracy_grades_the_answer_after_the_thinking(monkeypatch):
+    """After qwen3's fusion stage the model answers `<think>...</think>\\n\\n1 2 3`; the sort verifier read the
+    whole text and scored every such answer 0 (held-out 0.46 -> 0.06)."""
+    from rlvr.pipelines import recipe_stages
+
+    class Engine:
+        def generate(self, prompts, n, sampling):
+            answers = {ex.prompt: ex.answer for ex in examples}
+            return [Completion(p, [1], [2], [0.0], f"<think>\nsorted: {answers[p]}\n</think>\n\n{answers[p]}", "stop")
+                    for p in prompts]
+
+    base = load_config(None, ["task.options={length: 3}", "task.eval_size=8"])
+    examples = get_task("sort", length=3).eval_examples(8, base.task.eval_seed)
+    monkeypatch.setattr(recipe_stages, "_engine", lambda *_: Engine())
+    assert recipe_stages._heldout(base, None, None) == {"heldout_greedy_accuracy": 1.0}
