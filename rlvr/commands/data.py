@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from rlvr.commands.outputs import try_writing
 from rlvr.config import check_out_dir
 from rlvr.data.decontaminate import DEFAULT_MIN_WORDS, decontaminate
 from rlvr.data.dedup import deduplicate
@@ -49,29 +50,7 @@ def _check_out(out: str, *, folder: bool, outputs: Sequence[str] = (), inputs: S
     clash = next((t for t in ([path / name for name in outputs] if folder else [path]) if t.resolve() in read), None)
     if clash is not None:
         raise ValueError(f"--out: writing {str(clash)!r} would replace an input file; choose another --out")
-    _try_writing(path, folder)
-
-
-def _try_writing(path: Path, folder: bool) -> None:
-    """Make --out (a folder, or a file and its folder) and remove again what was made: a path every check
-    passes but the system refuses (/proc/x, even as root) is found now, not at the write after the work."""
-    target = path if folder else path.parent
-    made = [p for p in (target, *target.parents) if not p.exists()]
-    try:
-        target.mkdir(parents=True, exist_ok=True)
-        if not folder:
-            if not path.exists():
-                made.insert(0, path)
-            with open(path, "a", encoding="utf-8"):  # appends nothing to a file that is there
-                pass
-    except OSError as err:
-        raise ValueError(f"--out: cannot write {str(path)!r} ({err.strerror or err})") from None
-    finally:
-        for p in made:  # innermost first
-            if p.is_file():
-                p.unlink()
-            elif p.is_dir():
-                p.rmdir()
+    try_writing(path, "--out", folder)
 
 
 @contextmanager

@@ -7,11 +7,10 @@ The CLI owner wires it in with `rlvr.commands.eval.add_parser(subparsers)`; the 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
-from rlvr.commands.outputs import check_out_folder, make_out_folder, resolve_out_file
+from rlvr.commands.outputs import make_out_folder, resolve_out_file
 from rlvr.commands.placement_flags import add_placement_flags, config_from_flags
 from rlvr.commands.task_options import task_from_cli
 from rlvr.eval.evaluate import evaluate, is_eval_jsonl
@@ -139,9 +138,6 @@ def out_file(args: argparse.Namespace) -> Path:
     model loads (`make_out_folder` makes the folder later)."""
     out = resolve_out_file(args.out, Path(args.model) / f"eval_{args.task}.jsonl", "--out", is_eval_jsonl,
                            "a jsonl of graded samples written by `rlvr eval`")
-    check_out_folder(out.parent, "--out")
-    if out.exists() and not os.access(out, os.W_OK):
-        raise ValueError(f"--out: {str(out)!r} is not writable")
     return out
 
 

@@ -8,17 +8,19 @@ from rlvr.config import parse_yaml
 
 
 def task_from_cli(name: str, items: list[str], model: str | Path):
-    """The task `name` with its `--task-option` items, each value read as YAML (numbers, booleans, lists the
-    way a config reads them; anything else a string). `template=chat` takes the chat template of `model`'s
-    tokenizer unless a `tokenizer` option names another. Bad input: one ValueError line."""
+    """The task `name` with its `--task-option` items: the value of a text option (a template, a path) as
+    written, any other read as YAML (numbers, booleans, lists the way a config reads them; anything else a
+    string). `template=chat` takes the chat template of `model`'s tokenizer unless a `tokenizer` option names
+    another. Bad input: one ValueError line."""
     from rlvr.tasks import TaskOptionError, get_task
+    from rlvr.tasks.base import text_options
 
-    options = {}
+    options, text = {}, text_options(name)
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ValueError(f"--task-option expects key=value, got {item!r}")
-        options[key] = parse_yaml(value, f"--task-option {key}")
+        options[key] = value if key in text else parse_yaml(value, f"--task-option {key}")
     if options.get("template") == "chat":
         options.setdefault("tokenizer", str(model))
     try:

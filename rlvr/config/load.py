@@ -91,9 +91,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] = (), base:
     if path is not None:
         path = config_file(path)
         loaded = read_yaml(path)
-        if not loaded and not overrides:  # an empty file alone would silently train the whole default config
+        if loaded is None:  # no YAML in the file (even beside --set): it silently trained the default config
             raise ConfigError(f"{path}: the config is empty; give at least one section (see configs/)")
-        loaded = loaded or {}
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path}: expected a mapping of sections at the top level")
         raw.update(loaded)

@@ -188,33 +188,45 @@ def check_spikes(log: RunLog) -> list[Finding]:
     return out
 
 
-def _thirds(points: list[tuple[int, float]]) -> tuple[float, float]:
-    values = [v for _, v in points if math.isfinite(v)]
-    k = max(1, len(values) // 3)
-    return statistics.fmean(values[:k]), statistics.fmean(values[-k:])
+def _thirds(points: list[tuple[int, float]]) -> tuple[float, float, str]:
+    """The means of the first and the last third of the finite points, and those thirds in words:
+    'steps 1-13 mean 0.58 -> steps 28-40 mean 0.90'."""
+    finite = [(s, v) for s, v in points if math.isfinite(v)]
+    k = max(1, len(finite) // 3)
+    head, tail = finite[:k], finite[-k:]
+    start, end = statistics.fmean(v for _, v in head), statistics.fmean(v for _, v in tail)
+    words = (f"steps {step_ranges([s for s, _ in head])} mean {start:.2f} -> "
+             f"steps {step_ranges([s for s, _ in tail])} mean {end:.2f}")
+    return start, end, words
 
 
 def check_reward_hacking(log: RunLog) -> list[Finding]:
+    """One finding when the reward rose while correctness did not: a problem when held-out accuracy stayed
+    flat, else a warning when the batch's accuracy did."""
     reward = log.series("reward")
     if len(reward) < 6:
         return []
-    start, end = _thirds(reward)
+    start, end, rose = _thirds(reward)
     if end - start < HACK_REWARD_RISE:
         return []
-    out = []
+    flat = []
     held = log.series("eval/greedy_accuracy")
-    if len(held) >= 2 and held[-1][1] - held[0][1] < HACK_ACCURACY_RISE:
-        out.append(Finding(PROBLEM, "reward hacking", f"reward rose {start:.2f} -> {end:.2f} while held-out "
-                           f"accuracy went {held[0][1]:.2f} -> {held[-1][1]:.2f}", (reward[0][0], reward[-1][0]),
-                           "read samples.jsonl: the reward pays for something other than correctness"))
+    held_flat = len(held) >= 2 and held[-1][1] - held[0][1] < HACK_ACCURACY_RISE
+    if held_flat:
+        (s0, v0), (s1, v1) = held[0], held[-1]
+        flat.append(f"held-out accuracy {v0:.2f} at step {s0} -> {v1:.2f} at step {s1}")
     accuracy = log.series("accuracy")
-    if len(accuracy) >= 6:
-        a0, a1 = _thirds(accuracy)
-        if a1 - a0 < HACK_ACCURACY_RISE:
-            out.append(Finding(WARNING, "reward rises, correctness does not", f"reward {start:.2f} -> {end:.2f}, "
-                               f"training accuracy {a0:.2f} -> {a1:.2f}", (reward[0][0], reward[-1][0]),
-                               "compare the reward's components with the task's correctness"))
-    return out
+    if len(accuracy) >= 6 and (acc := _thirds(accuracy))[1] - acc[0] < HACK_ACCURACY_RISE:
+        flat.append(f"training accuracy {acc[2]}")
+    if not flat:
+        return []
+    steps = tuple(s for s, _ in reward)
+    if held_flat:
+        return [Finding(PROBLEM, "reward hacking", f"reward {rose}, while {' and '.join(flat)}", steps,
+                        "read samples.jsonl and each reward term (reward/<term>, plots/reward_terms.png): the "
+                        "reward pays for something other than correctness")]
+    return [Finding(WARNING, "reward rises, correctness does not", f"reward {rose}, while {flat[0]}", steps,
+                    "compare the reward's components (reward/<term>) with the task's correctness")]
 
 
 def check_reward_collapse(log: RunLog) -> list[Finding]:
@@ -271,7 +283,10 @@ def load_run(run_dir: str | Path) -> RunLog:
         raise ConfigError(f"{run_dir} is not a run folder")
     # config.yaml alone: a run that started but has logged nothing yet (it may be in its SFT warm start)
     if not (run_dir / METRICS).is_file() and not (run_dir / CONFIG).is_file():
-        runs = sorted(str(m.parent) for m in run_dir.glob(f"*/{METRICS}"))  # `rlvr compare` / `rlvr recipe`
+        runs = sorted({str(m.parent) for depth in ("*", "*/*") for name in (METRICS, CONFIG)  # `rlvr compare`:
+                       for m in run_dir.glob(f"{depth}/{name}")})  # OUT/label; `rlvr recipe`: OUT/NN_stage/run
+        if len(runs) == 1:
+            raise ConfigError(f"{run_dir} is not a run folder; it holds one: name {runs[0]}")
         if runs:
             shown = ", ".join(runs[:6]) + (f" and {len(runs) - 6} more" if len(runs) > 6 else "")
             raise ConfigError(f"{run_dir} holds {len(runs)} runs, not one: name one of {shown}")

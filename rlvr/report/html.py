@@ -14,6 +14,7 @@ from typing import Any
 
 from rlvr.config import ConfigError
 from rlvr.jsonl import read_jsonl
+from rlvr.logging.plots import UNIT, reward_terms
 from rlvr.logging.sinks import SAMPLES
 from rlvr.report.doctor import PROBLEM, Finding, RunLog, diagnose, load_run, step_ranges
 
@@ -28,7 +29,8 @@ PANELS: dict[str, list[tuple[str, str]]] = {
     "Entropy (per token)": [("entropy", "entropy")],
     "Clip fractions": [("clip_frac_low", "low"), ("clip_frac_high", "high"), ("truncated", "truncated")],
 }
-_COLOURS = ["#1f77b4", "#d62728", "#2ca02c"]
+UNIT_PANELS = {"Held-out accuracy"}  # accuracies: drawn on 0..1 (a flat 0 was drawn from -0.5 to 0.5)
+_COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
 _DASHES = ["none", "7 4", "2 3"]  # equal curves (reward == accuracy under a 0/1 reward) stay visible
 _W, _H, _PAD = 360, 200, 44
 _SAMPLES_SHOWN = 12
@@ -43,8 +45,10 @@ def _points(log: RunLog, key: str) -> list[tuple[int, float]]:
     return [(s, v) for s, v in log.series(key) if math.isfinite(v)]
 
 
-def svg_panel(title: str, curves: list[tuple[str, list[tuple[int, float]]]]) -> str:
-    """One chart: a polyline per (label, [(step, value)]), shared axes, min and max labelled."""
+def svg_panel(title: str, curves: list[tuple[str, list[tuple[int, float]]]],
+              bounds: tuple[float, float] | None = None) -> str:
+    """One chart: a polyline per (label, [(step, value)]), shared axes, min and max labelled; `bounds` fixes
+    the y range (widened only to show a value outside it)."""
     drawn = [(label, pts) for label, pts in curves if pts]
     if not drawn:
         return ""
@@ -52,6 +56,8 @@ def svg_panel(title: str, curves: list[tuple[str, list[tuple[int, float]]]]) -> 
     ys = [v for _, pts in drawn for _, v in pts]
     x0, x1 = min(xs), max(max(xs), min(xs) + 1)
     y0, y1 = min(ys), max(ys)
+    if bounds is not None:
+        y0, y1 = min(y0, bounds[0]), max(y1, bounds[1])
     y0, y1 = (y0 - 0.5, y1 + 0.5) if y0 == y1 else (y0, y1)
 
     def xy(s: float, v: float) -> str:
@@ -73,8 +79,9 @@ def svg_panel(title: str, curves: list[tuple[str, list[tuple[int, float]]]]) -> 
         if len(pts) == 1:
             parts.append(f'<circle r="3" fill="{colour}" cx="{xy(*pts[0]).split(",")[0]}" '
                          f'cy="{xy(*pts[0]).split(",")[1]}"/>')
-        parts.append(f'<text x="{_PAD + 4 + 110 * i}" y="{_H - 6}" font-size="11" fill="{colour}">'
-                     f'{html.escape(label)}</text>')
+        rows_below = (len(drawn) - 1) // 3 - i // 3  # three labels a row: the reward's terms may take two
+        parts.append(f'<text x="{_PAD + 4 + 110 * (i % 3)}" y="{_H - 6 - 12 * rows_below}" font-size="11" '
+                     f'fill="{colour}">{html.escape(label)}</text>')
     return "".join(parts) + "</svg>"
 
 
@@ -118,7 +125,11 @@ def build_report(run_dir: str | Path) -> str:
     except ValueError as e:  # names the file and line
         raise ConfigError(str(e)) from None
     config = (run_dir / "config.yaml").read_text(encoding="utf-8") if (run_dir / "config.yaml").is_file() else ""
-    panels = [svg_panel(title, [(label, _points(log, key)) for key, label in keys]) for title, keys in PANELS.items()]
+    panels = [svg_panel(title, [(label, _points(log, key)) for key, label in keys], UNIT if title in UNIT_PANELS
+                        else None) for title, keys in PANELS.items()]
+    if len(terms := reward_terms(log.metrics)) > 1:  # the reward's parts: one term climbing alone is hacking
+        panels.insert(1, svg_panel("Reward by term (before weights)", [(label, _points(log, key))
+                                                                         for key, label in terms]))
     panels_html = "".join(f'<div class="panel">{p}</div>' for p in panels if p)
     steps = max((row.get("step", 0) for row in log.metrics), default=0)
     title = html.escape(f"rlvr run report: {run_dir.name}")

@@ -123,6 +123,19 @@ def _kind_problem(annotation: Any, value: Any) -> str | None:
     return None if fits else _KINDS[annotation]
 
 
+def text_options(name: str) -> set[str]:
+    """The options of task `name` that are text (str or Path, maybe None): a command line gives their value as
+    written, not read as YAML (`template=Q: {question} A:` is a string, not a mapping)."""
+    def is_text(annotation: Any) -> bool:
+        if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+            kinds = [a for a in typing.get_args(annotation) if a is not type(None)]
+            return bool(kinds) and all(is_text(a) for a in kinds)
+        return annotation in (str, Path)
+
+    kinds = _option_types(TASKS[name]) if name in TASKS else {}
+    return {key for key, kind in kinds.items() if is_text(kind) and key != "name"}  # `name` is the registry's
+
+
 def get_task(name: str, **options: Any) -> Task:
     """The task `name` built with `options`; an option it does not take, or a required one left out, is a
     `TaskOptionError` naming the option (and the options there are), before anything is built."""

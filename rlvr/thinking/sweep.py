@@ -73,7 +73,9 @@ def plot_budget_sweep(points: Sequence[BudgetPoint], path: str | Path, title: st
     twin = ax.twinx()
     twin.plot(budgets, [p.exhausted for p in pts], "s--", color="C1", alpha=0.7, label="thinking cut by budget")
     twin.set(ylabel="share cut by the budget", ylim=(-0.02, 1.02))
-    fig.legend(loc="lower right", fontsize=8)
+    # one legend for both axes, under the plot: inside it, it covered budgets' tick labels or the curves
+    ax.legend([*ax.get_lines(), *twin.get_lines()], [line.get_label() for line in (*ax.get_lines(),
+              *twin.get_lines())], loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, fontsize=8, frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

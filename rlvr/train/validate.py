@@ -90,10 +90,37 @@ def check_registries(cfg: Config) -> Config:
     for safe, _, name in reward.parts if cfg.reward.workers and cfg.reward.timeout else ():
         if problem := worker_problem(safe.fn):
             raise ConfigError(f"reward.workers={cfg.reward.workers}: reward {name!r} {problem}")
+    check_reward_budget(cfg)
     check_prompt_sampler(cfg, task)
     check_family_options(cfg)
     check_advantage_batch(cfg)
     return cfg
+
+
+def check_reward_budget(cfg: Config) -> None:
+    """Reward terms whose options depend on the run's settings, checked against them: overlong's cache_len must fit
+    its max_len (default rollout.max_new_tokens), else every sample fails, and must be able to fire; kimi_length
+    compares the lengths within a group (train.group_size >= 2) and must switch on within train.steps."""
+    new, g, steps = cfg.rollout.max_new_tokens, cfg.train.group_size, cfg.train.steps
+    for i, term in enumerate(cfg.task.rewards):
+        opts, key = term.get("options", {}), f"task.rewards[{i}] {term['name']}"
+        if term["name"] == "overlong":
+            cache, max_len = opts["cache_len"], opts.get("max_len") or new
+            budget = f"max_len={max_len}" if opts.get("max_len") else f"rollout.max_new_tokens={new}"
+            if cache > max_len:  # DAPO eq. 13 ramps over the last cache_len of max_len tokens
+                raise ConfigError(f"{key}: cache_len={cache} is larger than {budget}; lower cache_len to at most "
+                                  f"{max_len}")
+            if max_len - cache >= new:
+                raise ConfigError(f"{key}: max_len={max_len} - cache_len={cache} leaves {max_len - cache} tokens "
+                                  f"free, but rollout.max_new_tokens={new} stops sampling first, so no completion "
+                                  "is ever penalised; lower max_len or raise cache_len")
+        elif term["name"] == "kimi_length":
+            if g < 2:  # one completion per group: min_len == max_len, every score 0
+                raise ConfigError(f"{key}: compares lengths within a group, but train.group_size={g}; raise "
+                                  "train.group_size to at least 2")
+            if (start := opts.get("start_step", 0)) > steps:
+                raise ConfigError(f"{key}: start_step={start} is after the last step (train.steps={steps}), so "
+                                  "the term never switches on; lower start_step or raise train.steps")
 
 
 def _fits(advantage: str, eps: float, n: int, group_size: int) -> bool:

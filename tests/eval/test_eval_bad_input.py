@@ -58,6 +58,15 @@ def test_out_below_a_file_is_refused_before_any_work(model, tmp_path, capsys):
 def test_out_where_no_folder_can_be_made_is_refused_before_any_work(model, tmp_path, capsys):
     refused(capsys, ["--model", str(model), *QUICK, "--out", "/proc/rlvr_no_such/g.jsonl"],
             "--out: cannot make the folder '/proc/rlvr_no_such'", model)
+    # a folder that is there but refuses new files (even as root): the greedy pass ran, then the write failed
+    refused(capsys, ["--model", str(model), *QUICK, "--out", "/proc/x.jsonl"],
+            "--out: cannot write '/proc/x.jsonl' (", model)
+
+
+def test_an_empty_out_is_refused(model, tmp_path, capsys, monkeypatch):
+    """`--out ''` wrote eval_sort.jsonl into the current folder."""
+    monkeypatch.chdir(tmp_path)
+    refused(capsys, ["--model", str(model), *QUICK, "--out", ""], "--out: empty path", tmp_path, model)
 
 
 @pytest.mark.parametrize("flags, needle", [

@@ -9,6 +9,7 @@ import torch
 
 from rlvr.cli import main
 from rlvr.commands.eval import add_parser, run_eval
+from rlvr.commands.task_options import task_from_cli
 from rlvr.models import make_tiny_model_dir
 
 
@@ -132,3 +133,14 @@ def test_the_default_budget_fits_the_models_context(tmp_path, capsys):
     short = make_tiny_model_dir(tmp_path / "short", preset="test", max_position_embeddings=8)
     assert main(["eval", "--model", str(short), "--task", "sort", "--num-examples", "3"]) == 2
     assert "fills the model's context (8 positions)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("template", ["Q: {question} A:", "{question}", "[{question}]"])
+def test_a_text_task_option_is_taken_as_written(template):
+    """`template='Q: {question} A:'` was "invalid YAML" and `template={question}` "expects a string, got
+    {'question': None}", though any string containing {question} is a template."""
+    task = task_from_cli("countdown", [f"template={template}", "n_numbers=3"], "unused")
+    assert task.template == template and task.n_numbers == 3  # the other options still read as YAML
+    assert task.eval_examples(1, 0)[0].prompt.startswith(template.split("{")[0])
+    with pytest.raises(ValueError, match="^--task-option n_numbers: countdown option 'n_numbers' expects an int"):
+        task_from_cli("countdown", [f"template={template}", "n_numbers=three"], "unused")

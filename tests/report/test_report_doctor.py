@@ -25,7 +25,7 @@ EXPECTED = {  # problem -> (title, severity, steps)
     "collapse": ("reward collapse", PROBLEM, "18-20"),
     "informative": ("zero-variance groups", WARNING, LATE),
     "flat_groups": ("zero-variance groups", WARNING, LATE),
-    "hacking": ("reward hacking", PROBLEM, "1, 20"),
+    "hacking": ("reward hacking", PROBLEM, "1-20"),
     "slow": ("throughput drop", WARNING, "16-20"),
 }
 
@@ -47,8 +47,11 @@ def test_each_planted_problem_is_found(tmp_path, problem):
     findings = {f.title: f for f in diagnose(planted(tmp_path / problem, problem))}
     assert title in findings, findings
     assert findings[title].severity == severity and step_ranges(findings[title].steps) == steps
-    if problem == "hacking":  # training accuracy is flat as well
-        assert "reward rises, correctness does not" in findings
+    if problem == "hacking":  # one finding, with the steps each mean is taken over ("steps 1, 20" read as two steps)
+        assert "reward rises, correctness does not" not in findings
+        assert findings[title].detail == ("reward steps 1-6 mean 0.24 -> steps 15-20 mean 0.80, while held-out "
+                                          "accuracy 0.10 at step 0 -> 0.10 at step 20 and training accuracy steps 1-6 "
+                                          "mean 0.20 -> steps 15-20 mean 0.20")
 
 
 def test_cli_prints_findings_and_refuses_a_non_run(tmp_path, capsys):
@@ -85,6 +88,21 @@ def test_a_folder_of_runs_names_them(tmp_path, capsys, command):
     cmp = tmp_path / "cmp"
     assert capsys.readouterr().err == (f"rlvr {command}: error: {cmp} holds 2 runs, not one: name one of "
                                        f"{cmp / 'dr_grpo'}, {cmp / 'grpo'}\n")
+
+
+@pytest.mark.parametrize("command", ["doctor", "report"])
+def test_a_recipe_folder_names_its_stage_runs(tmp_path, capsys, command):
+    """`rlvr recipe` writes OUT/NN_stage/run: the recipe folder was only "not a run folder"."""
+    out = tmp_path / "recipe"
+    (out / "01_warmup_sft" / "model").mkdir(parents=True)
+    write_run(out / "02_rl" / "run", healthy_rows())
+    assert main([command, str(out)]) == 2
+    assert capsys.readouterr().err == (f"rlvr {command}: error: {out} is not a run folder; it holds one: name "
+                                       f"{out / '02_rl' / 'run'}\n")
+    write_run(out / "03_rl_more" / "run", healthy_rows())
+    assert main([command, str(out)]) == 2
+    assert capsys.readouterr().err == (f"rlvr {command}: error: {out} holds 2 runs, not one: name one of "
+                                       f"{out / '02_rl' / 'run'}, {out / '03_rl_more' / 'run'}\n")
 
 
 PLAUSIBLE_IN_A_TINY_RUN = {"converged", "no learning signal", "truncation", "zero-variance groups", "throughput drop",

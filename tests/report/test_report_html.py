@@ -2,6 +2,7 @@
 with no script error (a window.onerror hook writes errors into the DOM, read back with --dump-dom)
 and its screenshot shows the curves."""
 
+import json
 import re
 import shutil
 import subprocess
@@ -35,6 +36,21 @@ def test_svg_panel_maps_points_into_the_box():
     svg = svg_panel("r", [("a", [(1, 0.0), (3, 1.0)]), ("b", [])])
     assert 'points="44.0,156.0 316.0,44.0"' in svg and ">a</text>" in svg and ">b</text>" not in svg
     assert svg_panel("empty", [("a", [])]) == ""
+
+
+def test_accuracy_panels_span_zero_to_one_and_the_reward_is_split_by_term(tmp_path):
+    """A held-out accuracy flat at 0 was drawn from -0.5 to 0.5; the reward's terms had no panel."""
+    flat = svg_panel("acc", [("greedy", [(0, 0.0), (20, 0.0)])], (0.0, 1.0))
+    assert '>1</text>' in flat and '>0</text>' in flat and "-0.5" not in flat
+    run = planted(tmp_path / "run", "hacking")
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    for row in rows[1:]:
+        row.update({"reward/task": row["reward"], "reward/task/inclusion": 1.0, "reward/task/ordered_pairs": 0.1})
+    (run / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    page = build_report(run)
+    assert "Reward by term (before weights)" in page and ">task/ordered_pairs</text>" in page
+    held = page[page.index(">Held-out accuracy</text>"):]
+    assert held[:held.index("</svg>")].count('font-size="10">0</text>') == 1
 
 
 def test_report_is_self_contained_and_escapes_what_it_shows(tmp_path):
@@ -95,6 +111,22 @@ def test_out_may_be_a_folder_or_a_path_whose_folders_do_not_exist_yet(tmp_path, 
     err = capsys.readouterr().err
     assert err == f"rlvr report: error: --out: {str(tmp_path / 'a_file')!r} is a file, not a folder\n"
     assert (tmp_path / "a_file").read_text() == "x"
+
+
+def test_out_that_cannot_be_written_or_is_empty_is_refused_before_the_report(tmp_path, capsys, monkeypatch):
+    """`--out /proc/r.html` failed after the report was built, with an error that did not name --out;
+    `--out ''` wrote report.html into the current folder."""
+    run = planted(tmp_path / "run", "flat")
+    monkeypatch.chdir(tmp_path)
+    before = sorted(tmp_path.rglob("*"))
+    outs = [("", "--out: empty path; give a file, or a folder to write report.html in")]
+    if Path("/proc/self").is_dir():  # not writable even as root
+        outs.append(("/proc/r.html", "--out: cannot write '/proc/r.html' ("))
+    for out, needle in outs:
+        assert main(["report", str(run), "--out", out]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"rlvr report: error: {needle}") and err.count("\n") == 1, err
+    assert sorted(tmp_path.rglob("*")) == before
 
 
 @pytest.mark.parametrize("name", ["metrics.jsonl", "config.yaml", "notes.html"])

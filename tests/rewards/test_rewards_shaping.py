@@ -142,12 +142,21 @@ def test_language_share_by_hand():
     # R1 counts words, not letters: 1 English word + 2 CJK characters (one word each) -> 1/3 (letters gave 5/7)
     assert en("q", "<think>hello 你好</think>", {}) == pytest.approx(1 / 3)
     assert en("q", "<think>the answer is 你</think>", {}) == pytest.approx(3 / 4)
-    assert en("q", "2 + 2 = 4", {}) == 0.0  # no words: no evidence of the language
-    assert LanguageConsistencyReward("ja")("q", "日本語のテキスト", {}) == 1.0
-    assert LanguageConsistencyReward("ru")("q", "это test", {}) == 0.5
+    assert en("q", "<think>2 + 2 = 4</think>", {}) == 0.0  # no words: no evidence of the language
+    assert LanguageConsistencyReward("ja")("q", "<think>日本語のテキスト</think>", {}) == 1.0
+    assert LanguageConsistencyReward("ru")("q <think>", "это test", {}) == 0.5  # opened by the prompt, unclosed
     assert words("naïve x2, 日本 done") == ["naïve", "x", "日", "本", "done"]
     with pytest.raises(ValueError, match="choose from"):
         LanguageConsistencyReward("klingon")
+
+
+def test_language_reward_scores_only_a_reasoning_block():
+    """Without a <think> block the whole completion was scored: gibberish letters ("9eJ") got 1.0 and a correct
+    digits-only answer 0.0, and RL on the R1 recipe learned the letters. No reasoning block: nothing to score, 0."""
+    en = LanguageConsistencyReward("en")
+    assert en("sort 9 3 7 8=", "9eJ", {}) == en("sort 9 3 7 8=", "3 7 8 9", {}) == 0.0
+    assert en("q", "<think>sorted it</think> 3 7 8 9", {}) == 1.0
+    assert en("q", "the answer is 4", {}) == 0.0
 
 
 @given(st.lists(st.text(alphabet="abcdefXYZ", min_size=1, max_size=8), min_size=1, max_size=6),

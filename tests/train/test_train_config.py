@@ -81,6 +81,14 @@ SHARD = ["distributed.backend=ray", "distributed.learners=2", "distributed.shard
     ({}, ["task.name=math_file", "task.options.path=no/such.jsonl"],
      "task.options.path: data file no/such.jsonl not found"),
     ({"task": {"rewards": [{"name": "nope"}]}}, [], "task.rewards: unknown reward 'nope'"),
+    ({"task": {"rewards": [{"name": "overlong", "options": {"cache_len": 100}}]}}, [],
+     "task.rewards[0] overlong: cache_len=100 is larger than rollout.max_new_tokens=16"),
+    ({"task": {"rewards": [{"name": "overlong", "options": {"cache_len": 4, "max_len": 64}}]}}, [],
+     "leaves 60 tokens free, but rollout.max_new_tokens=16 stops sampling first"),
+    ({"task": {"rewards": [{"name": "kimi_length"}]}}, ["train.group_size=1"],
+     "task.rewards[0] kimi_length: compares lengths within a group, but train.group_size=1"),
+    ({"task": {"rewards": [{"name": "kimi_length", "options": {"start_step": 101}}]}}, [],
+     "start_step=101 is after the last step (train.steps=100)"),
     ({"model": {"tiny_preset": "huge"}}, [], "model.tiny_preset: unknown name 'huge'"),
     ({}, ["rollout.engine=vlm"], "rollout.engine: unknown name 'vlm'; choose from ['auto', 'hf', 'vllm']"),
     ({}, ["rollout.gpu_memory_utilization=1.5"], "rollout.gpu_memory_utilization must be in (0, 1]"),
@@ -122,6 +130,10 @@ def test_missing_and_malformed_files(tmp_path):
     bad.write_text("- 1\n- 2\n")
     with pytest.raises(ConfigError, match="mapping"):
         load_config(bad)
+    for text in ("", "# a comment only\n"):  # with --set too: it silently trained the default 100 steps
+        bad.write_text(text)
+        with pytest.raises(ConfigError, match=rf"^{bad}: the config is empty"):
+            load_config(bad, ["out_dir=elsewhere"])
 
 
 def test_yaml_values_and_errors_by_hand(tmp_path):
