@@ -47,9 +47,9 @@ PRESETS: dict[str, Preset] = {
         "Yu et al. 2025, DAPO: An Open-Source LLM Reinforcement Learning System at Scale, sec. 3.1-3.4"),
     "rloo": Preset(
         {"algorithm.advantage": "rloo", "algorithm.policy_loss": "pg", "algorithm.aggregation": "seq_mean_token_sum",
-         "algorithm.mu": 1, **_NO_KL},
+         "algorithm.mu": 1, "train.mini_batch_size": 0, **_NO_KL},
         "Leave-one-out baseline and plain REINFORCE on the whole completion (sum of its token log-probs), "
-        "one update per batch.",
+        "one update per batch (pg has no importance ratio: one optimizer step per rollout, mini batch = batch).",
         "Kool et al. 2019, Buy 4 REINFORCE Samples, Get a Baseline for Free; Ahmadian et al. 2024, Back to Basics"),
     "reinforce_pp": Preset(
         {"algorithm.advantage": "reinforce_pp", "algorithm.policy_loss": "clipped",

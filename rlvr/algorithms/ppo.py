@@ -34,6 +34,7 @@ from rlvr.core import (
     clipped_value_loss,
     entropy_from_logits,
     gae,
+    get_kl_estimator,
     kl_shaped_rewards,
     masked_mean,
     masked_whiten,
@@ -57,12 +58,14 @@ def token_level_advantages(
     gamma: float = 1.0,
     lam: float = 1.0,
     whiten: bool = False,
+    eps: float = 1e-8,
 ) -> tuple[Tensor, Tensor]:
     """Per-token advantages and returns, both (B, W), 0 on masked positions.
 
     scores (B,) sequence rewards; mask (B, W); values (B, W) V(s_t) of the sampling-time value model
     (None: V = 0, no critic); logprobs / ref_logprobs (B, W) of pi_old and pi_ref, needed iff
-    kl_coef > 0. Returns are the GAE lambda-returns before whitening (the value target).
+    kl_coef > 0. Returns are the GAE lambda-returns before whitening (the value target); `eps` is
+    the whitening's variance floor, (A - mean) / sqrt(var + eps).
     """
     if kl_coef < 0:
         raise ValueError(f"kl_coef must be >= 0, got {kl_coef}")
@@ -76,7 +79,7 @@ def token_level_advantages(
         values = torch.zeros_like(rewards) if values is None else values.detach()
         advantages, returns = gae(rewards, values, mask, gamma, lam)  # (B, W) each
         if whiten:
-            advantages = masked_whiten(advantages, mask)
+            advantages = masked_whiten(advantages, mask, eps)
     return advantages, returns
 
 
@@ -202,6 +205,7 @@ class TokenAdvantages:
     kl_estimator: str = "k1"
     value_coef: float = 0.1
     value_clip: float = 0.2
+    eps: float = 1e-4  # algorithm.advantage_eps: the whitening's variance floor
 
     def __post_init__(self) -> None:
         if self.estimator not in TOKEN_ADVANTAGES:
@@ -231,8 +235,16 @@ class TokenAdvantages:
             values = sampling_values(policy, value_model, batch, micro_batch_size, packing)  # (B, W)
         batch.advantages, batch.returns = token_level_advantages(
             batch.rewards, batch.mask, values, batch.old_logprobs, batch.ref_logprobs, self.kl_coef,
-            self.kl_estimator, self.gamma, self.lam, self.whiten)
+            self.kl_estimator, self.gamma, self.lam, self.whiten, self.eps)
         batch.old_values = values
+
+    def kl_metrics(self, logprobs: Tensor, batch) -> dict[str, Tensor]:
+        """`kl`: mean per-token KL(pi || pi_ref) of one micro-batch by `kl_estimator`, as GroupPolicyGradient logs
+        it for its loss penalty; here the penalty sits in the rewards (kl_coef), which no loss metric shows."""
+        if not self.kl_coef or batch.ref_logprobs is None:
+            return {}
+        kl = get_kl_estimator(self.kl_estimator)(logprobs.detach(), batch.ref_logprobs)  # (b, W)
+        return {"kl": masked_mean(kl, batch.mask)}
 
     def value_loss(self, values: Tensor, batch, aggregation: str, constant: float | None,
                    denominator: Tensor | int) -> tuple[Tensor, dict[str, Tensor]]:

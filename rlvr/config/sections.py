@@ -127,7 +127,9 @@ class AlgorithmConfig:
                                "z-score (Shao et al. 2024); `centered`: group-centred without the std "
                                "division, which up-weights too-easy/too-hard prompts (Liu et al. 2025).")
     advantage_eps: float = f(1e-4, "Added to the std before dividing, in every estimator that divides by one "
-                                   "(grpo, whitened, reinforce_pp_baseline). CS336 lecture 17 uses 1e-4.")
+                                   "(grpo, whitened, reinforce_pp_baseline); in the per-token whitening of gae and "
+                                   "reinforce_pp it is added to the variance, (A - mean) / sqrt(var + eps), as TRL. "
+                                   "CS336 lecture 17 uses 1e-4.")
     policy_loss: str = f("clipped", "Policy loss by name (rlvr.core policy-loss registry); `clipped` is "
                                     "PPO's clipped surrogate (Schulman et al. 2017).")
     aggregation: str = f("seq_mean_token_mean", "How per-token losses become one number. "

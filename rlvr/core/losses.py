@@ -212,7 +212,8 @@ def clipped_value_loss(
 ) -> tuple[Tensor, Metrics]:
     """PPO value loss with the value change clipped to +-clip (OpenAI baselines ppo2; Andrychowicz
     et al. 2021 discuss when it helps): 0.5 * max((V - R)^2, (V_old + clip(V - V_old) - R)^2).
-    Metrics: `value_clip_frac` (valid tokens whose clipped branch is active)."""
+    Metrics: `value_clip_frac` (valid tokens where |V - V_old| > clip and the max takes the clipped branch;
+    tokens inside the clip range never count, although `old + (V - old)` may round away from V)."""
     check_ndim("values", values, 2)
     check_same_shape(values=values, old_values=old_values, returns=returns)
     if not clip > 0:
@@ -222,7 +223,8 @@ def clipped_value_loss(
     unclipped_sq, clipped_sq = (values - target) ** 2, (clipped_values - target) ** 2  # (B, T)
     loss = 0.5 * torch.maximum(unclipped_sq, clipped_sq)
     with torch.no_grad():
-        frac = masked_mean((clipped_sq > unclipped_sq).to(values.dtype), _mask_or_all(mask, values))
+        active = ((values - old).abs() > clip) & (clipped_sq > unclipped_sq)  # (B, T)
+        frac = masked_mean(active.to(values.dtype), _mask_or_all(mask, values))
     return loss, {"value_clip_frac": frac}
 
 

@@ -139,6 +139,8 @@ class Learner:
         old = logprobs.detach() if self.single_step else mb.old_logprobs
         obj = self.objective
         loss, metrics = obj.loss(logprobs, old, mb.advantages, mb.mask, mb.ref_logprobs, denominator, mb.is_weights)
+        if self.token_adv is not None:  # PPO / REINFORCE++: the KL to the reference is in the rewards
+            metrics = {**self.token_adv.kl_metrics(logprobs, mb), **metrics}
         if values is not None:  # PPO: + value.coef x clipped value loss, aggregated alike
             value_loss, value_metrics = self.token_adv.value_loss(values, mb, obj.aggregation, obj.loss_constant,
                                                                   denominator)

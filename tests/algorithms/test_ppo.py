@@ -54,6 +54,20 @@ def test_whitened_advantages_have_zero_mean_unit_variance_and_keep_unwhitened_re
     assert adv[0, 2] == 0 and ret[mask].tolist() == [1.0, 1.0, 3.0, 3.0, 3.0]
 
 
+def test_whitening_uses_the_configured_advantage_eps():
+    # it was a hard-coded 1e-8 whatever algorithm.advantage_eps said
+    from rlvr.config import load_config
+    from rlvr.train.family import token_advantages
+
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]]).bool()
+    adv, _ = token_level_advantages(torch.tensor([1.0, 3.0]), mask, whiten=True, eps=1.0)
+    raw = torch.tensor([1.0, 1.0, 3.0, 3.0, 3.0])
+    torch.testing.assert_close(adv[mask], (raw - raw.mean()) / (raw.var() + 1.0).sqrt())
+    for preset in ("ppo", "reinforce_pp"):
+        cfg = load_config(None, [f"algorithm.preset={preset}", "algorithm.advantage_eps=0.5"])
+        assert token_advantages(cfg).eps == 0.5
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.integers(1, 4), st.integers(1, 6), st.floats(0.0, 0.5), st.integers(0, 2**16))
 def test_reinforce_pp_closed_form(batch, width, kl_coef, seed):
@@ -181,8 +195,9 @@ def test_annotate_without_value_model_is_reinforce_pp():
     batch = SimpleNamespace(rewards=torch.tensor([2.0, 0.0]), mask=torch.ones(2, 2, dtype=torch.bool),
                             old_logprobs=None, ref_logprobs=None)
     TokenAdvantages("reinforce_pp", lam=1.0, whiten=True).annotate(batch, None, None, 2)
-    # advantages [[2, 2], [0, 0]]: mean 1, unbiased variance 4/3 -> +-1 / sqrt(4/3) = +-sqrt(3)/2
-    half = 3**0.5 / 2
+    # advantages [[2, 2], [0, 0]]: mean 1, unbiased variance 4/3 -> +-1 / sqrt(4/3 + eps), eps = 1e-4 (the default
+    # algorithm.advantage_eps; -4e-5 relative to the exact sqrt(3)/2)
+    half = 1 / (4 / 3 + 1e-4) ** 0.5
     torch.testing.assert_close(batch.advantages, torch.tensor([[half, half], [-half, -half]]))
     assert batch.old_values is None
 

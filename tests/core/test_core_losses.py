@@ -161,6 +161,30 @@ def test_clipped_value_loss_by_hand_and_gradient():
     torch.testing.assert_close(metrics["value_clip_frac"], torch.tensor(1 / 3))
 
 
+def test_value_clip_frac_ignores_rounding_inside_the_clip_range():
+    # |V - V_old| < clip everywhere: old + (V - old) rounds away from V in float32 for many tokens, which must not
+    # count as clipping (it made value_clip_frac depend on the micro-batch split)
+    g = torch.Generator().manual_seed(0)
+    values = torch.rand(64, 64, generator=g) * 0.05  # V near 0, V_old 0.1-0.19 away: their ulps differ
+    old = values + 0.1 + torch.rand(64, 64, generator=g) * 0.09
+    returns = torch.randn(64, 64, generator=g)
+    rounded = old + (values - old).clamp(-0.2, 0.2)
+    assert (rounded != values).any()  # the trap is present in this case
+    _, metrics = clipped_value_loss(values, old, returns, clip=0.2)
+    assert metrics["value_clip_frac"] == 0
+
+
+def test_value_clip_frac_by_hand_counts_active_clipped_branches():
+    values = torch.tensor([[1.5, 0.5, 1.1, 1.5]])
+    old, returns = torch.tensor([[1.0, 1.0, 1.0, 1.0]]), torch.tensor([[2.0, 0.0, 2.0, 0.0]])
+    # token 0: clamp active, clipped V = 1.2 is farther from 2 -> counted; token 1: clipped V = 0.8 farther from 0
+    # -> counted; token 2: inside the range -> not; token 3: clamp active but V = 1.5 is farther from 0 than 1.2
+    _, metrics = clipped_value_loss(values, old, returns, clip=0.2)
+    torch.testing.assert_close(metrics["value_clip_frac"], torch.tensor(2 / 4))
+    _, masked = clipped_value_loss(values, old, returns, clip=0.2, mask=torch.tensor([[1, 0, 1, 1]]))
+    torch.testing.assert_close(masked["value_clip_frac"], torch.tensor(1 / 3))
+
+
 @SETTINGS
 @given(seed=st.integers(0, 2**31))
 def test_clipped_value_loss_is_half_mse_with_a_wide_clip(seed):

@@ -71,7 +71,33 @@ SHARD = ["distributed.backend=ray", "distributed.learners=2", "distributed.shard
     ({"algorithm": {"policy_loss": "ppo"}}, [], "algorithm.policy_loss: unknown policy loss 'ppo'"),
     ({"algorithm": {"kl_estimator": "k4"}}, [], "algorithm.kl_estimator: unknown KL estimator 'k4'"),
     ({"algorithm": {"kl_unbiased": True, "beta": 0.0}}, [], "algorithm.kl_unbiased weights the loss's KL penalty"),
+    ({}, ["algorithm.policy_loss=pg", "algorithm.mu=2"], "algorithm.policy_loss=pg has no importance ratio, but "
+                                                          "algorithm.mu=2"),
+    ({}, ["algorithm.preset=rloo", "train.batch_size=16", "train.group_size=4", "train.mini_batch_size=8"],
+     "train.mini_batch_size=8 gives 2 optimizer steps per rollout"),
     ({"algorithm": {"aggregation": "mean"}}, [], "algorithm.aggregation: unknown name 'mean'"),
+    # settings that do nothing without the feature they belong to (rlvr.train.family.NEEDS)
+    ({}, ["algorithm.lam=0.9"], "algorithm.lam=0.9 does nothing without algorithm.advantage gae"),
+    ({}, ["algorithm.gamma=0.9"], "algorithm.gamma=0.9 does nothing without algorithm.advantage gae or reinforce_pp"),
+    ({}, ["algorithm.whiten_advantages=false"], "algorithm.whiten_advantages=False does nothing without"),
+    ({}, ["algorithm.tau=0.1"], "algorithm.tau=0.1 does nothing without algorithm.policy_loss kimi"),
+    ({}, ["algorithm.dynamic_sampling_rounds=5"], "algorithm.dynamic_sampling_rounds=5 does nothing without "
+                                                  "algorithm.dynamic_sampling=true"),
+    ({}, ["algorithm.dynamic_sampling_metric=reward"], "algorithm.dynamic_sampling_metric=reward does nothing"),
+    ({}, ["algorithm.loss_constant=16"], "algorithm.loss_constant=16.0 does nothing without algorithm.aggregation "
+                                         "seq_sum_constant"),
+    ({}, ["algorithm.is_mode=mask"], "algorithm.is_mode=mask does nothing without algorithm.is_cap > 0"),
+    ({}, ["value.coef=0.5"], "value.coef=0.5 does nothing without algorithm.advantage gae"),
+    ({}, ["model.lora.alpha=32"], "model.lora.alpha=32.0 does nothing without model.lora.r > 0"),
+    ({}, ["model.lora.target_modules=[q_proj]"], "model.lora.target_modules=['q_proj'] does nothing without"),
+    ({}, ["algorithm.preset=rloo", "algorithm.clip_high=0.28"], "algorithm.clip_high=0.28 does nothing without "
+                                                                "algorithm.policy_loss clipped or gspo"),
+    ({}, ["algorithm.preset=dapo", "train.group_size=1"], "algorithm.dynamic_sampling keeps groups whose rewards "
+                                                         "vary, but train.group_size=1"),
+    ({}, ["algorithm.preset=kimi", "algorithm.advantage=raw"], "algorithm.policy_loss=kimi needs r - mean(r)"),
+    ({}, ["algorithm.preset=kimi", "algorithm.advantage=max_only"], "choose one of ['centered', 'grpo', 'rloo'"),
+    ({}, ["algorithm.preset=reinforce_pp", "algorithm.beta=0.04"], "algorithm.kl_reward_coef=0.01 and "
+                                                                  "algorithm.beta=0.04 both penalise"),
     ({"algorithm": {"policy_loss": "kimi"}}, [], "needs tau"),
     ({"algorithm": {"clip_low": -0.1}}, [], "algorithm.clip_low must be >= 0, got -0.1"),
     ({"algorithm": {"advantage_eps": -1.0}}, [], "algorithm.advantage_eps must be >= 0, got -1.0"),
@@ -118,6 +144,15 @@ def test_config_errors_are_one_line(tmp_path, data, overrides, message):
     text = str(err.value)
     assert message in text
     assert "\n" not in text
+
+
+def test_presets_and_defaults_never_trip_the_inert_settings_check():
+    """A preset's own values count as unset: only a key the user moved is refused (rlvr.train.family.NEEDS)."""
+    from rlvr.presets import PRESETS
+
+    for name in [None, *PRESETS]:
+        check_registries(load_config(None, [f"algorithm.preset={name}"] if name else []))
+    check_registries(load_config(None, ["algorithm.preset=ppo", "algorithm.lam=0.9", "value.coef=0.5"]))
 
 
 def test_missing_and_malformed_files(tmp_path):

@@ -121,3 +121,17 @@ def test_the_update_metrics_do_not_depend_on_the_micro_batch_split(config_factor
         assert other.keys() == metrics[0].keys()
         for key, value in metrics[0].items():
             assert other[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+
+
+@pytest.mark.parametrize("preset", ["ppo", "reinforce_pp"])
+def test_per_token_kl_estimators_log_the_kl_to_the_reference(config_factory, preset):
+    """PPO and REINFORCE++ put the KL into the rewards (kl_reward_coef), so no loss metric showed it and the doctor's
+    KL checks saw nothing: `kl` is now the token mean of KL(pi || pi_ref) by kl_estimator, as the group methods log
+    it, and the same whatever the micro-batch split."""
+    runs = [prepare_run(load_config(config_factory(f"{preset}_{micro}", algorithm={"preset": preset, "mu": 2},
+                                                   train={**SEVERAL_STEPS, "micro_batch_size": micro})))
+            for micro in (8, 2)]
+    batch = runs[0].rollout.collect(1)
+    metrics = [run.learner.update(batch) for run in runs]
+    assert "kl" in metrics[0] and metrics[0]["kl"] != 0
+    assert metrics[1]["kl"] == pytest.approx(metrics[0]["kl"], rel=1e-4, abs=1e-6)
