@@ -70,11 +70,10 @@ class Rollout:
     stats: dict[str, float] = field(default_factory=dict)
 
     def groups(self, index: Sequence[int], group_size: int) -> "Rollout":
-        """The rows of groups `index`; reward components stay those of every sampled completion."""
+        """The rows of groups `index`; reward term means over those rows (the trained batch)."""
         rows = [g * group_size + j for g in index for j in range(group_size)]
-        s = self.scores
-        picked = Scores([s.rewards[r] for r in rows], [s.correct[r] for r in rows], dict(s.components))
-        return Rollout([self.completions[r] for r in rows], [self.examples[r] for r in rows], picked, dict(self.stats))
+        return Rollout([self.completions[r] for r in rows], [self.examples[r] for r in rows], self.scores.select(rows),
+                       dict(self.stats))
 
     @staticmethod
     def concat(parts: Sequence["Rollout"]) -> "Rollout":
@@ -85,8 +84,10 @@ class Rollout:
             seen = [(p.scores.components[key], n) for p, n in zip(parts, sizes) if key in p.scores.components]
             components[key] = (sum(v for v, _ in seen) if key == ERRORS
                                else sum(v * n for v, n in seen) / sum(n for _, n in seen))
+        values = {key: [v for p, n in zip(parts, sizes) for v in p.scores.values.get(key, [math.nan] * n)]
+                  for key in sorted({k for p in parts for k in p.scores.values})}
         scores = Scores([r for p in parts for r in p.scores.rewards], [c for p in parts for c in p.scores.correct],
-                        components)
+                        components, values)
         return Rollout([c for p in parts for c in p.completions], [e for p in parts for e in p.examples], scores)
 
 
@@ -130,7 +131,9 @@ class RolloutSampler:
         return informative_groups(torch.tensor(values, dtype=torch.float64), self.group_size).tolist()
 
     def sample(self, step: int) -> Rollout:
-        """The step's batch of `num_groups` groups; `stats` holds the sampling/* metrics."""
+        """The step's batch of `num_groups` groups; `stats` holds the sampling/* metrics, among them
+        sampling/reward/<term>: the term's mean over every sampled completion, dropped groups included
+        (reward/<term> covers the trained batch, as `reward` does)."""
         first = self._round(self.num_groups, step, 0)
         if not self.dynamic:
             return first
@@ -142,10 +145,12 @@ class RolloutSampler:
             parts.append(self._round(size, step, rounds))
             flags += self._informative(parts[-1])
         chosen = choose_groups(flags, self.num_groups)
-        batch = Rollout.concat(parts).groups(chosen, self.group_size)
+        sampled = Rollout.concat(parts)
+        batch = sampled.groups(chosen, self.group_size)
         batch.stats = {"sampling/rounds": 1.0 + rounds, "sampling/sampled_groups": float(len(flags)),
                        "sampling/informative_share": sum(flags) / len(flags),
-                       "sampling/padded_groups": float(sum(not flags[i] for i in chosen))}
+                       "sampling/padded_groups": float(sum(not flags[i] for i in chosen)),
+                       **{f"sampling/{k}": v for k, v in sampled.scores.term_means().items()}}
         return batch
 
 

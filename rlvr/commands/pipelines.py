@@ -74,7 +74,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("--resume", action="store_true",
                    help="continue an interrupted comparison in --out (the same variants and settings): finished "
                         "variants are kept, an interrupted one resumes from its latest checkpoint, the rest train")
-    _sets(c, "override a config key for every variant (after the variant's own keys); repeatable")
+    _sets(c, "override a config key for every variant; a key some variant sets is refused; repeatable")
     c.set_defaults(func=_compare)
 
     r = subparsers.add_parser("recipe", help="run a multi-stage recipe (R1, Kimi k1.5, Qwen3, ...) stage by stage")

@@ -4,7 +4,10 @@
 
 A variant is a preset name (`rlvr presets`), a YAML file of config overrides, or `LABEL:KEY=VALUE,...`
 (e.g. `seqmean:algorithm.aggregation=seq_mean_token_mean`). Precedence: base config < variant <
-`--set`, so `--set train.steps=20` applies to every variant. Each variant trains in `OUT/<label>`
+`--set`, so `--set train.steps=20` applies to every variant; a `--set` of a key some variant names is
+refused (it would erase what tells the variants apart), as are a key given twice in one variant and a
+variant's `out_dir` (`--out` names the run folders). A preset variant names only its preset: `--set
+algorithm.beta=0` changes that key of every preset, as it does over a preset in `rlvr train`. Each variant trains in `OUT/<label>`
 with its own metrics.jsonl; `OUT/comparison.png` shows training reward, held-out greedy accuracy
 and completion length against step, one line per variant, and `OUT/summary.md` the table printed.
 `--resume` continues an interrupted comparison: finished variants are kept, an interrupted one
@@ -32,12 +35,18 @@ PANELS = (  # (metric key, title, y label)
     ("completion_length", "Completion length", "tokens (training batch mean)"),
 )
 _LABEL = re.compile(r"^[A-Za-z0-9_.-]+$")
+OUT_DIR = "out_dir"
 
 
 @dataclass
 class Variant:
     label: str
     overrides: list[str]  # `--set` strings
+    preset: bool = False  # a preset name: its keys are the preset's, which a `--set` may change as in `rlvr train`
+
+    def own_keys(self) -> list[str]:
+        """The keys this variant names itself: a preset variant only `algorithm.preset`."""
+        return ["algorithm.preset"] if self.preset else [_key(item) for item in self.overrides]
 
 
 def _flatten(tree: dict[str, Any]) -> list[str]:
@@ -54,10 +63,31 @@ def _flatten(tree: dict[str, Any]) -> list[str]:
     return out
 
 
+def _key(item: str) -> str:
+    return item.partition("=")[0].strip()
+
+
+def _overlap(a: str, b: str) -> bool:
+    """Whether setting keys `a` and `b` touches the same value (task.options and task.options.length do)."""
+    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
+
+
+def _checked(spec: str, variant: Variant) -> Variant:
+    keys = [_key(item) for item in variant.overrides]
+    if OUT_DIR in keys:
+        raise ConfigError(f"variant {spec!r}: out_dir is set by compare (--out/<label>); remove it from the variant")
+    for i, key in enumerate(keys):
+        if twice := next((k for k in keys[:i] if _overlap(k, key)), None):
+            raise ConfigError(f"variant {spec!r} sets {key} twice" if twice == key else
+                              f"variant {spec!r} sets both {twice} and {key}; give one of them")
+    return variant
+
+
 def parse_variant(spec: str) -> Variant:
-    """A preset name, a YAML file of overrides, or LABEL:KEY=VALUE,KEY=VALUE."""
+    """A preset name, a YAML file of overrides, or LABEL:KEY=VALUE,KEY=VALUE; a key set twice, or out_dir,
+    is refused."""
     if spec in PRESETS:
-        return Variant(spec, [f"algorithm.preset={spec}", *preset_overrides(spec)])
+        return Variant(spec, [f"algorithm.preset={spec}", *preset_overrides(spec)], preset=True)
     path = Path(spec)
     if spec.endswith((".yaml", ".yml")):
         if not path.is_file():
@@ -65,7 +95,7 @@ def parse_variant(spec: str) -> Variant:
         tree = read_yaml(path) or {}
         if not isinstance(tree, dict):
             raise ConfigError(f"variant file {spec!r}: expected a mapping of config sections")
-        return Variant(path.stem, _flatten(tree))
+        return _checked(spec, Variant(path.stem, _flatten(tree)))
     label, sep, body = spec.partition(":")
     if not sep or not _LABEL.match(label) or not body:
         raise ConfigError(f"variant {spec!r}: expected a preset ({', '.join(sorted(PRESETS))}), a .yaml file, "
@@ -73,15 +103,23 @@ def parse_variant(spec: str) -> Variant:
     sets = [item.strip() for item in body.split(",")]
     if not all("=" in item for item in sets):
         raise ConfigError(f"variant {spec!r}: every item after ':' must be KEY=VALUE")
-    return Variant(label, sets)
+    return _checked(spec, Variant(label, sets))
 
 
-def check_variants(variants: Sequence[Variant]) -> None:
+def check_variants(variants: Sequence[Variant], overrides: Sequence[str] = ()) -> None:
+    """At least two variants with unique labels; no `--set` of a key a variant sets, nor of out_dir."""
     labels = [v.label for v in variants]
     if len(variants) < 2:
         raise ConfigError("compare needs at least two variants")
     if len(set(labels)) != len(labels):
         raise ConfigError(f"variant labels must be unique, got {labels}")
+    for key in map(_key, overrides):
+        if key == OUT_DIR:
+            raise ConfigError("--set out_dir: compare's --out names the run folders (--out/<label>); use --out")
+        for v in variants:
+            if hit := next((k for k in v.own_keys() if _overlap(k, key)), None):
+                raise ConfigError(f"--set {key}: variant {v.label} sets {hit}, and a --set would replace it in every "
+                                  f"variant; set it in each variant (LABEL:KEY=VALUE,...) instead")
 
 
 def run_comparison(base: str | Path | None, variants: Sequence[Variant], out_dir: str | Path,
@@ -90,7 +128,7 @@ def run_comparison(base: str | Path | None, variants: Sequence[Variant], out_dir
     """Train every variant (configs validated first, all of them, before any run) and return
     {label: metrics records}. `train(cfg)` defaults to `rlvr.train.loop.train_to_end`, which also
     finishes a variant's interrupted run; without `resume` a folder already holding a run is refused."""
-    check_variants(variants)
+    check_variants(variants, overrides)
     out_dir = Path(out_dir)
     configs = {v.label: check_registries(load_config(base, [*v.overrides, *overrides, f"out_dir={out_dir / v.label}"]))
                for v in variants}

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
+
+import yaml
 
 from rlvr.config import ConfigError
 from rlvr.jsonl import read_jsonl
@@ -45,6 +47,7 @@ class Finding:
 class RunLog:
     metrics: list[dict[str, Any]]
     timings: list[dict[str, Any]]
+    config: dict[str, Any] = field(default_factory=dict)  # the run's config.yaml ({} when it has none)
 
     def series(self, key: str, rows: list[dict[str, Any]] | None = None) -> list[tuple[int, float]]:
         """(step, value) for each row that has `key` (step 0 holds only the evaluation before RL)."""
@@ -103,11 +106,15 @@ def check_flat_groups(log: RunLog) -> list[Finding]:
         out.append(Finding(PROBLEM, "no learning signal", "every completion of the batch got the same reward, "
                            "so every group-relative advantage is 0", flat,
                            "raise rollout.temperature or train.group_size, or use easier prompts"))
-    share = log.series("sampling/informative_share") or [(s, 1 - v) for s, v in log.series("flat_group_share")]
+    share, flat_in = log.series("sampling/informative_share"), "reward"
+    if share:  # dynamic sampling keeps the groups that vary in its metric (algorithm.dynamic_sampling_metric)
+        flat_in = (log.config.get("algorithm") or {}).get("dynamic_sampling_metric", "accuracy")
+    else:
+        share = [(s, 1 - v) for s, v in log.series("flat_group_share")]
     low = tuple(s for s, v in share if v < 0.5)
     if low:
         worst = min(v for _, v in share)
-        out.append(Finding(WARNING, "zero-variance groups", f"over half the sampled groups had one reward for "
+        out.append(Finding(WARNING, "zero-variance groups", f"over half the sampled groups had one {flat_in} for "
                            f"all their completions (informative share down to {worst:.2f})", low,
                            "prompts are too easy or too hard for the policy: filter them by difficulty"))
     return out
@@ -297,7 +304,17 @@ def load_run(run_dir: str | Path) -> RunLog:
             logs.append(read_jsonl(run_dir / name, missing_ok=True, growing=True))
         except ValueError as e:  # names the file and line
             raise ConfigError(str(e)) from None
-    return RunLog(*logs)
+    return RunLog(*logs, _read_config(run_dir / CONFIG))
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path} is not readable YAML: {str(e).splitlines()[0]}") from None
+    return config if isinstance(config, dict) else {}
 
 
 def diagnose(run: str | Path | RunLog) -> list[Finding]:

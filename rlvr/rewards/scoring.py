@@ -8,10 +8,10 @@ fallback and is counted as `reward/errors`). Tasks are duck-typed (`reward_fn()`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from rlvr.rewards.base import BatchContext
+from rlvr.rewards.base import BatchContext, RewardBatch
 from rlvr.rewards.combine import CombinedReward
 from rlvr.rewards.registry import reward_from_name
 from rlvr.rewards.safe import DEFAULT_TIMEOUT
@@ -42,6 +42,20 @@ class Scores:
     rewards: list[float]  # combined reward per completion
     correct: list[bool]  # exact correctness per completion (task.is_correct)
     components: dict[str, float]  # mean of each named reward term, and the error count
+    values: dict[str, list[float]] = field(default_factory=dict)  # each term's score per completion (NaN: n/a)
+
+    def term_means(self) -> dict[str, float]:
+        """The components that are means of a term over the completions (not counts like reward/errors)."""
+        return {k: v for k, v in self.components.items() if k in self.values}
+
+    def select(self, rows: Sequence[int]) -> "Scores":
+        """The scores of completions `rows`, each term's mean taken over those rows alone, so that it
+        describes the same completions as their rewards; counts (reward/errors) are kept as they are."""
+        values = {k: [v[r] for r in rows] for k, v in self.values.items()}
+        means = RewardBatch([], values).metrics(prefix="")
+        means.pop("errors")
+        counts = {k: v for k, v in self.components.items() if k not in self.values}
+        return Scores([self.rewards[r] for r in rows], [self.correct[r] for r in rows], {**counts, **means}, values)
 
 
 def score_completions(reward: CombinedReward, task: Any, completions: Sequence[Completion],
@@ -54,4 +68,5 @@ def score_completions(reward: CombinedReward, task: Any, completions: Sequence[C
     ctx = BatchContext(group_size=group_size, step=step, lengths=[len(c.token_ids) for c in completions],
                        max_new_tokens=max_new_tokens, correct=correct)
     batch = reward.score_batch([c.prompt for c in completions], texts, list(examples), ctx)
-    return Scores(batch.scores, correct, batch.metrics("reward/"))
+    return Scores(batch.scores, correct, batch.metrics("reward/"),
+                  {f"reward/{k}": list(v) for k, v in batch.components.items()})

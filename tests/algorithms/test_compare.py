@@ -9,7 +9,9 @@ import pytest
 import torch
 import yaml
 
-from rlvr.pipelines.compare import Variant, _flatten, parse_variant, plot_comparison, run_comparison, summarize
+from rlvr.config import load_config
+from rlvr.pipelines.compare import (Variant, _flatten, check_variants, parse_variant, plot_comparison, run_comparison,
+                                   summarize)
 from rlvr.cli import main
 from variant_helpers import TINY
 
@@ -80,6 +82,43 @@ def test_compare_command_end_to_end(tmp_path, capsys):
     for label in ("grpo", "dr_grpo"):
         saved = yaml.safe_load((tmp_path / label / "config.yaml").read_text())
         assert saved["seed"] == 0 and saved["algorithm"]["preset"] == label
+
+
+@pytest.mark.parametrize("argv, line", [
+    # a --set replaced the key that tells the variants apart: both runs had 1 step
+    (["a:train.steps=1", "b:train.steps=2", "--set", "train.steps=1"],
+     "--set train.steps: variant a sets train.steps, and a --set would replace it in every variant"),
+    (["a:task.options={length: 3}", "b:seed=0", "--set", "task.options.length=5"],
+     "--set task.options.length: variant a sets task.options"),
+    (["grpo", "dr_grpo", "--set", "algorithm.preset=ppo"], "--set algorithm.preset: variant grpo sets "
+     "algorithm.preset"),
+    (["a:algorithm.beta=0.1,algorithm.beta=0.2", "b:seed=0"], "variant 'a:algorithm.beta=0.1,algorithm.beta=0.2' "
+     "sets algorithm.beta twice"),
+    (["a:out_dir=/tmp/x", "b:seed=0"], "variant 'a:out_dir=/tmp/x': out_dir is set by compare"),
+    (["a:seed=0", "b:seed=0", "--set", "out_dir=/tmp/x"], "--set out_dir: compare's --out names the run folders"),
+])
+def test_compare_refuses_sets_that_would_be_replaced_or_ignored(tmp_path, capsys, argv, line):
+    assert main(["compare", "--variants", *argv[:2], "--out", str(tmp_path / "out"), *argv[2:]]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and line in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_set_goes_over_the_keys_of_preset_variants_as_in_rlvr_train():
+    """A preset variant names only its preset: `--set algorithm.beta=0` turns the KL term off in every preset
+    compared (as `rlvr train --set algorithm.preset=grpo --set algorithm.beta=0` does), not refused."""
+    variants = [parse_variant("grpo"), parse_variant("dr_grpo")]
+    check_variants(variants, ["algorithm.beta=0"])
+    configs = [load_config(None, [*v.overrides, "algorithm.beta=0"]) for v in variants]
+    assert [c.algorithm.beta for c in configs] == [0, 0]
+    assert [c.algorithm.preset for c in configs] == ["grpo", "dr_grpo"]
+
+
+def test_a_variant_file_setting_out_dir_is_refused(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump({"out_dir": "/tmp/x", "seed": 0}))
+    with pytest.raises(ValueError, match="out_dir is set by compare"):
+        parse_variant(str(path))
 
 
 def test_compare_command_bad_variant_exits_2(tmp_path, capsys):

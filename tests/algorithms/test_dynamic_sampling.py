@@ -120,7 +120,8 @@ def test_refills_flat_groups_in_an_extra_round():
     assert [c.prompt for c in batch.completions] == ["mixed0", "mixed0", "mixed1", "mixed1"]
     assert batch.scores.rewards == [0.0, 1.0, 0.0, 1.0]
     assert batch.stats == {"sampling/rounds": 2.0, "sampling/sampled_groups": 4.0,
-                           "sampling/informative_share": 0.5, "sampling/padded_groups": 0.0}
+                           "sampling/informative_share": 0.5, "sampling/padded_groups": 0.0,
+                           "sampling/reward/task": 0.25}  # 2 of the 8 sampled completions answered 1
     # round 0 uses the seed of a run without dynamic sampling; round 1 asks 1 missing / keep rate 1/2 = 2
     (first, seed0), (second, seed1) = sampler.engine.calls
     assert seed0 == derive_seed(7, 3, 0) != seed1 == derive_seed(7, 3, 0, 1) and len(second) == 2
@@ -149,6 +150,21 @@ def test_extra_rewards_are_added_and_can_make_a_group_informative():
     sampler.group_size = 3
     batch = sampler.sample(step=1)
     assert batch.scores.rewards == [0.0, 0.0, -1.0]
+
+
+def test_reward_terms_describe_the_trained_batch_not_the_dropped_groups():
+    """reward/<term> averages the same completions as `reward` (the kept groups); the means over every
+    sampled completion are logged apart, as sampling/reward/<term>."""
+    batch = _sampler(["flat0", "mixed0", "flat1", "mixed1", "mixed2"]).sample(step=3)
+    reward = sum(batch.scores.rewards) / len(batch.scores.rewards)
+    assert batch.scores.components["reward/task"] == reward == 0.5
+    assert batch.stats["sampling/reward/task"] == 0.25
+    # several terms: the weighted sum of the term means is the batch's mean reward
+    extra = [{"name": "overlong", "weight": 2.0, "options": {"cache_len": 3}}]  # lengths 1, 2 -> 0, -1/3
+    batch = _sampler(["flat0", "mixed0", "flat1", "mixed1"], extra=extra, metric="accuracy").sample(step=1)
+    c = batch.scores.components
+    assert [x.prompt for x in batch.completions] == ["mixed0", "mixed0", "mixed1", "mixed1"]
+    assert c["reward/task"] + 2.0 * c["reward/overlong"] == pytest.approx(sum(batch.scores.rewards) / 4)
 
 
 def test_metric_accuracy_ignores_shaping_terms():

@@ -2,6 +2,7 @@
 real tiny run give nothing alarming or plausible things."""
 
 import pytest
+import yaml
 from run_folders import PROBLEMS, healthy_rows, planted, write_run
 
 from rlvr.cli import main
@@ -52,6 +53,17 @@ def test_each_planted_problem_is_found(tmp_path, problem):
         assert findings[title].detail == ("reward steps 1-6 mean 0.24 -> steps 15-20 mean 0.80, while held-out "
                                           "accuracy 0.10 at step 0 -> 0.10 at step 20 and training accuracy steps 1-6 "
                                           "mean 0.20 -> steps 15-20 mean 0.20")
+
+
+@pytest.mark.parametrize("metric", ["accuracy", "reward", None])
+def test_zero_variance_groups_are_worded_in_the_runs_dynamic_sampling_metric(tmp_path, metric):
+    run = planted(tmp_path / "run", "informative")
+    if metric:
+        (run / "config.yaml").write_text(yaml.safe_dump({"algorithm": {"dynamic_sampling_metric": metric}}))
+    (finding,) = [f for f in diagnose(run) if f.title == "zero-variance groups"]
+    assert f"had one {metric or 'accuracy'} for all their completions" in finding.detail  # the config's default
+    (finding,) = [f for f in diagnose(planted(tmp_path / "plain", "flat_groups")) if f.title == "zero-variance groups"]
+    assert "had one reward for all their completions" in finding.detail  # flat_group_share is over rewards
 
 
 def test_cli_prints_findings_and_refuses_a_non_run(tmp_path, capsys):
