@@ -18,7 +18,8 @@ and runs HFEngine with its one autocast region and `generate` inside one region 
 with only the policy's per-forward hooks it would cast every weight at every token). `--lora R` wraps the
 model in fresh LoRA adapters as `model.lora.r: R` does (vLLM is then left out) and adds "HFEngine/step
 casts", the same engine casting the frozen base at every decoding step (as before it cast them once per
-call, `rlvr.rollout.hf_engine.frozen_linear_casts`).
+call, `rlvr.rollout.hf_engine.frozen_linear_casts`). `--copied-prompt` adds "HFEngine/copied prompt", the same
+engine with cascade attention off (each prompt's keys/values copied to the n rows of its group, as before).
 
     .venv/bin/python benchmarks/bench_rollout.py [--repeats 3] [--threads 2] [--vocab 16384]
     VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind PYTHONPATH=. .venv-vllm/bin/python \
@@ -46,7 +47,8 @@ import rlvr.rollout.hf_engine as hf_engine
 from rlvr.rollout import HFEngine, SamplingParams
 
 MODES = {"full length": True, "with EOS": False}  # mode -> SamplingParams.ignore_eos
-RATIOS = (("HFEngine", "generate"), ("vLLM", "HFEngine"), ("vLLM", "generate"), ("HFEngine", "HFEngine/step casts"))
+RATIOS = (("HFEngine", "generate"), ("vLLM", "HFEngine"), ("vLLM", "generate"), ("HFEngine", "HFEngine/step casts"),
+          ("HFEngine", "HFEngine/copied prompt"))
 
 
 def make_prompts(tokenizer, count: int, length: int, seed: int) -> list[str]:
@@ -95,6 +97,9 @@ def build_engines(args, model, tokenizer, tmp: str) -> dict:
     engines = {"HFEngine": lambda *a: run_engine(engine, *a)}
     if args.lora and dtype != torch.float32:
         engines["HFEngine/step casts"] = lambda *a: run_per_step_casts(engine, *a)
+    if args.copied_prompt:
+        copied = HFEngine(model, tokenizer, autocast=dtype, cascade=False)
+        engines["HFEngine/copied prompt"] = lambda *a: run_engine(copied, *a)
     if not args.no_generate:
         engines["generate"] = lambda *a: run_hf_generate(model, tokenizer, *a, dtype=dtype)
     if args.lora or dtype != torch.float32:
@@ -163,6 +168,8 @@ def main() -> None:
     parser.add_argument("--vllm-eager", action="store_true", help="vLLM without torch.compile")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
                         help="compute dtype, as model.dtype (float32 weights, autocast)")
+    parser.add_argument("--copied-prompt", action="store_true",
+                        help="add HFEngine without cascade attention (prompts copied to every row)")
     parser.add_argument("--lora", type=int, default=0, metavar="R", help="wrap the model in LoRA adapters of rank R")
     args = parser.parse_args()
 

@@ -1,8 +1,13 @@
 """A rollout engine on a plain Hugging Face causal LM (no vLLM): batched, KV-cached sampling.
 
 What makes it faster than `model.generate(num_return_sequences=n)` on CPU:
-- each prompt is prefilled once and its keys/values copied to the n rows of its group, instead of
-  running the prompt n times;
+- each prompt is prefilled once, instead of running the prompt n times;
+- its keys/values are stored once per group and each decoding step's attention reads them once per
+  group, not once per row (cascade attention, `rlvr.rollout.cascade`): the rows of a group attend
+  together to their prompt, each row to its own completion, and the two are merged exactly. Where that
+  does not apply (`cascade_applies`: a model with sliding-window or recurrent layers, an attention kernel
+  other than sdpa/eager, a device other than the CPU, groups of one row) the prompt's keys/values are
+  copied to the n rows of its group and the model's own attention kernel reads them;
 - the KV cache is preallocated (`PreallocatedKVCache`) and written in place, not grown by torch.cat;
 - a finished sequence leaves the batch at once: the last live row is moved into its slot, so the
   forward pass only ever runs on live rows;
@@ -24,7 +29,9 @@ from torch import Tensor
 from torch.func import functional_call
 
 from rlvr.rollout.base import Completion, SamplingParams, encode_prompts
+from rlvr.rollout.cascade import CASCADE, SharedPrefix, decoding_kernel
 from rlvr.rollout.kv_cache import PreallocatedKVCache, cache_kwarg
+from rlvr.rollout.prefix import KERNELS, full_attention_only
 from rlvr.rollout.sampling import LOGPROBS_MODES, sample_next
 from rlvr.rollout.stops import StopChecker, cut_at_stop
 from rlvr.models.tokenizer import pad_token_id
@@ -47,6 +54,8 @@ class HFEngine:
         rollout worker's copy) computes in that dtype as the trained policy does. Autocast keeps only
         the casts of weights that require grad; the frozen linear weights (a LoRA policy's base) are cast
         by the engine once per call (`frozen_linear_casts`) and passed to each step's forward.
+    cascade: store each prompt's keys/values once and decode with cascade attention where it applies
+        (`cascade_applies`); False keeps the copy-to-every-row layout and the model's own kernel throughout.
 
     Weight sharing: built on the very module the trainer optimises, the engine samples from the
     current weights with no copy and `load_weights` is a no-op for those tensors.
@@ -54,7 +63,7 @@ class HFEngine:
 
     def __init__(self, model, tokenizer, *, device: str | torch.device = "cpu",
                  max_batch_size: int | None = None, logprobs_mode: str = "raw_logprobs",
-                 add_special_tokens: bool = True, autocast: torch.dtype | None = None):
+                 add_special_tokens: bool = True, autocast: torch.dtype | None = None, cascade: bool = True):
         if max_batch_size is not None and (not isinstance(max_batch_size, int) or max_batch_size < 1):
             raise ValueError(f"max_batch_size must be a positive int or None, got {max_batch_size!r}")
         if logprobs_mode not in LOGPROBS_MODES:
@@ -71,6 +80,7 @@ class HFEngine:
         pad = pad_token_id(tokenizer)
         self.pad_id = 0 if pad is None else pad
         self._cache_kwarg = cache_kwarg(model)
+        self.cascade = cascade
         self._casts: dict[str, Tensor] = {}  # during a call: frozen linear weights cast to `autocast`
 
     # --- public API -------------------------------------------------------------------------------
@@ -136,20 +146,27 @@ class HFEngine:
 
     # --- decoding ---------------------------------------------------------------------------------
 
-    def _forward(self, input_ids: Tensor, positions: Tensor, mask: Tensor, cache) -> Tensor:
-        if self.model.config._attn_implementation == "eager":  # eager adds a 4D mask to the scores
+    def _uses_cascade(self, counts: list[int]) -> bool:
+        """The one place that decides a chunk's layout: cascade attention, or prompts copied to every row."""
+        return self.cascade and max(counts) > 1 and cascade_applies(self.model, self.device)
+
+    def _forward(self, input_ids: Tensor, positions: Tensor, cache, attention_mask: Tensor | None, **extra) -> Tensor:
+        """Next-token logits (rows, V); `extra` goes to the model's forward (and on to its attention function)."""
+        mask = attention_mask
+        if mask is not None and self.model.config._attn_implementation == "eager":  # eager adds a 4D mask
             mask = torch.zeros(mask.shape, dtype=self.model.dtype, device=mask.device).masked_fill(
                 ~mask, torch.finfo(self.model.dtype).min)
         kwargs = dict(input_ids=input_ids, position_ids=positions, attention_mask=mask, use_cache=True,
-                      logits_to_keep=1, **{self._cache_kwarg: cache})
+                      logits_to_keep=1, **{self._cache_kwarg: cache}, **extra)
         # tie_weights=False: a tied output layer's cast must not replace the embedding (kept in float32)
         out = (functional_call(self.model, self._casts, (), kwargs, tie_weights=False) if self._casts
                else self.model(**kwargs))
         return out.logits[:, -1, :]  # (rows, V)
 
-    def _prefill(self, prompt_ids: list[list[int]], counts: list[int], max_new: int):
-        """Left-pad the prompts, run them once, expand the cache to the groups. Returns the cache,
-        the key-validity mask (R, P + max_new), next positions (R,) and next-token logits (R, V)."""
+    def _prefill(self, prompt_ids: list[list[int]], counts: list[int], max_new: int, cascade: bool):
+        """Left-pad the prompts and run them once; the cache keeps them once per group (cascade) or copies
+        them to the rows of their groups. Returns the cache, what the decoding steps attend to (`SharedPrefix`
+        or `RowKeys`), next positions (R,) and next-token logits (R, V)."""
         dev, width = self.device, max(map(len, prompt_ids))
         lengths = torch.tensor([len(p) for p in prompt_ids], device=dev)  # (B,)
         ids = torch.full((len(prompt_ids), width), self.pad_id, dtype=torch.long, device=dev)
@@ -161,15 +178,21 @@ class HFEngine:
         eye = torch.eye(width, dtype=torch.bool, device=dev)
         # A pad query sees only itself: a row with no visible key would give NaN, then NaN values.
         mask = (causal[None] & real[:, None, :]) | eye[None]  # (B, P, P)
-        expand = torch.repeat_interleave(torch.arange(len(counts), device=dev), torch.tensor(counts, device=dev))
-        rows = int(expand.numel())
-        cache = PreallocatedKVCache(self.model.config.num_hidden_layers, rows, width + max_new)
-        cache.expand_index = expand
-        logits = self._forward(ids, positions, mask[:, None], cache)  # (B, V)
-        cache.expand_index, cache.length = None, width
-        valid = torch.zeros(rows, width + max_new, dtype=torch.bool, device=dev)  # (R, P + T)
-        valid[:, :width] = real[expand]
-        return cache, valid, lengths[expand].clone(), logits[expand]
+        counts_t = torch.tensor(counts, device=dev)
+        group = torch.repeat_interleave(torch.arange(len(counts), device=dev), counts_t)  # (R,) each row's prompt
+        rows, layers = int(group.numel()), self.model.config.num_hidden_layers
+        cache = PreallocatedKVCache(layers, rows, max_new if cascade else width + max_new, shared_prefix=cascade)
+        cache.expand_index = group
+        logits = self._forward(ids, positions, cache, mask[:, None])  # (B, V)
+        cache.expand_index = None
+        if cascade:
+            attend = SharedPrefix.of(cache.prefix_keys, cache.prefix_values, real, group, max(counts))
+        else:
+            cache.length = width
+            valid = torch.zeros(rows, width + max_new, dtype=torch.bool, device=dev)  # (R, P + T)
+            valid[:, :width] = real[group]
+            attend = RowKeys(valid)
+        return cache, attend, lengths[group].clone(), logits[group]
 
     def _run_chunk(self, prompt_ids, counts, sampling: SamplingParams, generator):
         """Sample one batch of groups. Returns per row (token_ids, logprobs, stop_reason, finished).
@@ -177,8 +200,8 @@ class HFEngine:
         Host syncs per token: one (the count of finished rows), plus the tokens' copy to the host
         only when stop strings must be checked; generated tokens and log-probs stay on the device
         until the chunk ends."""
-        max_new = sampling.max_new_tokens
-        cache, valid, positions, logits = self._prefill(prompt_ids, counts, max_new)
+        max_new, cascade = sampling.max_new_tokens, self._uses_cascade(counts)
+        cache, attend, positions, logits = self._prefill(prompt_ids, counts, max_new, cascade)
         rows, dev = cache.rows, self.device
         tokens = torch.zeros(rows, max_new, dtype=torch.long, device=dev)  # (R, T) by sequence id
         logprobs = torch.zeros(rows, max_new, device=dev)
@@ -186,43 +209,39 @@ class HFEngine:
         stopped = torch.zeros(rows, dtype=torch.bool, device=dev)
         stops = StopChecker(self.tokenizer, sampling.stop)
         seq = torch.arange(rows, device=dev)  # row -> sequence id
-        for t in range(max_new):
-            token, logprob = sample_next(logits, sampling.temperature, sampling.top_k, sampling.top_p,
-                                         generator, self.logprobs_mode)
-            tokens[seq, t], logprobs[seq, t] = token, logprob.float()
-            done = torch.isin(token, self.eos_ids) & (not sampling.ignore_eos)  # (R',)
-            if stops.stops:
-                done |= stops.hits(tokens.cpu(), seq.cpu(), t).to(dev)
-            lengths[seq] = torch.where(done, t + 1, lengths[seq])  # no boolean indexing: that would sync
-            stopped[seq] = stopped[seq] | done
-            finished = int(done.sum())  # the one sync every step
-            if t == max_new - 1 or finished == seq.numel():
-                break
-            if finished:
-                keep = self._compact(cache, valid, done.cpu()).to(dev)  # (R',)
-                seq, positions, token = seq[keep], positions[keep], token[keep]
-            valid[: cache.rows, cache.length] = True
-            mask = valid[: cache.rows, : cache.length + 1][:, None, None, :]  # (R', 1, 1, L + 1)
-            logits = self._forward(token[:, None], positions[:, None], mask, cache)
-            cache.length += 1
-            positions = positions + 1
+        with decoding_kernel(self.model, CASCADE) if cascade else nullcontext():
+            for t in range(max_new):
+                token, logprob = sample_next(logits, sampling.temperature, sampling.top_k, sampling.top_p,
+                                             generator, self.logprobs_mode)
+                tokens[seq, t], logprobs[seq, t] = token, logprob.float()
+                done = torch.isin(token, self.eos_ids) & (not sampling.ignore_eos)  # (R',)
+                if stops.stops:
+                    done |= stops.hits(tokens.cpu(), seq.cpu(), t).to(dev)
+                lengths[seq] = torch.where(done, t + 1, lengths[seq])  # no boolean indexing: that would sync
+                stopped[seq] = stopped[seq] | done
+                finished = int(done.sum())  # the one sync every step
+                if t == max_new - 1 or finished == seq.numel():
+                    break
+                if finished:
+                    keep = self._compact(cache, done.cpu()).to(dev)  # (R',)
+                    seq, positions, token, attend = seq[keep], positions[keep], token[keep], attend.select(keep)
+                logits = self._forward(token[:, None], positions[:, None], cache, **attend.step_kwargs(cache.length))
+                cache.length += 1
+                positions = positions + 1
         reasons, lengths = stops.reasons, lengths.tolist()
         token_rows, logprob_rows, stopped = tokens.tolist(), logprobs.tolist(), stopped.tolist()
         return [(token_rows[r][: lengths[r]], logprob_rows[r][: lengths[r]], reasons.get(r), stopped[r])
                 for r in range(rows)]
 
-    @staticmethod
-    def _compact(cache: PreallocatedKVCache, valid: Tensor, done: Tensor) -> Tensor:
-        """Drop finished rows: live rows beyond the new end move into the holes (cache and validity
-        mask moved in place); returns the index that reorders per-row tensors the same way."""
+    def _compact(self, cache: PreallocatedKVCache, done: Tensor) -> Tensor:
+        """Drop finished rows: live rows beyond the new end move into the holes (the cache moved in
+        place); returns the index that reorders per-row tensors the same way."""
         live = int((~done).sum())
         order = torch.arange(done.numel())
         holes = torch.nonzero(done[:live]).squeeze(-1)  # finished rows that stay inside [0, live)
         movers = torch.nonzero(~done[live:]).squeeze(-1) + live  # live rows outside [0, live)
         if holes.numel():
-            holes_dev, movers_dev = holes.to(valid.device), movers.to(valid.device)
-            cache.move_rows(movers_dev, holes_dev)
-            valid[holes_dev] = valid[movers_dev]
+            cache.move_rows(movers.to(self.device), holes.to(self.device))
             order[holes] = movers
         cache.rows = live
         return order[:live]
@@ -235,6 +254,35 @@ class HFEngine:
         return Completion(prompt=prompt, prompt_ids=list(prompt_ids), token_ids=token_ids, logprobs=logprobs,
                           text=text, finish_reason="stop" if finished else "length",
                           extra={"stop_reason": stop_reason})
+
+
+class RowKeys:
+    """What the decoding steps attend to when every row holds its own copy of the prompt: the model's own
+    kernel, given which cache columns of each row are real (not left padding)."""
+
+    def __init__(self, valid: Tensor):
+        self.valid = valid  # (R, P + T) bool
+
+    def select(self, keep: Tensor) -> RowKeys:
+        """The rows `keep` (R',) in that order."""
+        return RowKeys(self.valid[keep])
+
+    def step_kwargs(self, length: int) -> dict:
+        """The model's keyword arguments for a step that writes cache column `length`."""
+        self.valid[:, length] = True
+        return {"attention_mask": self.valid[:, : length + 1][:, None, None, :]}  # (R', 1, 1, L + 1)
+
+
+def cascade_applies(model, device: torch.device) -> bool:
+    """Whether cascade attention computes what the model's own kernel would: every layer attends to every
+    earlier token (`full_attention_only`) with plain softmax attention (sdpa or eager kernels), in a model
+    class of transformers' own (a model's remote code may not look its attention function up by
+    `config._attn_implementation`). On the CPU only: its kernel is where it is measured."""
+    config = model.config
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a PEFT wrapper: its model
+    own_code = any(cls.__module__.startswith("transformers.models.") for cls in type(base).__mro__)
+    return (device.type == "cpu" and own_code and config._attn_implementation in KERNELS
+            and full_attention_only(config))
 
 
 def frozen_linear_casts(model: torch.nn.Module, dtype: torch.dtype) -> dict[str, Tensor]:

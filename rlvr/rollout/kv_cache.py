@@ -8,6 +8,12 @@ Layout per layer: keys/values (rows, heads, max_len, head_dim), allocated once. 
 all rows share the column index (prompts are left-padded to a common length), so one integer
 `length` says how many columns are filled. `update` writes the new columns in place and returns
 views `[:rows, :, :length + q]`: no copy, and attention only spans the filled columns.
+
+The prompt's columns are held in one of two ways, chosen when the cache is made:
+- copied to every row of its group (`shared_prefix=False`): the rows then hold [prompt ; completion] and
+  any attention kernel reads them;
+- kept once per group (`shared_prefix=True`, `prefix_keys`/`prefix_values` (groups, heads, P, head_dim)):
+  the rows hold only the completion, and the decoding steps' attention is `rlvr.rollout.cascade`'s.
 """
 
 from __future__ import annotations
@@ -24,10 +30,10 @@ class PreallocatedKVCache(Cache):
 
     During prefill, `expand_index` (rows,) maps each cache row to the prompt (batch row of the
     forward pass) it continues: the prompt is computed once and its keys/values are written to the
-    n rows of its group (GRPO samples n completions per prompt).
+    n rows of its group (GRPO samples n completions per prompt), or with `shared_prefix` kept as they are.
     """
 
-    def __init__(self, num_layers: int, rows: int, max_len: int):
+    def __init__(self, num_layers: int, rows: int, max_len: int, shared_prefix: bool = False):
         super().__init__(layers=[])
         self.num_layers = num_layers
         self.capacity_rows, self.max_len = rows, max_len
@@ -36,6 +42,9 @@ class PreallocatedKVCache(Cache):
         self.keys: list[Tensor | None] = [None] * num_layers
         self.values: list[Tensor | None] = [None] * num_layers
         self.expand_index: Tensor | None = None
+        self.shared_prefix = shared_prefix
+        self.prefix_keys: list[Tensor | None] = [None] * num_layers  # with shared_prefix: (groups, heads, P, d)
+        self.prefix_values: list[Tensor | None] = [None] * num_layers
 
     def _allocate(self, layer_idx: int, key: Tensor, value: Tensor) -> None:
         heads = key.shape[1]
@@ -47,21 +56,36 @@ class PreallocatedKVCache(Cache):
     def update(self, key_states: Tensor, value_states: Tensor, layer_idx: int, *args, **kwargs
                ) -> tuple[Tensor, Tensor]:
         """key/value_states: (batch, heads, q, head_dim) for the q new columns of this forward."""
+        if self.expand_index is not None:  # prefill: one forward per prompt
+            return self._prefill(key_states, value_states, layer_idx)
         if self.keys[layer_idx] is None:
             self._allocate(layer_idx, key_states, value_states)
         keys, values = self.keys[layer_idx], self.values[layer_idx]
         start, stop = self.length, self.length + key_states.shape[2]
         if stop > self.max_len:
             raise RuntimeError(f"KV cache full: {stop} columns needed, {self.max_len} allocated")
-        if self.expand_index is not None:  # prefill: one forward per prompt, copied to its group
-            if start != 0:
-                raise RuntimeError("prefill must start from an empty cache")
-            keys[: self.rows, :, :stop] = key_states.index_select(0, self.expand_index)
-            values[: self.rows, :, :stop] = value_states.index_select(0, self.expand_index)
-            return key_states, value_states  # the prefill attends within its own prompts only
         keys[: self.rows, :, start:stop] = key_states
         values[: self.rows, :, start:stop] = value_states
         return keys[: self.rows, :, :stop], values[: self.rows, :, :stop]
+
+    def _prefill(self, key_states: Tensor, value_states: Tensor, layer_idx: int) -> tuple[Tensor, Tensor]:
+        """Keep the prompts once (shared_prefix) or copy each to the rows of its group. The prefill attends
+        within its own prompts only."""
+        if self.length != 0:
+            raise RuntimeError("prefill must start from an empty cache")
+        if self.shared_prefix:
+            # contiguous (value_states is a transposed view of the projection): every step reads them
+            self.prefix_keys[layer_idx] = key_states.contiguous()
+            self.prefix_values[layer_idx] = value_states.contiguous()
+            return key_states, value_states
+        if self.keys[layer_idx] is None:
+            self._allocate(layer_idx, key_states, value_states)
+        stop = key_states.shape[2]
+        if stop > self.max_len:
+            raise RuntimeError(f"KV cache full: {stop} columns needed, {self.max_len} allocated")
+        self.keys[layer_idx][: self.rows, :, :stop] = key_states.index_select(0, self.expand_index)
+        self.values[layer_idx][: self.rows, :, :stop] = value_states.index_select(0, self.expand_index)
+        return key_states, value_states
 
     def move_rows(self, sources: Tensor, targets: Tensor) -> None:
         """Copy rows `sources` to rows `targets` (filled columns only) in every layer."""
