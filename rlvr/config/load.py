@@ -229,6 +229,20 @@ def from_dict(cls: type, raw: dict, prefix: str = "") -> Any:
     return cls(**kwargs)
 
 
+def _option_value(value: str, key: str) -> Any:
+    """A free-form option's --set value (its type is the task's, unknown here), read as YAML (numbers,
+    booleans, [lists], {mappings}); other text that YAML cannot read or reads as a block mapping is meant as
+    written: `template=Q: {question} A:` is that string. The task checks the value's type when it is built."""
+    flow = value.lstrip().startswith(("[", "{"))
+    try:
+        parsed = parse_yaml(value, f"--set {key}")
+    except ConfigError:
+        if flow:
+            raise
+        return value
+    return value if isinstance(parsed, dict) and not flow else parsed
+
+
 def apply_overrides(cfg: Any, overrides: list[str]) -> None:
     """Apply `a.b=value` strings in place; the value is parsed as the field's type."""
     for item in overrides:
@@ -240,7 +254,7 @@ def apply_overrides(cfg: Any, overrides: list[str]) -> None:
             if isinstance(obj, dict):  # free-form options, e.g. task.options.length=5
                 for sub in parts[i:-1]:
                     obj = obj.setdefault(sub, {})
-                obj[parts[-1]] = parse_yaml(value, f"--set {key}")
+                obj[parts[-1]] = _option_value(value, key)
                 break
             hints = typing.get_type_hints(type(obj))
             if part not in hints:

@@ -202,6 +202,22 @@ def test_apply_overrides_into_free_form_dict():
     assert cfg.task.options == {"nested": {"x": 1}}
 
 
+@pytest.mark.parametrize("value, expected", [
+    ("Q: {question} A:", "Q: {question} A:"),  # YAML cannot read it: the text as written
+    ("Question {question}: answer", "Question {question}: answer"),  # YAML reads a block mapping: the text
+    ("plain", "plain"), ("5", 5), ("true", True), ("[1, 2]", [1, 2]), ("{a: 1}", {"a": 1}),  # YAML as before
+])
+def test_free_form_option_text_is_taken_as_written_where_yaml_reads_no_value(value, expected):
+    cfg = Config()
+    apply_overrides(cfg, [f"task.options.template={value}"])
+    assert cfg.task.options == {"template": expected}
+
+
+def test_free_form_option_in_list_or_mapping_syntax_must_be_valid_yaml():
+    with pytest.raises(ConfigError, match=r"^--set task.options.length: invalid YAML at line 1"):
+        apply_overrides(Config(), ["task.options.length=[3"])
+
+
 @pytest.mark.parametrize("name", ["demo.yaml", "sort.yaml", "arith.yaml"])
 def test_shipped_configs_validate(name):
     from pathlib import Path
