@@ -104,6 +104,9 @@ class OverlongPenalty:
         max_len = self.max_len or ctx.max_new_tokens
         if max_len is None:
             raise RewardConfigError("overlong needs max_len= or BatchContext(max_new_tokens=...)")
+        if self.cache_len > max_len:  # every sample would fail alike: a setting, not a sample's error
+            raise RewardConfigError(f"overlong: cache_len {self.cache_len} exceeds max_len {max_len} (the sampler's "
+                                    "max_new_tokens unless given); need 0 < cache_len <= max_len")
         return RewardBatch([dapo_overlong_penalty(n, max_len, self.cache_len) for n in lengths])
 
 

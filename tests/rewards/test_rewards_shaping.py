@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from rlvr.rewards import (BatchContext, CombinedReward, KimiLengthReward, LanguageConsistencyReward, MathReward,
                           OverlongPenalty, RewardConfigError, StepGated, dapo_overlong_penalty, format_ok,
                           kimi_length_reward, r1_format_reward, r1_format_reward_strict, reward_from_name,
-                          script_share)
+                          SafeReward, script_share)
 from rlvr.rewards.language import words
 
 R1_PROMPT = "User: what is 1/2 as a decimal? Assistant: <think>"
@@ -121,6 +121,17 @@ def test_dapo_closed_form():
     assert batch.scores == [-0.25, -1.0]
     with pytest.raises(ValueError):
         dapo_overlong_penalty(5, 10, 11)
+
+
+def test_overlong_cache_longer_than_the_samplers_max_len_is_a_setting_error_not_per_sample_errors():
+    """max_len from the sampler (BatchContext.max_new_tokens) below cache_len: every sample failed one by one
+    (errors counted, reward 0, the run went on); now one RewardConfigError, also through SafeReward."""
+    ctx = BatchContext(lengths=[3, 9], max_new_tokens=8)
+    with pytest.raises(RewardConfigError, match="cache_len 10 exceeds max_len 8"):
+        OverlongPenalty(cache_len=10).score_batch(["p"] * 2, ["a", "b"], [{}] * 2, ctx)
+    with pytest.raises(RewardConfigError, match="cache_len 10 exceeds max_len 8"):
+        SafeReward(OverlongPenalty(cache_len=10)).score_batch(["p"] * 2, ["a", "b"], [{}] * 2, ctx)
+    assert OverlongPenalty(cache_len=8).score_batch(["p"] * 2, ["a", "b"], [{}] * 2, ctx).scores == [-0.375, -1.0]
 
 
 @given(st.integers(1, 2000), st.integers(1, 2000), st.integers(0, 3000))
