@@ -204,6 +204,18 @@ def check_unchanged(recorded: dict[str, Any] | None, current: dict[str, Any], wh
                           "another --out, or delete that stage's folder and those after it to redo them")
 
 
+def check_stage_folders(out_dir: Path, stage_dirs: list[Path]) -> None:
+    """`out_dir` holds no stage folder (`NN_name`) but this recipe's: another recipe's stages there (the same --out
+    given to two recipes, or stages renamed or removed since) would mix two recipes' results in one folder."""
+    ours = {d.name for d in stage_dirs}
+    others = sorted(d.name for d in out_dir.glob("[0-9][0-9]_*") if d.is_dir() and d.name not in ours
+                    and _NAME.fullmatch(d.name[3:]))
+    if others:
+        raise ConfigError(f"--out {str(out_dir)!r} holds stage folders this recipe does not have ({', '.join(others)}):"
+                          f" another recipe's, or stages renamed since; choose another --out (this recipe's stages: "
+                          f"{', '.join(sorted(ours))})")
+
+
 def run_recipe(recipe: Recipe, out_dir: str | Path, log: Callable[[str], None] = print) -> list[dict[str, Any]]:
     """Run every stage in order; returns each stage's record (also in `OUT/NN_name/stage.json`). Finished
     stages are skipped, after checking (all of them, before any work) that they were made with the
@@ -212,6 +224,7 @@ def run_recipe(recipe: Recipe, out_dir: str | Path, log: Callable[[str], None] =
     check_out_dir(out_dir, "--out")
     base = base_config(recipe)
     stage_dirs = [out_dir / f"{i:02d}_{stage.name}" for i, stage in enumerate(recipe.stages, 1)]
+    check_stage_folders(out_dir, stage_dirs)
     settings = [stage_settings(recipe, stage) for stage in recipe.stages]
     start = start_settings(base)
     if (out_dir / START).is_file() and any(d.exists() for d in stage_dirs):  # none begun: rebuilt (start_model)

@@ -73,6 +73,22 @@ def test_a_finished_stage_made_with_other_settings_is_refused_not_skipped(tmp_pa
     assert again == first
 
 
+def test_a_folder_holding_another_recipes_stages_is_refused_before_any_work(tmp_path, capsys):
+    """Two recipes given the same --out shared the folder without a word (their stages side by side, the
+    starting model replaced); now the second is refused in one line naming the stage folders it does not have."""
+    first, second = tmp_path / "first.yaml", tmp_path / "second.yaml"
+    first.write_text(yaml.safe_dump({"stages": [{"name": "a", "kind": "sft", "steps": 1, "demonstrations": 4}]}))
+    second.write_text(yaml.safe_dump({"stages": [{"name": "b", "kind": "sft", "steps": 1, "demonstrations": 4}]}))
+    out = tmp_path / "out"
+    run_recipe(load_recipe(first, TINY), out, log=lambda _: None)
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    assert main(["recipe", str(second), "--out", str(out), *[f"--set={item}" for item in TINY]]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds stage folders this recipe does not have (01_a)" in err
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == before  # nothing touched
+    assert run_recipe(load_recipe(first, TINY), out, log=lambda _: None)[0]["name"] == "a"  # its own: resumes
+
+
 def test_an_out_that_is_a_file_is_refused_before_any_work(tmp_path, capsys):
     (tmp_path / "afile").write_text("")
     assert main(["recipe", str(RECIPES / "r1_zero.yaml"), "--out", str(tmp_path / "afile")]) == 2
