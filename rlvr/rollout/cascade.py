@@ -22,7 +22,7 @@ function (as it does flash-attention's sequence lengths).
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
@@ -66,12 +66,21 @@ def group_slots(group_of_row: Tensor, num_groups: int, width: int) -> tuple[Tens
     return slot_of_row, row_of_slot
 
 
-def cascade_attention(q: Tensor, prefix_k: Tensor, prefix_v: Tensor, prefix_mask: Tensor,
+def prefix_bias(prefix_mask: Tensor) -> Tensor | None:
+    """The additive mask of the prompts' keys, (G, 1, 1, P) float32 (-inf on left padding), or None when no
+    prompt is padded (the kernel then runs unmasked). Made once per decoding step, for all layers."""
+    if bool(prefix_mask.all()):
+        return None
+    bias = torch.zeros(prefix_mask.shape, dtype=torch.float32, device=prefix_mask.device)
+    return bias.masked_fill(~prefix_mask, float("-inf"))[:, None, None, :]
+
+
+def cascade_attention(q: Tensor, prefix_k: Tensor, prefix_v: Tensor, bias: Tensor | None,
                       slots: tuple[Tensor, Tensor], suffix_k: Tensor, suffix_v: Tensor, scaling: float) -> Tensor:
     """One decoding step's attention over [group prompt ; own completion] keys.
 
     q (R, Hq, 1, d): one query per row. prefix_k/v (G, Hk, P, d): each group's prompt, stored once.
-    prefix_mask (G, P) bool: True on real (not padding) prompt tokens. slots: `group_slots` of the rows'
+    bias: `prefix_bias` of the prompts' (G, P) mask (None: no padding). slots: `group_slots` of the rows'
     groups. suffix_k/v (R, Hk, S, d): each row's completion keys (S >= 1). Hq = Hk * heads per key/value head.
     Returns (R, Hq, 1, d), equal to softmax attention over the concatenated keys."""
     R, Hq, _, d = q.shape
@@ -81,8 +90,7 @@ def cascade_attention(q: Tensor, prefix_k: Tensor, prefix_v: Tensor, prefix_mask
     width = row_of_slot.numel() // G
     grouped = q.index_select(0, row_of_slot).reshape(G, width, Hk, share, d)  # (G, C, Hk, h, d)
     grouped = grouped.permute(0, 2, 1, 3, 4).reshape(G, Hk, width * share, d)  # a group's queries together
-    bias = torch.zeros(prefix_mask.shape, dtype=q.dtype, device=q.device).masked_fill(~prefix_mask, float("-inf"))
-    out1, lse1 = attention_with_lse(grouped, prefix_k, prefix_v, scaling, bias[:, None, None, :])
+    out1, lse1 = attention_with_lse(grouped, prefix_k, prefix_v, scaling, None if bias is None else bias.to(q.dtype))
     out1 = out1.view(G, Hk, width, share, d).transpose(1, 2).reshape(G * width, Hk, share, d).index_select(
         0, slot_of_row)  # (R, Hk, h, d)
     lse1 = lse1.view(G, Hk, width, share).transpose(1, 2).reshape(G * width, Hk, share).index_select(0, slot_of_row)
@@ -97,18 +105,21 @@ class SharedPrefix:
 
     keys: list  # per layer: the prompts' keys (G, Hk, P, d), filled by the prefill
     values: list  # per layer: (G, Hk, P, d)
-    prompt_mask: Tensor  # (G, P) bool, True on real prompt tokens
+    bias: Tensor | None  # prefix_bias of the (G, P) prompt mask: -inf on left padding; None without padding
     group: Tensor  # (R,) each live row's group
     width: int  # slots per group: the largest group
     slots: tuple[Tensor, Tensor]  # group_slots(group, G, width)
 
     @classmethod
     def of(cls, keys: list, values: list, prompt_mask: Tensor, group: Tensor, width: int) -> SharedPrefix:
-        return cls(keys, values, prompt_mask, group, width, group_slots(group, prompt_mask.shape[0], width))
+        """prompt_mask (G, P) bool: True on real prompt tokens."""
+        slots = group_slots(group, prompt_mask.shape[0], width)
+        return cls(keys, values, prefix_bias(prompt_mask), group, width, slots)
 
     def select(self, keep: Tensor) -> SharedPrefix:
         """The rows `keep` (R',) in that order (finished rows dropped, the rest moved)."""
-        return SharedPrefix.of(self.keys, self.values, self.prompt_mask, self.group[keep], self.width)
+        group = self.group[keep]
+        return replace(self, group=group, slots=group_slots(group, len(self.keys[0]), self.width))
 
     def step_kwargs(self, length: int) -> dict:
         """The model's keyword arguments for a decoding step: no mask (every row's completion columns are
@@ -133,7 +144,7 @@ def cascade_attention_forward(module, query: Tensor, key: Tensor, value: Tensor,
     device = query.device.type
     dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else query.dtype
     q, k, v, prefix_k, prefix_v = (t.to(dtype) for t in (query, key, value, prefix.keys[layer], prefix.values[layer]))
-    out = cascade_attention(q, prefix_k, prefix_v, prefix.prompt_mask, prefix.slots, k, v, scaling)
+    out = cascade_attention(q, prefix_k, prefix_v, prefix.bias, prefix.slots, k, v, scaling)
     return out.transpose(1, 2), None
 
 

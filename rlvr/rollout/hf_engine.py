@@ -6,8 +6,9 @@ What makes it faster than `model.generate(num_return_sequences=n)` on CPU:
   group, not once per row (cascade attention, `rlvr.rollout.cascade`): the rows of a group attend
   together to their prompt, each row to its own completion, and the two are merged exactly. Where that
   does not apply (`cascade_applies`: a model with sliding-window or recurrent layers, an attention kernel
-  other than sdpa/eager, a device other than the CPU, groups of one row) the prompt's keys/values are
-  copied to the n rows of its group and the model's own attention kernel reads them;
+  other than sdpa/eager, a device other than the CPU, groups of one row) or does not pay (`cascade_saving`:
+  short prompts on a narrow model) the prompt's keys/values are copied to the n rows of its group and the
+  model's own attention kernel reads them;
 - the KV cache is preallocated (`PreallocatedKVCache`) and written in place, not grown by torch.cat;
 - a finished sequence leaves the batch at once: the last live row is moved into its slot, so the
   forward pass only ever runs on live rows;
@@ -54,8 +55,10 @@ class HFEngine:
         rollout worker's copy) computes in that dtype as the trained policy does. Autocast keeps only
         the casts of weights that require grad; the frozen linear weights (a LoRA policy's base) are cast
         by the engine once per call (`frozen_linear_casts`) and passed to each step's forward.
-    cascade: store each prompt's keys/values once and decode with cascade attention where it applies
-        (`cascade_applies`); False keeps the copy-to-every-row layout and the model's own kernel throughout.
+    cascade: "auto" stores each prompt's keys/values once and decodes with cascade attention where it applies
+        (`cascade_applies`) and pays (`cascade_saving`: enough prompt keys/values saved per row and layer); True
+        wherever it applies (groups of two rows or more); False keeps the copy-to-every-row layout and the
+        model's own kernel throughout.
 
     Weight sharing: built on the very module the trainer optimises, the engine samples from the
     current weights with no copy and `load_weights` is a no-op for those tensors.
@@ -63,9 +66,11 @@ class HFEngine:
 
     def __init__(self, model, tokenizer, *, device: str | torch.device = "cpu",
                  max_batch_size: int | None = None, logprobs_mode: str = "raw_logprobs",
-                 add_special_tokens: bool = True, autocast: torch.dtype | None = None, cascade: bool = True):
+                 add_special_tokens: bool = True, autocast: torch.dtype | None = None, cascade: bool | str = "auto"):
         if max_batch_size is not None and (not isinstance(max_batch_size, int) or max_batch_size < 1):
             raise ValueError(f"max_batch_size must be a positive int or None, got {max_batch_size!r}")
+        if cascade not in (True, False, "auto"):
+            raise ValueError(f"cascade must be True, False or 'auto', got {cascade!r}")
         if logprobs_mode not in LOGPROBS_MODES:
             raise ValueError(f"unknown logprobs_mode {logprobs_mode!r}; choose from {list(LOGPROBS_MODES)}")
         self.device = torch.device(device)
@@ -146,9 +151,12 @@ class HFEngine:
 
     # --- decoding ---------------------------------------------------------------------------------
 
-    def _uses_cascade(self, counts: list[int]) -> bool:
-        """The one place that decides a chunk's layout: cascade attention, or prompts copied to every row."""
-        return self.cascade and max(counts) > 1 and cascade_applies(self.model, self.device)
+    def _uses_cascade(self, counts: list[int], width: int) -> bool:
+        """The one place that decides a chunk's layout (groups of `counts` rows, prompts padded to `width`):
+        cascade attention, or prompts copied to every row."""
+        if self.cascade is False or max(counts) < 2 or not cascade_applies(self.model, self.device):
+            return False
+        return self.cascade is True or cascade_saving(self.model.config, max(counts), width) >= CASCADE_MIN_SAVED
 
     def _forward(self, input_ids: Tensor, positions: Tensor, cache, attention_mask: Tensor | None, **extra) -> Tensor:
         """Next-token logits (rows, V); `extra` goes to the model's forward (and on to its attention function)."""
@@ -200,7 +208,7 @@ class HFEngine:
         Host syncs per token: one (the count of finished rows), plus the tokens' copy to the host
         only when stop strings must be checked; generated tokens and log-probs stay on the device
         until the chunk ends."""
-        max_new, cascade = sampling.max_new_tokens, self._uses_cascade(counts)
+        max_new, cascade = sampling.max_new_tokens, self._uses_cascade(counts, max(map(len, prompt_ids)))
         cache, attend, positions, logits = self._prefill(prompt_ids, counts, max_new, cascade)
         rows, dev = cache.rows, self.device
         tokens = torch.zeros(rows, max_new, dtype=torch.long, device=dev)  # (R, T) by sequence id
@@ -271,6 +279,23 @@ class RowKeys:
         """The model's keyword arguments for a step that writes cache column `length`."""
         self.valid[:, length] = True
         return {"attention_mask": self.valid[:, : length + 1][:, None, None, :]}  # (R', 1, 1, L + 1)
+
+
+# Cascade attention costs a fixed amount per row and layer (two attention kernels and their merge instead of one)
+# and saves the prompt keys/values a row no longer reads: it pays from CASCADE_MIN_SAVED saved entries per row and
+# layer on (`cascade_saving`). Measured (one thread, tcmalloc, copied/cascade time of interleaved calls; docs/
+# performance.md, round thirteen): a 64-wide model (kv width 64) loses at 13-24-token prompts in groups of 8
+# (728-1,344 saved: 0.94-0.99x) and wins from 32 (1,792: 1.08x; 96 tokens: 1.27x); 128 wide wins at 13 tokens
+# (1,456: 1.01-1.07x), is even at 8 (896: 1.00x); 512 wide wins at 13 tokens (5,824: 1.02-1.08x).
+CASCADE_MIN_SAVED = 1400
+
+
+def cascade_saving(config, group: int, width: int) -> float:
+    """Prompt key/value entries per row and layer that cascade attention does not read, with groups of `group`
+    rows and prompts `width` tokens wide: (1 - 1/group) * width * (key/value heads * head size)."""
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    return (1 - 1 / group) * width * kv_heads * head_dim
 
 
 def cascade_applies(model, device: torch.device) -> bool:

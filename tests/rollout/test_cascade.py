@@ -4,7 +4,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlvr.rollout.cascade import cascade_attention, group_slots, merge_attention
+from rlvr.rollout.cascade import cascade_attention, group_slots, merge_attention, prefix_bias
 
 
 def test_merge_weighs_each_part_by_its_share_of_the_softmax_sum():
@@ -36,7 +36,7 @@ def test_cascade_attention_by_hand():
     suffix_k = torch.tensor([math.log(4), 0]).view(2, 1, 1, 1)
     suffix_v = torch.tensor([1.0, 2]).view(2, 1, 1, 1)
     slots = group_slots(torch.tensor([1, 0]), 2, 1)  # row 0 is group 1's, row 1 group 0's
-    out = cascade_attention(q.flip(0), prefix_k, prefix_v, prompt_mask, slots, suffix_k.flip(0), suffix_v.flip(0),
+    out = cascade_attention(q.flip(0), prefix_k, prefix_v, prefix_bias(prompt_mask), slots, suffix_k.flip(0), suffix_v.flip(0),
                             scaling=1.0)
     torch.testing.assert_close(out.view(2), torch.tensor([5.0, 2.0]))
 
@@ -78,6 +78,17 @@ def test_cascade_equals_softmax_attention_over_prompt_and_completion(groups, mos
     q, prefix_k, prefix_v = randn(R, Hq, 1, d), randn(groups, Hk, prompt, d), randn(groups, Hk, prompt, d)
     suffix_k, suffix_v = randn(R, Hk, suffix, d), randn(R, Hk, suffix, d)
     slots = group_slots(group, groups, most_rows)
-    out = cascade_attention(q, prefix_k, prefix_v, prompt_mask, slots, suffix_k, suffix_v, scaling=d ** -0.5)
+    out = cascade_attention(q, prefix_k, prefix_v, prefix_bias(prompt_mask), slots, suffix_k, suffix_v,
+                            scaling=d ** -0.5)
     expected = plain_attention(q, prefix_k, prefix_v, prompt_mask, group, suffix_k, suffix_v, d ** -0.5)
     torch.testing.assert_close(out, expected, atol=1e-6, rtol=1e-5)
+
+
+def test_prefix_bias_masks_left_padding_and_is_none_without_padding():
+    """By hand: prompts [pad, a, b] and [c, d, e] -> one -inf at (0, 0), zeros elsewhere, shaped to broadcast over
+    heads and queries; no padding at all -> None (the kernel then runs unmasked)."""
+    bias = prefix_bias(torch.tensor([[False, True, True], [True, True, True]]))
+    expected = torch.tensor([[float("-inf"), 0.0, 0.0], [0.0, 0.0, 0.0]]).view(2, 1, 1, 3)
+    assert bias.dtype == torch.float32 and bias.shape == (2, 1, 1, 3)
+    torch.testing.assert_close(bias, expected)
+    assert prefix_bias(torch.ones(2, 3, dtype=torch.bool)) is None

@@ -34,7 +34,7 @@ def cascade_calls(monkeypatch):
 def both_layouts(model, tokenizer, calls, n, params, **engine):
     """Completions of the cascade engine and of the copy-to-every-row one; the first must have run the
     cascade kernel (`calls` keeps its calls) and the second must not."""
-    got = HFEngine(model, tokenizer, **engine).generate(PROMPTS, n, params)
+    got = HFEngine(model, tokenizer, cascade=True, **engine).generate(PROMPTS, n, params)
     ran = list(calls)
     expected = HFEngine(model, tokenizer, cascade=False, **engine).generate(PROMPTS, n, params)
     assert ran and calls == ran
@@ -132,7 +132,7 @@ def test_the_training_model_keeps_its_attention_kernel(sharp, monkeypatch):
     """The cascade kernel is switched in for the decoding steps only: back after the call, and after a call
     that fails mid-decoding."""
     model, tokenizer = copy.deepcopy(sharp[0]), sharp[1]
-    engine = HFEngine(model, tokenizer)
+    engine = HFEngine(model, tokenizer, cascade=True)
     engine.generate(PROMPTS, 2, SamplingParams(max_new_tokens=4, seed=0))
     assert model.config._attn_implementation == "sdpa"
     real, seen = hf_engine.sample_next, []
@@ -159,7 +159,7 @@ class RemoteCausalLM(torch.nn.Module):
 
 def test_where_cascade_cannot_apply_the_rows_hold_the_prompt(sharp_factory, cascade_calls):
     """A model with a sliding-window layer (its window longer than any sequence here, so full attention in
-    effect), single-row groups and `cascade=False` decode with the model's own kernel; a model on another
+    effect) and single-row groups decode, even with `cascade=True`, as `cascade=False` does with the model's own kernel; a model on another
     device, with another kernel or of a class of its own would too."""
     model, tokenizer = sharp_factory("qwen2")
     cpu = torch.device("cpu")
@@ -172,12 +172,37 @@ def test_where_cascade_cannot_apply_the_rows_hold_the_prompt(sharp_factory, casc
     assert not hf_engine.cascade_applies(windowed, cpu)
     params = SamplingParams(temperature=1.0, max_new_tokens=10, seed=6)
     expected = HFEngine(model, tokenizer, cascade=False).generate(PROMPTS, 3, params)
-    assert_same_samples(HFEngine(windowed, tokenizer).generate(PROMPTS, 3, params), expected)
-    HFEngine(model, tokenizer, max_batch_size=1).generate(PROMPTS, 3, params)
-    HFEngine(model, tokenizer).generate(PROMPTS, 1, params)
+    assert_same_samples(HFEngine(windowed, tokenizer, cascade=True).generate(PROMPTS, 3, params), expected)
+    HFEngine(model, tokenizer, max_batch_size=1, cascade=True).generate(PROMPTS, 3, params)
+    HFEngine(model, tokenizer, cascade=True).generate(PROMPTS, 1, params)
     assert cascade_calls == []
     assert not hf_engine.cascade_applies(model, torch.device("meta"))
     other_kernel = copy.deepcopy(model)
     other_kernel.config._attn_implementation = "flex_attention"
     assert not hf_engine.cascade_applies(other_kernel, cpu)
     assert not hf_engine.cascade_applies(RemoteCausalLM(model.config), cpu)
+
+
+def test_cascade_saving_by_hand():
+    """(1 - 1/n) * prompt width * key/value heads * head size: 4 query heads of 16 sharing 2 key/value heads, groups
+    of 4, prompts 10 wide -> 0.75 * 10 * 32 = 240 entries per row and layer."""
+    config = tiny_config(build_char_tokenizer(), "qwen2", **PRESETS["test"])
+    config.num_key_value_heads = 2
+    assert hf_engine.cascade_saving(config, 4, 10) == 240
+    assert hf_engine.cascade_saving(config, 1, 10) == 0  # a group of one saves nothing
+
+
+def test_auto_uses_cascade_where_it_saves_enough_and_same_samples_either_way(sharp, cascade_calls):
+    """`cascade="auto"` (the default): on the 64-wide test model, 13-token prompts in groups of 8 save 728 entries
+    per row and layer (measured slower with cascade) and keep the copied layout; 40-token prompts save 2,240 and
+    decode with cascade. Either way the samples are the copied layout's."""
+    model, tokenizer = sharp
+    params = SamplingParams(temperature=1.0, max_new_tokens=6, seed=4)
+    for prompts, runs in ((["sort 3 9 1 4="] * 2, False), (["sort 3 9 1 4 7 2 8 5 0 6 1 3 9 4=" + "x" * 7] * 2, True)):
+        assert {len(tokenizer(p)["input_ids"]) for p in prompts} == {13 if not runs else 40}
+        cascade_calls.clear()
+        got = HFEngine(model, tokenizer).generate(prompts, 8, params)
+        assert bool(cascade_calls) == runs
+        assert_same_samples(got, HFEngine(model, tokenizer, cascade=False).generate(prompts, 8, params))
+    with pytest.raises(ValueError, match="cascade must be True, False or 'auto'"):
+        HFEngine(model, tokenizer, cascade="yes")
