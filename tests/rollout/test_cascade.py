@@ -36,8 +36,8 @@ def test_cascade_attention_by_hand():
     suffix_k = torch.tensor([math.log(4), 0]).view(2, 1, 1, 1)
     suffix_v = torch.tensor([1.0, 2]).view(2, 1, 1, 1)
     slots = group_slots(torch.tensor([1, 0]), 2, 1)  # row 0 is group 1's, row 1 group 0's
-    out = cascade_attention(q.flip(0), prefix_k, prefix_v, prefix_bias(prompt_mask), slots, suffix_k.flip(0), suffix_v.flip(0),
-                            scaling=1.0)
+    out = cascade_attention(q.flip(0), prefix_k, prefix_v, prefix_bias(prompt_mask), slots, suffix_k.flip(0),
+                            suffix_v.flip(0), scaling=1.0)
     torch.testing.assert_close(out.view(2), torch.tensor([5.0, 2.0]))
 
 

@@ -159,8 +159,8 @@ class RemoteCausalLM(torch.nn.Module):
 
 def test_where_cascade_cannot_apply_the_rows_hold_the_prompt(sharp_factory, cascade_calls):
     """A model with a sliding-window layer (its window longer than any sequence here, so full attention in
-    effect) and single-row groups decode, even with `cascade=True`, as `cascade=False` does with the model's own kernel; a model on another
-    device, with another kernel or of a class of its own would too."""
+    effect) and single-row groups decode, even with `cascade=True`, as `cascade=False` does with the model's
+    own kernel; a model on another device, with another kernel or of a class of its own would too."""
     model, tokenizer = sharp_factory("qwen2")
     cpu = torch.device("cpu")
     assert hf_engine.cascade_applies(model, cpu)
