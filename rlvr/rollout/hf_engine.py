@@ -283,11 +283,11 @@ class RowKeys:
 
 # Cascade attention costs a fixed amount per row and layer (two attention kernels and their merge instead of one)
 # and saves the prompt keys/values a row no longer reads: it pays from CASCADE_MIN_SAVED saved entries per row and
-# layer on (`cascade_saving`). Measured (one thread, tcmalloc, copied/cascade time of interleaved calls; docs/
-# performance.md, round thirteen): a 64-wide model (kv width 64) loses at 13-24-token prompts in groups of 8
-# (728-1,344 saved: 0.94-0.99x) and wins from 32 (1,792: 1.08x; 96 tokens: 1.27x); 128 wide wins at 13 tokens
-# (1,456: 1.01-1.07x), is even at 8 (896: 1.00x); 512 wide wins at 13 tokens (5,824: 1.02-1.08x).
-CASCADE_MIN_SAVED = 1400
+# layer on (`cascade_saving`). Measured with benchmarks/bench_cascade.py (one thread, tcmalloc; docs/performance.md,
+# round thirteen): on the demo's 64-wide model 13-token prompts in groups of 8 (728 saved) ran 0.94-0.98x with
+# cascade in five runs, groups of 2 (416) 0.88-0.93x; from 16-token prompts (896) on it ran 1.07x and faster
+# (32 tokens 1.12x, 96 tokens 1.35x); 128 wide 1.08-1.12x at 8-13 tokens (896-1,456), 512 wide 1.01-1.05x.
+CASCADE_MIN_SAVED = 800
 
 
 def cascade_saving(config, group: int, width: int) -> float:

@@ -194,8 +194,9 @@ def test_cascade_saving_by_hand():
 
 def test_auto_uses_cascade_where_it_saves_enough_and_same_samples_either_way(sharp, cascade_calls):
     """`cascade="auto"` (the default): on the 64-wide test model, 13-token prompts in groups of 8 save 728 entries
-    per row and layer (measured slower with cascade) and keep the copied layout; 40-token prompts save 2,240 and
-    decode with cascade. Either way the samples are the copied layout's."""
+    per row and layer (under CASCADE_MIN_SAVED: measured slower with cascade) and keep the copied layout; 40-token
+    prompts save 2,240 and decode with cascade. Either way the samples are the copied layout's."""
+    assert hf_engine.cascade_saving(sharp[0].config, 8, 13) < hf_engine.CASCADE_MIN_SAVED
     model, tokenizer = sharp
     params = SamplingParams(temperature=1.0, max_new_tokens=6, seed=4)
     for prompts, runs in ((["sort 3 9 1 4="] * 2, False), (["sort 3 9 1 4 7 2 8 5 0 6 1 3 9 4=" + "x" * 7] * 2, True)):
