@@ -92,7 +92,7 @@ class VLLMEngine:
             import vllm
             from vllm.platforms import current_platform
         except ImportError as err:
-            raise ImportError("VLLMEngine needs vllm: pip install 'rlvr[vllm]' "
+            raise ImportError("VLLMEngine needs vllm: pip install -e '.[vllm]' "
                               "(on a CPU: scripts/setup_vllm.sh)") from err
         self._vllm = vllm
         from transformers import AutoConfig
