@@ -77,7 +77,10 @@ def check_fits(where: str, parts: dict[str, int], positions: int | None, max_len
     """The sequence at `where` (a `file:LINE`), of `parts` tokens (e.g. {"prompt": 12, "chosen": 795}), fits
     `max_length` and the model's context `positions`. A longer one is an error naming the row: truncating it would
     change what is learned, and past its positions a model trains on positions it never saw (transformers only
-    warns)."""
+    warns). An empty prompt is an error too: nothing would predict the response's first token."""
+    if parts.get("prompt") == 0:  # the logits at t - 1 score token t: with no prompt, no response token 0
+        raise ValueError(f"{where}: the prompt encodes to no tokens, so the first response token could not be "
+                         f"scored; give every row a prompt")
     total = sum(parts.values())
     text = f"{where}: {' + '.join(parts)} is {total} tokens ({' + '.join(map(str, parts.values()))})"
     if max_length is not None and total > max_length:

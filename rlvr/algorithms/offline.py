@@ -10,7 +10,7 @@ gradient accumulation over micro-batches, AdamW with the RL learner's betas and 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Callable
 
 from torch import Tensor, nn
@@ -44,6 +44,7 @@ class OfflineConfig:
     seed: int = config_field(0, "Seeds the held-out split and the batch order.")
 
     def validate(self) -> None:
+        check_finite_fields(self)
         positive = {"lr": self.lr, "epochs": self.epochs, "batch_size": self.batch_size}
         for name, value in positive.items():
             if not value > 0:
@@ -61,6 +62,15 @@ class OfflineConfig:
 
     def total_steps(self, n_items: int) -> int:
         return self.steps or self.epochs * math.ceil(n_items / self.batch_size)
+
+
+def check_finite_fields(config: object) -> None:
+    """Every float field of the dataclass `config` is a finite number: `lr > 0` and `weight_decay >= 0` alone let
+    inf through (and `x < 0` checks let NaN through), and one NaN hyper-parameter makes every weight NaN."""
+    for f in fields(config):
+        value = getattr(config, f.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{f.name} must be a finite number, got {value}")
 
 
 MicroLoss = Callable[[list[int]], tuple[Tensor, dict[str, Tensor]]]
@@ -92,10 +102,10 @@ def train_offline(model: nn.Module, n_items: int, cfg: OfflineConfig, micro_loss
         norm = clip_gradients(model.parameters(), cfg.max_grad_norm)
         if cfg.max_grad_norm > 0:
             row["grad_norm"] = norm.item()
+        row["lr"] = scheduler.get_last_lr()[0]  # the rate this step uses: read before the scheduler moves on
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
-        row["lr"] = scheduler.get_last_lr()[0]
         history.append(row)
         if on_step is not None:
             on_step(row)

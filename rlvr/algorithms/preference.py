@@ -25,15 +25,13 @@ from rlvr.algorithms.common import (check_fits, completion_logprobs, config_fiel
                                    split_holdout)
 from rlvr.algorithms.offline import OfflineConfig, train_offline
 from rlvr.core import PREFERENCE_LOSSES, get_preference_loss
+from rlvr.core.preference import DEFAULT_BETA, DEFAULT_GAMMA
 from rlvr.jsonl import check_fields, read_jsonl_located
 from rlvr.rollout.batch import encode_prompt_completion
 from rlvr.models.tokenizer import pad_token_id
 
 FIELDS = ("prompt", "chosen", "rejected")
 NEEDS_REFERENCE = {"dpo": True, "ipo": True, "ln_dpo": True, "simpo": False}
-# Paper defaults: DPO (Rafailov et al. 2023) 0.1; IPO (Azar et al. 2023) tau 0.1; SimPO (Meng et al.
-# 2024) 2.0. LN-DPO has none: its per-token log-ratios are ~|y| times smaller than DPO's.
-DEFAULT_BETA = {"dpo": 0.1, "ipo": 0.1, "simpo": 2.0}
 
 
 @dataclass(frozen=True)
@@ -111,8 +109,12 @@ class PreferenceConfig(PairConfig):
             raise ValueError(f"beta must be > 0, got {self.beta}")
         if self.gamma is not None and self.loss != "simpo":
             raise ValueError(f"gamma is SimPO's margin; loss {self.loss!r} does not use it")
+        if self.gamma is not None and not self.gamma >= 0:
+            raise ValueError(f"gamma must be >= 0, got {self.gamma}")
         if self.label_smoothing and self.loss != "dpo":
             raise ValueError(f"label_smoothing applies to dpo only, not {self.loss!r}")
+        if not 0 <= self.label_smoothing < 0.5:
+            raise ValueError(f"label_smoothing must be in [0, 0.5), got {self.label_smoothing}")
 
     @property
     def resolved_beta(self) -> float:
@@ -232,5 +234,7 @@ def train_preference(
     history = train_offline(model, len(pairs), cfg,
                             lambda idx: preference_loss(model, train_enc, idx, cfg, pad_id), on_step=on_step)
     after = evaluate_preference(model, eval_enc, cfg, pad_id) if eval_pairs else {}
-    return {"config": asdict(cfg), "num_train": len(pairs), "num_eval": len(eval_pairs),
+    gamma = DEFAULT_GAMMA if cfg.loss == "simpo" and cfg.gamma is None else cfg.gamma
+    used = {"beta": cfg.resolved_beta, "gamma": gamma}  # the values used, not None
+    return {"config": {**asdict(cfg), **used}, "num_train": len(pairs), "num_eval": len(eval_pairs),
             "eval_before": before, "eval_after": after, "history": history}

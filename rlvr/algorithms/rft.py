@@ -45,6 +45,7 @@ class RFTConfig(PackedSFTConfig):
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_per_prompt is not None and self.max_per_prompt < 1:
             raise ValueError(f"max_per_prompt must be >= 1 or None, got {self.max_per_prompt}")
+        self.sampling(0)  # temperature and top_p in range: checked before any model is loaded
 
     def sampling(self, round_index: int) -> SamplingParams:
         return SamplingParams(temperature=self.temperature, top_p=self.top_p,

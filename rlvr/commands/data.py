@@ -5,12 +5,15 @@
     rlvr data fusion traces.jsonl --out fusion.jsonl          # Qwen3 /think + /no_think SFT pairs
 
 Each filtering command writes `<out>/<step>.kept.jsonl` and its report (`<step>.removed.jsonl`,
-`<step>.md`) and prints a one-line summary. The report names every removed row, and the row it duplicates
+`<step>.md`), <step> being `decontaminate` or `deduplicate`, and prints a one-line summary; outputs of an
+earlier run in --out (or fusion's --out file) are refused without --overwrite, as the trainers refuse theirs.
+The report names every removed row, and the row it duplicates
 or the eval item it overlaps, by its file and line (`train.jsonl:7`, the file's real line: blank lines
 count). A row with an empty text is bad input in every step, never a "duplicate": decontaminate and dedup
 refuse a text field with no words (empty, blank or punctuation only: dedup called all such rows copies of
 one another, and decontamination can check nothing in one), fusion an empty or blank prompt, reasoning or
-answer (it would write a sample without it). The step stops before any work, exit code 2, with one line
+answer (it would write a sample without it), and a prompt already carrying /think or /no_think (its row
+would get two flags). The step stops before any work, exit code 2, with one line
 naming the row by file:LINE (dedup and decontaminate also count the others); nothing is written.
 `add_parser(subparsers)` registers `data` on `rlvr`.
 """
@@ -39,17 +42,24 @@ def _eval_spec(text: str) -> tuple[str, Path]:
     return name, Path(path)
 
 
-def _check_out(out: str, *, folder: bool, outputs: Sequence[str] = (), inputs: Sequence[Path] = ()) -> None:
-    """Before any work: --out can be written as a folder (or a file, `folder=False`), and none of the
-    `outputs` written there would replace an input, which is read first and would be lost."""
+def _check_out(out: str, overwrite: bool, *, folder: bool, outputs: Sequence[str] = (),
+               inputs: Sequence[Path] = ()) -> None:
+    """Before any work: --out can be written as a folder (or a file, `folder=False`), none of the `outputs`
+    written there would replace an input, which is read first and would be lost, and none is there from an
+    earlier run unless `overwrite` (as the trainers refuse it)."""
     path = Path(out)
     if not folder and path.is_dir():
         raise ValueError(f"--out: {out!r} is a folder; give a file path such as {str(path / 'fusion.jsonl')!r}")
     check_out_dir(path if folder else path.parent, "--out")
+    targets = [path / name for name in outputs] if folder else [path]
     read = {p.resolve() for p in inputs}
-    clash = next((t for t in ([path / name for name in outputs] if folder else [path]) if t.resolve() in read), None)
+    clash = next((t for t in targets if t.resolve() in read), None)
     if clash is not None:
         raise ValueError(f"--out: writing {str(clash)!r} would replace an input file; choose another --out")
+    held = [t.name for t in targets if t.exists()]
+    if held and not overwrite:
+        where = f"{out!r} already holds {', '.join(held)}" if folder else f"{out!r} already exists"
+        raise ValueError(f"--out: {where} from an earlier run; choose another --out or pass --overwrite")
     try_writing(path, "--out", folder)
 
 
@@ -92,7 +102,7 @@ def _decontaminate(args: argparse.Namespace) -> int:
     twice = next((name for i, name in enumerate(names) if name in names[:i]), None)
     if twice is not None:
         raise ValueError(f"--eval: name {twice!r} given twice")
-    _check_out(args.out, folder=True, outputs=_outputs("decontaminate"),
+    _check_out(args.out, args.overwrite, folder=True, outputs=_outputs("decontaminate"),
                inputs=[Path(args.input), *(path for _, path in args.eval)])
     # every row's text field checked here and each row's file:LINE kept, so a bad or removed row is named by it
     where, items = _located(args.input, args.text_key, "input")
@@ -112,7 +122,7 @@ def _dedup(args: argparse.Namespace) -> int:
         raise ValueError(f"--shingle must be >= 1, got {args.shingle}")
     if args.num_perm < 1:
         raise ValueError(f"--num-perm must be >= 1, got {args.num_perm}")
-    _check_out(args.out, folder=True, outputs=_outputs("deduplicate"), inputs=[Path(args.input)])
+    _check_out(args.out, args.overwrite, folder=True, outputs=_outputs("deduplicate"), inputs=[Path(args.input)])
     where, items = _located(args.input, args.text_key, "input")
     result = deduplicate(items, text=args.text_key, near=not args.exact_only, method=args.method,
                          threshold=args.threshold, shingle=args.shingle, num_perm=args.num_perm, where=where)
@@ -122,7 +132,7 @@ def _dedup(args: argparse.Namespace) -> int:
 def _fusion(args: argparse.Namespace) -> int:
     if not 0 <= args.unflagged_think <= 1:
         raise ValueError(f"--unflagged-think must be in [0, 1], got {args.unflagged_think}")
-    _check_out(args.out, folder=False, inputs=[Path(args.input)])
+    _check_out(args.out, args.overwrite, folder=False, inputs=[Path(args.input)])
     located = read_jsonl_located(args.input, (), "input")  # fields checked by build_fusion_data, at file:LINE
     rows = build_fusion_data([row for _, row in located], prompt_key=args.prompt_key,
                              thinking_key=args.thinking_key, answer_key=args.answer_key,
@@ -134,15 +144,23 @@ def _fusion(args: argparse.Namespace) -> int:
     return 0
 
 
+def _overwrite(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--overwrite", action="store_true", help=f"replace the {what} of an earlier run in --out "
+                        "(without it such an --out is refused before any work)")
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "data", help="data curation: decontaminate, dedup, thinking-fusion data",
-        description="Curation steps on jsonl files. decontaminate and dedup write OUT/<step>.kept.jsonl, "
-                    "OUT/<step>.removed.jsonl and OUT/<step>.md; the report names each removed row (and the row "
+        description="Curation steps on jsonl files. decontaminate writes OUT/decontaminate.kept.jsonl, "
+                    "OUT/decontaminate.removed.jsonl and OUT/decontaminate.md, dedup the same deduplicate.* files; "
+                    "an --out that already holds them (or fusion's --out file) is refused without --overwrite. "
+                    "The report names each removed row (and the row "
                     "it duplicates or the eval item it overlaps) by file:LINE. An empty text is refused in every "
                     "step, before any work (exit code 2, naming the row by file:LINE), never counted as a "
                     "duplicate: decontaminate and dedup refuse a --text-key field with no words (empty, blank or "
-                    "punctuation only), fusion an empty or blank prompt, reasoning or answer.")
+                    "punctuation only), fusion an empty or blank prompt, reasoning or answer, and a prompt that "
+                    "already carries /think or /no_think (each row gets its own flag).")
     sub = parser.add_subparsers(dest="data_command", metavar="STEP", required=True)
 
     dc = sub.add_parser("decontaminate", help="drop items sharing an n-gram with an eval set")
@@ -156,6 +174,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                     help="shortest overlap that counts when an item has fewer than --n words; at most --n "
                          f"(default: min({DEFAULT_MIN_WORDS}, --n); GPT-3: 8)")
     dc.add_argument("--out", required=True, help="output folder")
+    _overwrite(dc, "decontaminate.* files")
     dc.set_defaults(func=_decontaminate)
 
     dd = sub.add_parser("dedup", help="drop exact and near duplicates (MinHash + exact Jaccard check)")
@@ -168,6 +187,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     dd.add_argument("--num-perm", type=int, default=128, help="MinHash permutations")
     dd.add_argument("--exact-only", action="store_true", help="only exact duplicates after normalisation")
     dd.add_argument("--out", required=True, help="output folder")
+    _overwrite(dd, "deduplicate.* files")
     dd.set_defaults(func=_dedup)
 
     fu = sub.add_parser("fusion", help="Qwen3 thinking-mode fusion SFT data (/think and /no_think pairs)")
@@ -180,5 +200,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                     help="share of thinking rows without the /think flag (thinking is the default mode)")
     fu.add_argument("--seed", type=int, default=0)
     fu.add_argument("--out", required=True, help="output jsonl file (not a folder)")
+    _overwrite(fu, "file")
     fu.set_defaults(func=_fusion)
     return parser

@@ -126,7 +126,7 @@ def _load_reward_model(m: Any, path: str) -> Any:
     from rlvr.rewards.reward_model import load_placed_reward_model
 
     placement = resolve_placement(m)
-    return load_placed_reward_model(path, placement.device, placement.dtype)
+    return load_placed_reward_model(path, placement.device, placement.dtype, from_lm=True)
 
 
 def _reward_model(args: argparse.Namespace) -> int:

@@ -53,7 +53,7 @@ def _train(args: argparse.Namespace) -> int:
 # The config keys `rlvr sft` reads: its seed, folder and CPU threads, the start model (not model.lora: the warm
 # start trains every weight), the task's demonstrations and held-out set, the sft section, and the engine and token
 # budget of the held-out check. A --set of any other key would change nothing (optim.lr, train.steps were accepted
-# and ignored); a config file may hold every section, as `rlvr train`'s does.
+# and ignored); a config file may hold every other section, as `rlvr train`'s does (a model.lora there is refused).
 SFT_READS = ("seed", "out_dir", "threads", "model", "task.name", "task.options", "task.train_size", "task.eval_size",
              "task.eval_seed", "sft", "rollout.max_new_tokens", "rollout.engine", "rollout.gpu_memory_utilization",
              "rollout.enable_prefix_caching", "rollout.enable_sleep_mode")
@@ -96,6 +96,10 @@ def _sft(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, [*sets, *args.overrides])
     if cfg.sft.steps < 1:
         raise ConfigError("sft.steps must be >= 1 for `rlvr sft` (use --steps)")
+    if cfg.model.lora.r > 0:  # refused from --set by check_sft_overrides; a config file's was ignored unsaid
+        raise ConfigError(f"model.lora: rlvr sft trains every weight and does not read model.lora (r="
+                          f"{cfg.model.lora.r} in the config); remove it, or leave it to `rlvr train`, whose RL stage "
+                          f"uses it")
     resolve_placement(cfg.model)  # model.device, model.dtype: checked before any work
     preflight(cfg, resume=False)
     # an RL run's folder (its metrics, its init_model) or an earlier SFT's model is not written over unasked
@@ -140,7 +144,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                               description="SFT from a jsonl of {prompt, completion} or from task "
                                           "demonstrations; writes OUT/sft_model.")
     s.add_argument("config", nargs="?", help="YAML config (read: seed, out_dir, model, task, sft, and rollout's "
-                                             "max_new_tokens and engine settings for the held-out check)")
+                                             "max_new_tokens and engine settings for the held-out check; a "
+                                             "model.lora with r > 0 is refused: SFT trains every weight)")
     s.add_argument("--model", help="Hugging Face model folder, or the --out folder of an earlier rlvr sft / dpo / "
                    "reward-model / rft run (to go on from its model); default: build the tiny model")
     s.add_argument("--task", help="task for demonstrations and the held-out check (default: sort)")

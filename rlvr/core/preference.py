@@ -132,20 +132,34 @@ def ln_dpo_loss(
     return -F.logsigmoid(chosen_reward - rejected_reward), _metrics(chosen_reward, rejected_reward)
 
 
+# Paper defaults of beta: DPO (Rafailov et al. 2023) 0.1; IPO (Azar et al. 2023) tau 0.1; SimPO (Meng et al.
+# 2024) 2.0. LN-DPO has none: its per-token log-ratios are ~|y| times smaller than DPO's.
+DEFAULT_BETA = {"dpo": 0.1, "ipo": 0.1, "simpo": 2.0}
+DEFAULT_GAMMA = 1.0  # SimPO's target margin: the paper's gamma / beta = 0.5 at beta = 2
+
+
+def _beta(name: str, beta: float | None) -> float:
+    if beta is not None:
+        return beta
+    if name not in DEFAULT_BETA:
+        raise ValueError(f"loss {name!r} has no default beta; set beta (e.g. 0.1 * mean response length)")
+    return DEFAULT_BETA[name]
+
+
 def _dpo(pw, pl, rw, rl, nw, nl, beta, *, gamma=None, label_smoothing=None):
-    return dpo_loss(pw, pl, rw, rl, beta, 0.0 if label_smoothing is None else label_smoothing)
+    return dpo_loss(pw, pl, rw, rl, _beta("dpo", beta), 0.0 if label_smoothing is None else label_smoothing)
 
 
 def _ipo(pw, pl, rw, rl, nw, nl, beta, *, gamma=None, label_smoothing=None):
-    return ipo_loss(pw, pl, rw, rl, beta)
+    return ipo_loss(pw, pl, rw, rl, _beta("ipo", beta))
 
 
 def _simpo(pw, pl, rw, rl, nw, nl, beta, *, gamma=None, label_smoothing=None):
-    return simpo_loss(pw, pl, nw, nl, beta, 1.0 if gamma is None else gamma)
+    return simpo_loss(pw, pl, nw, nl, _beta("simpo", beta), DEFAULT_GAMMA if gamma is None else gamma)
 
 
 def _ln_dpo(pw, pl, rw, rl, nw, nl, beta, *, gamma=None, label_smoothing=None):
-    return ln_dpo_loss(pw, pl, rw, rl, nw, nl, beta)
+    return ln_dpo_loss(pw, pl, rw, rl, nw, nl, _beta("ln_dpo", beta))
 
 
 PREFERENCE_LOSSES: dict[str, PreferenceLoss] = {

@@ -48,12 +48,18 @@ def reward_model_from_lm(lm: PreTrainedModel, seed: int = 0) -> PreTrainedModel:
     return rm.to(lm.device).eval()
 
 
-def load_reward_model(path: str | Path, dtype: torch.dtype = torch.float32) -> PreTrainedModel:
-    """Load a reward model folder (or the `rlvr reward-model` output folder holding it: `model_folder`), or start
-    one from a causal LM folder (its head is then new)."""
+def load_reward_model(path: str | Path, dtype: torch.dtype = torch.float32, from_lm: bool = False) -> PreTrainedModel:
+    """Load a reward model folder (or the `rlvr reward-model` output folder holding it: `model_folder`). With
+    `from_lm`, a causal LM folder starts one (its head is then new: what `rlvr reward-model` trains); without it,
+    such a folder is refused, since scoring with an untrained random head would be a silent noise reward."""
     path = model_folder(path)
     config = AutoConfig.from_pretrained(path, local_files_only=True)
     if not any(a.endswith("ForSequenceClassification") for a in config.architectures or []):
+        if not from_lm:
+            kinds = ", ".join(config.architectures or []) or "no architectures in config.json"
+            raise ValueError(f"{str(path)!r} is not a reward model ({kinds}; `rlvr reward-model` saves a "
+                             f"...ForSequenceClassification with num_labels=1); train one with `rlvr reward-model "
+                             f"--model {path}`")
         return reward_model_from_lm(load_model(path, dtype))
     if config.num_labels != 1:
         raise ValueError(f"{str(path)!r} is a classifier with {config.num_labels} labels, not a reward model")
@@ -67,10 +73,11 @@ def load_reward_model(path: str | Path, dtype: torch.dtype = torch.float32) -> P
     return rm.eval()
 
 
-def load_placed_reward_model(path: str | Path, device: torch.device, dtype: torch.dtype) -> PreTrainedModel:
+def load_placed_reward_model(path: str | Path, device: torch.device, dtype: torch.dtype,
+                             from_lm: bool = False) -> PreTrainedModel:
     """`load_reward_model` placed as `load_policy` places a policy: float32 weights on `device`, the
     forward under autocast in `dtype` (`rlvr reward-model --device/--dtype`, the reward's options)."""
-    return autocast_forward(load_reward_model(path).to(device), device, dtype)
+    return autocast_forward(load_reward_model(path, from_lm=from_lm).to(device), device, dtype)
 
 
 def sequence_rewards(rm: PreTrainedModel, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
@@ -107,6 +114,9 @@ class RewardModelReward:
                  shift: float = 0.0, scale: float = 1.0):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        for name, value in (("shift", shift), ("scale", scale)):  # a NaN score reads as "not applicable": 0
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"reward_model option {name} must be a finite number, got {value!r}")
         self.rm, self.tokenizer, self.batch_size = rm.eval(), tokenizer, batch_size
         self.shift, self.scale = shift, scale
 

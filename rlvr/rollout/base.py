@@ -7,6 +7,7 @@ layout `rlvr.core` group functions expect.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Iterable, Protocol, runtime_checkable
 
@@ -26,6 +27,9 @@ class SamplingParams:
     ignore_eos: bool = False  # decode max_new_tokens every time (benchmarks at a fixed length)
 
     def __post_init__(self) -> None:
+        for name in ("temperature", "top_p"):  # NaN passes every `<` check and breaks sampling later
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"{name} must be a finite number, got {getattr(self, name)}")
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:

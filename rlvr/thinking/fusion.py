@@ -81,6 +81,15 @@ def _untagged(text: str, key: str, at: str) -> None:
                              f"(or a whole {THINK_START}...{THINK_END} completion with --completion-key)")
 
 
+def _unflagged(prompt: str, key: str, at: str) -> None:
+    """The mode flags are added here; one already in the prompt would give a row two flags, or contradictory ones
+    (`... /no_think /think`), and Qwen3 obeys the last one."""
+    flag = next((f for f in (THINK_FLAG, NO_THINK_FLAG) if f in prompt.split()), None)
+    if flag is not None:
+        raise ValueError(f"{at}: field {key!r} already carries the mode flag {flag!r}; give the prompt without "
+                         f"{THINK_FLAG} or {NO_THINK_FLAG} (each row gets its own)")
+
+
 def _field(record: Mapping[str, Any], key: str, where: str, hint: str = "") -> str:
     if not isinstance(record, Mapping):
         raise ValueError(f"{where}: expected a JSON object, got {_kind(record)}")
@@ -143,6 +152,7 @@ def build_fusion_data(
         prompt = _field(record, prompt_key, at)
         if not prompt.strip():
             raise ValueError(f"{at}: field {prompt_key!r} is empty; a sample needs a prompt")
+        _unflagged(prompt, prompt_key, at)
         if completion_key is not None:
             thinking, answer = _parse_completion(_field(record, completion_key, at), completion_key, at)
         else:

@@ -32,12 +32,14 @@ def workdir(tmp_path_factory):
 
 
 def test_dpo_command_trains_and_saves(workdir, capsys):
+    """metrics.json recorded "beta": null when --beta was left at the loss's default, not the beta used."""
     out = workdir / "dpo"
     code = main(["dpo", "--model", str(workdir / "model"), "--data", str(workdir / "pairs.jsonl"), "--lr", "1e-3",
                  "--epochs", "2", "--batch-size", "8", "--loss", "simpo", "--gamma", "0.5", "--out", str(out)])
     assert code == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["config"]["loss"] == "simpo" and metrics["config"]["gamma"] == 0.5
+    assert metrics["config"]["beta"] == 2.0  # SimPO's paper default, the one used
     assert metrics["eval_after"]["accuracy"] > metrics["eval_before"]["accuracy"]
     assert "held-out accuracy" in capsys.readouterr().out
     load_model(out / "model")  # an ordinary Hugging Face folder
@@ -152,6 +154,36 @@ def test_bad_input_is_one_line_and_exit_code_2(workdir, tmp_path, capsys, monkey
     assert err.startswith(f"rlvr {argv[0]}: error:") and "\n" not in err
     assert re.search(message, err), err
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["dpo", "--data", "{dir}/pairs.jsonl", "--loss", "simpo", "--gamma", "nan"], "gamma must be a finite number"),
+    (["dpo", "--data", "{dir}/pairs.jsonl", "--beta", "inf"], "beta must be a finite number, got inf$"),
+    (["dpo", "--data", "{dir}/pairs.jsonl", "--weight-decay", "inf"], "weight_decay must be a finite number"),
+    (["reward-model", "--data", "{dir}/pairs.jsonl", "--center-coef", "nan"], "center_coef must be a finite"),
+    (["reward-model", "--data", "{dir}/pairs.jsonl", "--max-grad-norm", "nan"], "max_grad_norm must be a finite"),
+    (["rft", "--temperature", "nan"], "temperature must be a finite number, got nan$"),
+    (["rft", "--top-p", "inf"], "top_p must be a finite number, got inf$"),
+    (["rft", "--temperature", "-1"], "temperature must be >= 0, got -1.0$"),
+])
+def test_a_non_finite_hyper_parameter_is_one_line_and_exit_code_2(workdir, tmp_path, capsys, monkeypatch, argv,
+                                                                   message):
+    """--gamma nan, --beta inf, --weight-decay inf trained and saved an all-NaN model (exit 0), and rft
+    --temperature nan failed inside sampling ("index 101 is out of bounds", exit 1)."""
+    test_bad_input_is_one_line_and_exit_code_2(workdir, tmp_path, capsys, monkeypatch, argv, message)
+
+
+@pytest.mark.parametrize("command", [["dpo"], ["dpo", "--loss", "simpo"], ["reward-model"]])
+def test_an_empty_prompt_is_refused_naming_the_row(workdir, tmp_path, capsys, monkeypatch, command):
+    """An empty prompt trained under --loss dpo (its first response token never scored) and failed under simpo
+    with "chosen_lengths must all be > 0, found [0]", naming no row. (An empty response is its EOS: scored.)"""
+    rows = sort_pairs(5, seed=1)
+    rows[2] = {**rows[2], "prompt": ""}
+    data = workdir / "empty_prompt.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    test_bad_input_is_one_line_and_exit_code_2(workdir, tmp_path, capsys, monkeypatch, [*command, "--data", str(data)],
+                                               r"/empty_prompt.jsonl:3: the prompt encodes to no tokens, so the first "
+                                               "response token could not be scored; give every row a prompt$")
 
 
 @pytest.mark.parametrize("command, cls", [("dpo", PreferenceConfig), ("reward-model", RewardModelConfig)])

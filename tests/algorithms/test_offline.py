@@ -43,6 +43,30 @@ def test_offline_config_validation(kwargs, message):
         OfflineConfig(**kwargs).validate()
 
 
+@pytest.mark.parametrize("cls, name", [(OfflineConfig, "lr"), (OfflineConfig, "weight_decay"),
+                                       (OfflineConfig, "max_grad_norm"), (OfflineConfig, "min_lr_ratio"),
+                                       (PreferenceConfig, "beta"), (PreferenceConfig, "eval_fraction"),
+                                       (RewardModelConfig, "center_coef"), (PackedSFTConfig, "lr"),
+                                       (RFTConfig, "temperature"), (RFTConfig, "top_p")])
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_a_non_finite_float_option_is_refused(cls, name, value):
+    """`weight_decay < 0` and `beta > 0` let inf (and `x < 0` checks NaN) through: the saved model was all NaN."""
+    with pytest.raises(ValueError, match=f"^{name} must be a finite number, got {value}$"):
+        cls(**{name: value}).validate()
+
+
+def test_simpo_gamma_and_label_smoothing_are_checked():
+    """gamma was never checked: --gamma nan trained and saved an all-NaN model; label_smoothing only at the first
+    step, after the model was loaded."""
+    with pytest.raises(ValueError, match="^gamma must be a finite number, got nan$"):
+        PreferenceConfig(loss="simpo", gamma=math.nan).validate()
+    with pytest.raises(ValueError, match=r"^gamma must be >= 0, got -1.0$"):
+        PreferenceConfig(loss="simpo", gamma=-1.0).validate()
+    with pytest.raises(ValueError, match=r"^label_smoothing must be in \[0, 0.5\), got 0.5$"):
+        PreferenceConfig(label_smoothing=0.5).validate()
+    PreferenceConfig(loss="simpo", gamma=0.0).validate()
+
+
 def test_total_steps():
     assert OfflineConfig(epochs=2, batch_size=4).total_steps(10) == 6  # 4 + 4 + 2 items per epoch
     assert OfflineConfig(epochs=1, batch_size=8).total_steps(3) == 1
@@ -79,13 +103,29 @@ def _epoch_order(n, seed, epoch):
 
 
 def test_schedule_of_the_warm_start():
-    """Warmup over 10% of the steps, then cosine down to 10% of lr; history holds the next step's lr."""
+    """Warmup over 10% of the steps, then cosine down to 10% of lr; history holds the lr each step used."""
     model = torch.nn.Linear(2, 1)
     cfg = warm_start_config(steps=20, batch_size=2, lr=1.0, seed=0)
     history = train_offline(model, 4, cfg, lambda idx: (model(torch.ones(len(idx), 2)).sum(), {}))
     factor = lr_factor("cosine", 2, 20, 0.1)
-    assert [row["lr"] for row in history] == pytest.approx([factor(s) for s in range(1, 21)])
-    assert history[0]["lr"] == 1.0 and history[-1]["lr"] == pytest.approx(0.1)
+    assert [row["lr"] for row in history] == pytest.approx([factor(s) for s in range(20)])
+    assert history[0]["lr"] == 0.5 and history[2]["lr"] == 1.0
+
+
+def test_the_logged_lr_is_the_one_the_step_used():
+    """The history logged the next step's lr (5e-4, 7.5e-4, 1e-3 with 4 warmup steps) instead of the one used.
+
+    loss = w with AdamW and no clipping: the gradient is always 1, so m_hat / sqrt(v_hat) = 1 and each step
+    moves w by exactly the lr it used."""
+    w = torch.nn.Parameter(torch.zeros((), dtype=torch.float64))
+    model = torch.nn.Module()
+    model.w = w
+    moves = []
+    cfg = OfflineConfig(lr=1e-3, steps=3, batch_size=1, warmup_steps=4, max_grad_norm=0.0)
+    history = train_offline(model, 1, cfg, lambda idx: (w * len(idx), {}),
+                            on_step=lambda row: moves.append(-w.item() - sum(moves)))
+    assert [row["lr"] for row in history] == pytest.approx([2.5e-4, 5e-4, 7.5e-4])
+    assert moves == pytest.approx([row["lr"] for row in history], rel=1e-6)
 
 
 def test_clip_gradients_by_hand():

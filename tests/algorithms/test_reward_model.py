@@ -110,7 +110,7 @@ def test_save_and_load_round_trip(tmp_path):
     with torch.no_grad():  # scores agree up to float32 kernel rounding (the loaded tensors are laid out anew)
         torch.testing.assert_close(score_texts(loaded, tok, prompts, completions),
                                    score_texts(rm, tok, prompts, completions), rtol=0, atol=1e-6)
-    from_lm = load_reward_model(tmp_path / "lm")  # a causal LM folder: same backbone, new head
+    from_lm = load_reward_model(tmp_path / "lm", from_lm=True)  # a causal LM folder: same backbone, new head
     assert torch.equal(from_lm.model.embed_tokens.weight, rm.model.embed_tokens.weight)
     with pytest.raises(FileNotFoundError, match="no config.json"):
         load_reward_model(tmp_path)

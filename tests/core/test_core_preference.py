@@ -96,6 +96,16 @@ def test_registry_common_signature():
         get_preference_loss("kto")
 
 
+def test_a_registry_call_with_beta_none_takes_the_paper_default():
+    """docs/core.md promises that None takes the paper default, but `beta=None` raised a TypeError."""
+    (pw, pl, rw, rl), (nw, nl) = _pairs(0)
+    for name, beta in (("dpo", 0.1), ("ipo", 0.1), ("simpo", 2.0)):
+        fn = PREFERENCE_LOSSES[name]
+        torch.testing.assert_close(fn(pw, pl, rw, rl, nw, nl, None)[0], fn(pw, pl, rw, rl, nw, nl, beta)[0])
+    with pytest.raises(ValueError, match="^loss 'ln_dpo' has no default beta; set beta"):
+        PREFERENCE_LOSSES["ln_dpo"](pw, pl, rw, rl, nw, nl, None)
+
+
 def test_bad_input():
     (pw, pl, rw, rl), (nw, nl) = _pairs(0)
     with pytest.raises(ValueError, match=r"policy_chosen_logps\(4,\), policy_rejected_logps\(3,\)"):

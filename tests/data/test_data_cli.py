@@ -205,3 +205,24 @@ def test_removal_reports_name_the_file_and_line_not_the_list_index(three, capsys
         "train.jsonl:3", "gsm", "test.jsonl:3")
     assert "| train.jsonl:3 |" in Path("dc/decontaminate.md").read_text()
     capsys.readouterr()
+
+
+def test_outputs_of_an_earlier_run_are_refused_without_overwrite(three, capsys):
+    """dedup, decontaminate and fusion silently wrote over an earlier run's outputs in --out (the trainers refuse)."""
+    write_jsonl(Path("tr.jsonl"), [{"prompt": "Q1", "thinking": "t", "answer": "x"}])
+    steps = {"dedup": ["dedup", "three.jsonl", "--text-key", "question", "--out", "cur"],
+             "decontaminate": ["decontaminate", "three.jsonl", "--eval", "a=three.jsonl", "--text-key", "question",
+                               "--out", "cur"],
+             "fusion": ["fusion", "tr.jsonl", "--out", "f.jsonl"]}
+    for name, argv in steps.items():
+        assert main(argv) == 0
+        capsys.readouterr()
+        before = {p: p.read_bytes() for p in [Path("f.jsonl"), *Path("cur").iterdir()] if p.exists()}
+        held = "'f.jsonl' already exists" if name == "fusion" else "'cur' already holds " + (
+            "deduplicate.kept.jsonl, deduplicate.removed.jsonl, deduplicate.md" if name == "dedup" else
+            "decontaminate.kept.jsonl, decontaminate.removed.jsonl, decontaminate.md")
+        _refused(capsys, argv, f"--out: {held} from an earlier run; choose another --out or pass --overwrite")
+        assert {p: p.read_bytes() for p in before} == before
+        assert main([*argv, "--overwrite"]) == 0
+    assert sorted(p.name for p in Path("cur").iterdir()) == sorted(
+        f"{step}.{kind}" for step in ("deduplicate", "decontaminate") for kind in ("kept.jsonl", "removed.jsonl", "md"))

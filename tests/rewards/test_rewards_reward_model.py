@@ -69,3 +69,26 @@ def test_the_documented_rlhf_config_validates_as_written(rm_out):
     sets = [f"task.name={config['task']['name']}", "task.rewards=" + json.dumps(rewards)]
     cfg = check_registries(load_config(None, sets))
     assert cfg.task.rewards == rewards
+
+
+def test_a_causal_lm_folder_is_refused_as_a_reward_model(tmp_path):
+    """A causal LM folder (e.g. `rlvr dpo --out`) was accepted and scored with a freshly initialised random head."""
+    make_tiny_model_dir(tmp_path / "dpo" / "model", preset="test")
+    for path in (tmp_path / "dpo", tmp_path / "dpo" / "model"):
+        with pytest.raises(ValueError, match=rf"^'{re.escape(str(tmp_path / 'dpo' / 'model'))}' is not a reward "
+                                             r"model \(\w+ForCausalLM; `rlvr reward-model` saves"):
+            reward_from_name("reward_model", path=str(path))
+    rewards = [{"name": "reward_model", "options": {"path": str(tmp_path / "dpo")}}]
+    with pytest.raises(ConfigError, match=r"^task.rewards: .* is not a reward model"):
+        check_registries(load_config(None, ["task.rewards=" + json.dumps(rewards)]))
+    assert load_reward_model(tmp_path / "dpo", from_lm=True).config.num_labels == 1  # what `rlvr reward-model` starts
+
+
+@pytest.mark.parametrize("option", ["shift", "scale"])
+@pytest.mark.parametrize("value", [".nan", ".inf", "'x'"])
+def test_a_non_finite_shift_or_scale_is_refused_at_config_time(rm_out, option, value):
+    """`scale: .nan` was accepted (`'x'` failed at the first score): every score was NaN, read as "not applicable"
+    by combine, so the reward was 0."""
+    rewards = f"[{{name: reward_model, options: {{path: '{rm_out}', {option}: {value}}}}}]"
+    with pytest.raises(ConfigError, match=rf"^task.rewards: reward_model option {option} must be a finite number"):
+        check_registries(load_config(None, ["task.rewards=" + rewards]))

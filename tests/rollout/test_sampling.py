@@ -167,3 +167,13 @@ def test_seeded_sampling_is_deterministic_and_seed_dependent():
     b, _ = sample_next(logits, 1.0, 0, 1.0, torch.Generator().manual_seed(5))
     c, _ = sample_next(logits, 1.0, 0, 1.0, torch.Generator().manual_seed(6))
     assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+@pytest.mark.parametrize("name", ["temperature", "top_p"])
+@pytest.mark.parametrize("value", [math.nan, math.inf])
+def test_sampling_params_refuse_a_non_finite_float(name, value):
+    """`temperature < 0` let NaN through, and sampling then failed with "index 101 is out of bounds"."""
+    from rlvr.rollout.base import SamplingParams
+
+    with pytest.raises(ValueError, match=f"^{name} must be a finite number, got {value}$"):
+        SamplingParams(**{name: value})

@@ -138,3 +138,21 @@ def test_cli_refuses_a_malformed_row_at_its_line(tmp_path, capsys, bad):
     err = capsys.readouterr().err
     assert f"{src}:2: field " in err and "has no answer after" not in err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("prompt, flag", [("What is 2+2? /no_think", "/no_think"), ("/think\nWhat is 2+2?", "/think")])
+def test_a_prompt_that_already_carries_a_mode_flag_is_refused_at_its_line(tmp_path, capsys, prompt, flag):
+    """A prompt ending in /no_think was kept, and its thinking row became "What is 2+2? /no_think /think"."""
+    from rlvr.cli import main
+
+    with pytest.raises(ValueError, match=f"^record 0: field 'prompt' already carries the mode flag '{flag}'"):
+        build_fusion_data([{"prompt": prompt, "thinking": "t", "answer": "4"}])
+    assert build_fusion_data([{"prompt": "Explain /thinking", "thinking": "t", "answer": "a"}])[0]["prompt"] == (
+        "Explain /thinking /think")  # a word that merely starts with a flag is text
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text(json.dumps({"prompt": "ok", "thinking": "t", "answer": "a"}) + "\n"
+                   + json.dumps({"prompt": prompt, "thinking": "t", "answer": "4"}) + "\n")
+    assert main(["data", "fusion", str(src), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{src}:2: field 'prompt' already carries the mode flag {flag!r}" in err and err.count("\n") == 1
+    assert not out.exists()
