@@ -9,10 +9,11 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from rlvr.config.sections import OLD_LOGPROBS, PACKING, Config, ConfigError
+from rlvr.config.sections import OLD_LOGPROBS, PACKING, Config, ConfigError, DistributedConfig
 
 
 # key: (low, high, low included, high included); None = unbounded. Every float must also be finite.
@@ -114,6 +115,21 @@ def _check_rollout_engine(cfg: Config) -> None:
 
 
 WEIGHT_SYNCS = ("object_store", "collective")
+# why a distributed.* key does nothing in one process (backend=none): a value other than its default is refused,
+# it was silently ignored (an address never joined, GPUs never reserved)
+_RAY_ONLY = {"address": "one process joins no Ray cluster", "learners": "one process runs one learner",
+             "rollout_workers": "one process runs one rollout", "weight_sync": "one process has no weights to send",
+             "shard": "one process holds the whole policy", "max_restarts": "one process restarts no actor"}
+
+
+def _check_ray_only(d: DistributedConfig) -> None:
+    for item in fields(d):
+        value = getattr(d, item.name)
+        if item.name != "backend" and value != item.default:
+            shown = str(value).lower() if isinstance(value, bool) else value
+            why = _RAY_ONLY.get(item.name, "one process reserves no Ray resources")
+            raise ConfigError(f"distributed.{item.name}={shown} needs distributed.backend=ray ({why}: it would be "
+                              "ignored)")
 
 
 def _check_distributed(cfg: Config) -> None:
@@ -122,13 +138,8 @@ def _check_distributed(cfg: Config) -> None:
         raise ConfigError(f"distributed.backend must be none or ray, got {d.backend!r}")
     if d.weight_sync not in WEIGHT_SYNCS:
         raise ConfigError(f"distributed.weight_sync: unknown {d.weight_sync!r}; choose from {list(WEIGHT_SYNCS)}")
-    for key, value in (("learners", d.learners), ("rollout_workers", d.rollout_workers)):  # shard: below
-        if value > 1 and d.backend != "ray":  # one process would silently run a single role of each
-            raise ConfigError(f"distributed.{key}={value} needs distributed.backend=ray (one process runs one "
-                              "learner and one rollout)")
-    if d.weight_sync == "collective" and d.backend != "ray":
-        raise ConfigError("distributed.weight_sync=collective needs distributed.backend=ray (one process has no "
-                          "weights to send)")
+    if d.backend != "ray":
+        _check_ray_only(d)
     if k < 0:
         raise ConfigError(f"rollout.max_staleness must be >= 0, got {k}")
     if k > 0 and d.backend != "ray":
@@ -146,8 +157,7 @@ def _check_distributed(cfg: Config) -> None:
         raise ConfigError("distributed.learner_cpus or learner_gpus must be > 0 with learners > 1 (they are "
                           "placed as a group)")
     if d.shard:
-        for unmet, need in [(d.backend != "ray", "distributed.backend=ray"),
-                            (d.learners < 2, f"distributed.learners >= 2 (got {d.learners}: one learner holds the "
+        for unmet, need in [(d.learners < 2, f"distributed.learners >= 2 (got {d.learners}: one learner holds the "
                                              "whole policy, there is nothing to shard)"),
                             (cfg.model.lora.r > 0, "model.lora.r=0 (a LoRA policy is not sharded)"),
                             (cfg.algorithm.advantage == "gae", "an advantage without a value model (not gae)"),

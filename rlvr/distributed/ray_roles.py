@@ -100,6 +100,25 @@ class RayRollout:
         self._weights, self._version = _held(weights), 0
         self.restarts = 0
         self._broadcast()
+        self._started()
+
+    def _started(self) -> None:
+        """Wait until every worker is built (process, imports, model, engine) and holds its weights: the
+        start-up belongs to setting the run up, not to the rollout time of its first step (a resumed run has no
+        step-0 evaluation to absorb it; timings.jsonl and the doctor's throughput check read it as a slow step)."""
+        while True:
+            try:
+                ray.get([actor.ready.remote() for actor in self.actors])
+                return
+            except ray.exceptions.RayActorError:
+                self._count_restart()
+
+    def _count_restart(self) -> None:
+        self.restarts += 1
+        if self.restarts > self.cfg.distributed.max_restarts * len(self.actors):
+            raise RolloutFailed(f"rollout workers failed {self.restarts} times (distributed.max_restarts="
+                                f"{self.cfg.distributed.max_restarts} per worker); the run stops. "
+                                f"{continue_hint(Path(self.cfg.out_dir))}")
 
     def _broadcast(self) -> None:
         if isinstance(self._weights, CollectiveWeights) and self._broadcast_collective():
@@ -163,13 +182,9 @@ class RayRollout:
         """A worker died: request `step` and every later pending step again, each from the weights and
         stream state it was first requested with (broadcast weights: today's, now through the object
         store), then give the workers today's weights back."""
-        self.restarts += 1
         if isinstance(self._weights, CollectiveWeights):
             self._fall_back("a rollout worker died")
-        if self.restarts > self.cfg.distributed.max_restarts * len(self.actors):
-            raise RolloutFailed(f"rollout workers failed {self.restarts} times (distributed.max_restarts="
-                                f"{self.cfg.distributed.max_restarts} per worker); the run stops. "
-                                f"{continue_hint(Path(self.cfg.out_dir))}")
+        self._count_restart()
         stream = self._pending[step].stream_before
         for s in range(step, self._submitted + 1):
             old = self._pending[s]

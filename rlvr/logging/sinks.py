@@ -2,18 +2,23 @@
 
 Deterministic values go to `metrics.jsonl` and wall-clock timings to `timings.jsonl`, so two runs
 with the same seed produce byte-identical `metrics.jsonl` files. On resume from step k, every
-record after k is dropped first (the interrupted run may have logged steps it never checkpointed),
-and TensorBoard is told to purge them too.
+record after k is dropped first (the interrupted run may have logged steps it never checkpointed: the
+resumed run writes them again), and TensorBoard is told to purge them too. A line that does not parse
+(cut short by a crash mid-write) is dropped as well; if it held a step up to k, the resumed run does not
+write it again, which is said in one warning line naming the file, line and step.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
+import re
 from pathlib import Path
 from typing import Any
 
 METRICS, TIMINGS, SAMPLES = "metrics.jsonl", "timings.jsonl", "samples.jsonl"
+_STEP = re.compile(rb'\{"step": (\d+)[,}]')  # how every record begins (MetricsLogger writes the step first)
 
 
 def _clean(value: Any) -> Any:
@@ -31,7 +36,8 @@ class JsonlSink:
         if resume_step is None:
             self.path.write_text("")
         else:
-            truncate_after(self.path, resume_step)
+            for warning in truncate_after(self.path, resume_step):
+                logging.getLogger("rlvr").warning(warning)
         self._handle = open(self.path, "a", encoding="utf-8")
 
     def write(self, record: dict[str, Any]) -> None:
@@ -42,20 +48,27 @@ class JsonlSink:
         self._handle.close()
 
 
-def truncate_after(path: Path, step: int) -> None:
-    """Keep only the records with `step <= step` (a partial last line from a crash is dropped)."""
+def truncate_after(path: Path, step: int) -> list[str]:
+    """Keep only the records with `step <= step`, which the resumed run continues after. Returns one line for
+    each unreadable line dropped whose step is not after `step` (or unknown): a record no one writes again."""
     if not path.exists():
         path.write_text("")
-        return
-    kept = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+        return []
+    kept, lost = [], []
+    for number, line in enumerate(path.read_bytes().splitlines(), 1):
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
+            record = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            head = _STEP.match(line)
+            if head is None or int(head.group(1)) <= step:
+                what = f"the record of step {int(head.group(1))}" if head else "a record of an unknown step"
+                lost.append(f"{path}:{number}: {what} is cut short or corrupt and is dropped; the run resumes "
+                            f"after step {step}, so it is not written again")
             continue
         if record.get("step", 0) <= step:
-            kept.append(line + "\n")
+            kept.append(line.decode("utf-8") + "\n")
     path.write_text("".join(kept), encoding="utf-8")
+    return lost
 
 
 class TensorBoardSink:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 import tempfile
 from contextlib import contextmanager
@@ -27,6 +28,13 @@ from transformers.utils import logging as hf_logging
 
 CHECKPOINTS = "checkpoints"
 LATEST = "latest"
+STEP_NAME = re.compile(r"step_(\d+)")  # what `latest` may hold: a folder name, never a path
+
+
+def step_number(name: str) -> int | None:
+    """The step of a checkpoint folder name (`step_000050` -> 50); None for any other name."""
+    match = STEP_NAME.fullmatch(name)
+    return int(match.group(1)) if match else None
 
 
 def rng_state() -> dict[str, Any]:
@@ -105,13 +113,30 @@ def _prune(root: Path, keep: int, newest: str) -> None:
         shutil.rmtree(leftover, ignore_errors=True)
 
 
+class BadPointer(FileNotFoundError):
+    """`latest` names no complete checkpoint of its run: `named` is the step folder it names, None when it
+    holds anything but a step folder's name (empty, `..`, a path, garbage)."""
+
+    def __init__(self, message: str, named: str | None):
+        super().__init__(message)
+        self.named = named
+
+
 def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The checkpoint `checkpoints/latest` names, None when there is no pointer. The pointer must hold the
+    name of a step folder of this run's checkpoints/ (an empty one, `..` or a path would resolve to the
+    folder itself, the run folder or another run's checkpoint); anything else raises BadPointer."""
     pointer = Path(run_dir) / CHECKPOINTS / LATEST
     if not pointer.is_file():
         return None
-    path = pointer.parent / pointer.read_text().strip()
+    raw = pointer.read_bytes().strip()
+    text = raw.decode("utf-8", "replace")
+    if step_number(text) is None:  # shown escaped: a pointer of binary garbage is not printed raw
+        shown = repr(text[:60] if text.isascii() and text.isprintable() else raw[:60])
+        raise BadPointer(f"{pointer} is corrupt: it holds {shown}, not the name of a checkpoint (step_NNNNNN)", None)
+    path = pointer.parent / text
     if not (path / "state.pt").is_file():
-        raise FileNotFoundError(f"{pointer} names {path.name}, which is missing or incomplete")
+        raise BadPointer(f"{pointer} names {text}, which is missing or incomplete", text)
     return path
 
 

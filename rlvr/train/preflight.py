@@ -5,6 +5,7 @@ A mistake found here is one line naming the file; nothing has been written yet."
 from __future__ import annotations
 
 import json
+import pickle
 import struct
 from dataclasses import asdict
 from pathlib import Path
@@ -14,7 +15,7 @@ from rlvr.algorithms.common import max_positions
 from rlvr.algorithms.sft import encode_pairs, located_pairs_from_jsonl
 from rlvr.config import Config, ConfigError, check_out_dir, load_config, with_absolute_paths
 from rlvr.models import PRESETS, build_char_tokenizer, load_tokenizer, tiny_config
-from rlvr.train.checkpoint import CHECKPOINTS, LATEST, latest_checkpoint, load_state
+from rlvr.train.checkpoint import CHECKPOINTS, LATEST, BadPointer, latest_checkpoint, load_state, step_number
 from rlvr.train.rollout import engine_name
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
@@ -51,10 +52,12 @@ def _run_folder_hint(folder: Path) -> str:
     """Where a run folder given for a model keeps its models (final, else the latest checkpoint's)."""
     if (folder / "final_model").is_dir():
         return f"; it is a run folder: its trained model is {folder / 'final_model'}"
-    latest = folder / "checkpoints" / "latest"
-    if latest.is_file() and (folder / "checkpoints" / latest.read_text().strip() / "model").is_dir():
-        return (f"; it is a run folder without a final model: its latest checkpoint's is "
-                f"{folder / 'checkpoints' / latest.read_text().strip() / 'model'}")
+    try:
+        latest = latest_checkpoint(folder)
+    except BadPointer:
+        return ""
+    if latest is not None and (latest / "model").is_dir():
+        return f"; it is a run folder without a final model: its latest checkpoint's is {latest / 'model'}"
     return ""
 
 
@@ -171,37 +174,47 @@ def check_vllm_model(cfg: Config) -> None:
 
 
 def check_checkpoint(checkpoint: Path) -> None:
-    """The model and state.pt of a checkpoint are intact; if not, name the file and the previous good one."""
+    """The model and state.pt of a checkpoint are intact; if not, name the file and the newest good one."""
     try:
-        check_model_folder(checkpoint / "model", "checkpoint", adapter=True)
-        try:
-            load_state(checkpoint)  # read once here to prove it loads; the run reads it again
-        except (OSError, RuntimeError, EOFError, ValueError, KeyError) as err:
-            raise ConfigError(f"{checkpoint / 'state.pt'} cannot be read ({str(err).split('.')[0]})") from None
+        _check_intact(checkpoint)
     except ConfigError as err:
-        raise ConfigError(f"corrupt checkpoint: {err}; {_previous(checkpoint)}") from None
+        raise ConfigError(f"corrupt checkpoint: {err}; {_advice(checkpoint.parent, checkpoint.name)}") from None
 
 
-def _previous(bad: Path) -> str:
-    for candidate in sorted(bad.parent.glob("step_*"), reverse=True):
-        if candidate.name < bad.name and candidate.is_dir():
-            try:
-                check_checkpoint(candidate)
-            except ConfigError:
-                continue
-            return (f"the previous complete checkpoint is {candidate.name}: resume from it with "
-                    f"`echo {candidate.name} > {bad.parent / LATEST}`")
-    return (f"no earlier complete checkpoint is left: delete {bad.parent} and start the run again with "
-            f"--resume-or-start")
+def _check_intact(checkpoint: Path) -> None:
+    check_model_folder(checkpoint / "model", "checkpoint", adapter=True)
+    try:
+        load_state(checkpoint)  # read once here to prove it loads; the run reads it again
+    except (OSError, RuntimeError, EOFError, ValueError, KeyError, pickle.UnpicklingError) as err:
+        raise ConfigError(f"{checkpoint / 'state.pt'} cannot be read ({str(err).split('.')[0]})") from None
+
+
+def _advice(folder: Path, bad: str | None) -> str:
+    """What to resume from when `bad` (a step folder of `folder`, None: the pointer names none) cannot be: the
+    newest intact checkpoint below it (or newest of all), by step number. Only with none intact left is the
+    checkpoints folder to be deleted, never the run folder."""
+    limit = step_number(bad) if bad else None
+    steps = sorted((p for p in folder.glob("step_*") if p.is_dir() and step_number(p.name) is not None
+                    and p.name != bad), key=lambda p: step_number(p.name), reverse=True)
+    if limit is not None:  # those before the broken one first: the run reached them in order
+        steps = [p for p in steps if step_number(p.name) < limit] + [p for p in steps if step_number(p.name) > limit]
+    for candidate in steps:
+        try:
+            _check_intact(candidate)
+        except ConfigError:
+            continue
+        which = "previous" if limit is not None and step_number(candidate.name) < limit else "newest"
+        return (f"the {which} complete checkpoint is {candidate.name}: resume from it with "
+                f"`echo {candidate.name} > {folder / LATEST}`")
+    return (f"no complete checkpoint is left: delete {folder} and start the run again with --resume-or-start")
 
 
 def find_checkpoint(run_dir: Path) -> Path | None:
     """The checkpoint `latest` names (checked intact), or None when the folder has none."""
     try:
         checkpoint = latest_checkpoint(run_dir)
-    except FileNotFoundError as err:
-        pointer = Path(run_dir) / CHECKPOINTS / LATEST
-        raise ConfigError(f"{err}; {_previous(pointer.parent / pointer.read_text().strip())}") from None
+    except BadPointer as err:
+        raise ConfigError(f"{err}; {_advice(Path(run_dir) / CHECKPOINTS, err.named)}") from None
     if checkpoint is not None:
         check_checkpoint(checkpoint)
     return checkpoint

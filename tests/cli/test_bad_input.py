@@ -209,6 +209,12 @@ RESUME_CASES = {
     "weights truncated": (lambda run: truncate(run / "checkpoints/step_000002/model/model.safetensors"),
                           "model.safetensors"),
     "latest names a missing step": (lambda run: shutil.rmtree(run / "checkpoints/step_000002"), "step_000002"),
+    # were: "delete RUN and start again" (empty), a silent resume from another run's weights (a path)
+    "latest empty": (lambda run: (run / "checkpoints/latest").write_text(""),
+                     "holds '', not the name of a checkpoint (step_NNNNNN); the newest complete checkpoint is "
+                     "step_000002"),
+    "latest names another run": (lambda run: (run / "checkpoints/latest").write_text(
+        str(run.parent.parent / "elsewhere/checkpoints/step_000001")), "newest complete checkpoint is step_000002"),
 }
 
 
@@ -351,3 +357,23 @@ def test_sft_data_longer_than_the_context_is_refused_before_any_work(world, tmp_
     check(capsys, ["sft", "--model", str(world / "model"), "--data", str(data), "--steps", "1",
                    "--out", str(tmp_path / "out")], needle, tmp_path / "out")
     check(capsys, _argv(world, tmp_path, f"sft.data={data}"), needle, tmp_path / "out")
+
+
+def test_sft_refuses_model_lora_from_a_config_file(world, tmp_path, capsys):
+    """`model: {lora: {r: 4}}` in the config file trained every weight with no notice (`--set model.lora.r=4` was
+    refused)."""
+    config = write(tmp_path / "sft.yaml", {"model": {"path": str(world / "model"), "lora": {"r": 4}}})
+    check(capsys, ["sft", str(config), "--task", "sort", "--steps", "1", "--out", str(tmp_path / "out")],
+          "model.lora: rlvr sft trains every weight and does not read model.lora (r=4 in the config)", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_sft_data_with_an_empty_prompt_is_refused_naming_the_row_before_the_folder_is_made(world, tmp_path, capsys):
+    """An empty prompt failed with "a prompt has no tokens", naming no row, after an empty --out was made."""
+    data = tmp_path / "noprompt.jsonl"
+    data.write_text('{"prompt": "sort 2 1=", "completion": "1 2"}\n{"prompt": "", "completion": "1 2"}\n')
+    needle = (f"sft.data: {data}:2: the prompt encodes to no tokens, so the first response token could not be "
+              f"scored; give every row a prompt")
+    check(capsys, ["sft", "--model", str(world / "model"), "--data", str(data), "--steps", "1",
+                   "--out", str(tmp_path / "out")], needle, tmp_path / "out")
+    assert not (tmp_path / "out").exists()

@@ -1,6 +1,7 @@
 """Rollout workers on Ray: the same batches as one in-process Rollout, also across a killed worker."""
 
 import re
+import time
 
 import pytest
 import torch
@@ -60,3 +61,41 @@ def test_workers_dying_past_max_restarts_stop_the_run(ray_cluster, tmp_path, war
     with pytest.raises(RolloutFailed, match=rf"rollout workers failed 1 times .* --resume-or-start "
                                             rf"\({re.escape(str(tmp_path / 'run'))}\)$"):
         remote.collect(1)
+
+
+
+def _slow_start_worker() -> type:
+    """A rollout worker whose start-up (process, imports, model, engine) takes `seconds`; defined in a function so
+    that Ray pickles it by value (its workers cannot import a test module)."""
+
+    class SlowStart:
+        def __init__(self, seconds: float) -> None:
+            time.sleep(seconds)
+
+        def state_dict(self) -> dict:
+            return {}
+
+        def load_weights(self, weights: dict, version: int) -> None:
+            pass
+
+        def ready(self) -> bool:
+            return False
+
+        def collect(self, step: int, stream_state: dict, version: int) -> tuple[int, dict]:
+            return step, {}
+
+    return SlowStart
+
+
+def test_worker_start_up_is_not_the_first_steps_rollout_time(ray_cluster, tmp_path):
+    """Before, the roles returned before the workers were built, so a resumed run (no step-0 evaluation to
+    absorb it) counted ~11 s of actor start-up as its first step's rollout_s and the doctor saw a throughput
+    drop."""
+    cfg = load_config(None, [f"out_dir={tmp_path / 'run'}", "distributed.backend=ray"])
+    tic = time.perf_counter()
+    rollout = RayRollout(cfg, [ray_cluster.remote(_slow_start_worker()).options(num_cpus=0.1).remote(4.0)], {})
+    built = time.perf_counter() - tic
+    tic = time.perf_counter()
+    assert rollout.collect(1) == 1
+    assert built >= 4.0 and time.perf_counter() - tic < 2.0
+    ray_cluster.kill(rollout.actors[0])

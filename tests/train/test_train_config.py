@@ -1,6 +1,7 @@
 """Config loading, --set overrides and validation: every error is one ConfigError line."""
 
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -120,7 +121,7 @@ SHARD = ["distributed.backend=ray", "distributed.learners=2", "distributed.shard
     ({}, ["rollout.gpu_memory_utilization=1.5"], "rollout.gpu_memory_utilization must be in (0, 1]"),
     ({}, ["model.lora.r=8", "rollout.engine=hf", "rollout.vllm_lora=adapter"], "needs model.lora.r > 0 and "
                                                                                 "rollout.engine=vllm"),
-    ({}, ["distributed.shard=true"], "distributed.shard: true needs distributed.backend=ray"),
+    ({}, ["distributed.shard=true"], "distributed.shard=true needs distributed.backend=ray"),
     ({}, ["distributed.backend=ray", "distributed.shard=true"], "distributed.shard: true needs distributed.learners "
                                                                 ">= 2 (got 1: one learner holds the whole policy"),
     ({}, [*SHARD, "model.lora.r=8"], "needs model.lora.r=0"),
@@ -144,6 +145,19 @@ def test_config_errors_are_one_line(tmp_path, data, overrides, message):
     text = str(err.value)
     assert message in text
     assert "\n" not in text
+
+
+@pytest.mark.parametrize("setting", ["distributed.address=127.0.0.1:1", "distributed.address=auto",
+                                     "distributed.learner_gpus=1", "distributed.rollout_gpus=0.5",
+                                     "distributed.rollout_cpus=2", "distributed.learner_cpus=0.5",
+                                     "distributed.max_restarts=0"])
+def test_ray_only_settings_need_ray(setting):
+    """Before, these were silently ignored without Ray (a run with distributed.address=127.0.0.1:1 trained
+    in one process, rc 0), while learners=2 or shard=true were refused."""
+    key = setting.split("=")[0]
+    with pytest.raises(ConfigError, match=rf"^{re.escape(key)}=\S+ needs distributed.backend=ray \(.*ignored\)$"):
+        load_config(None, [setting])
+    load_config(None, [setting, "distributed.backend=ray"])
 
 
 def test_presets_and_defaults_never_trip_the_inert_settings_check():
