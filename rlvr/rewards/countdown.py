@@ -12,7 +12,7 @@ from fractions import Fraction
 from typing import Any, Mapping, Sequence
 
 from rlvr.rewards.base import bounded
-from rlvr.rewards.extract import extract_answer
+from rlvr.rewards.format import final_answer
 
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
 MAX_EXPRESSION_CHARS = 200
@@ -65,7 +65,7 @@ class CountdownReward:
         self.format_score = format_score
 
     def __call__(self, prompt: str, completion: str, example: Mapping[str, Any]) -> float:
-        expression = extract_answer(completion)
+        expression = final_answer(prompt, completion)
         if expression is None:
             return 0.0
         ok = countdown_equal(expression, list(example["numbers"]), int(example["target"]))

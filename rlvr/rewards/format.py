@@ -26,8 +26,10 @@ _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
 
 def with_prompt_prefix(prompt: str, completion: str) -> str:
-    """The completion as the model wrote it after a prompt that may already open `<think>`."""
-    return "<think>" + completion if prompt.rstrip().endswith("<think>") else completion
+    """The completion as the model wrote it after a prompt that may already open `<think>`, with the prompt's
+    whitespace after that tag (`"Q<think>\\n"` + `"a..."` reads `"<think>\\na..."`)."""
+    head = prompt.rstrip()
+    return "<think>" + prompt[len(head):] + completion if head.endswith("<think>") else completion
 
 
 def format_ok(text: str, strict: bool = False) -> bool:
@@ -52,6 +54,13 @@ def answer_in_tags(text: str) -> str | None:
     """The final answer inside the last `<answer>` block (a `\\boxed{}` in it wins)."""
     blocks = _ANSWER.findall(text)
     return extract_answer("<answer>" + blocks[-1] + "</answer>") if blocks else None
+
+
+def final_answer(prompt: str, completion: str) -> str | None:
+    """The answer the completion states: its last `<answer>` block (after a prompt that may open `<think>`),
+    else what `extract_answer` finds; a `\\boxed{}` in the reasoning never overrides the `<answer>` block."""
+    text = with_prompt_prefix(prompt, completion)
+    return answer_in_tags(text) if "<answer>" in text else extract_answer(completion)
 
 
 @bounded
@@ -80,10 +89,9 @@ class MathReward:
     def _predicted(self, prompt: str, completion: str) -> tuple[str | None, bool]:
         if self.format_gate is None:
             return extract_answer(completion), True
-        text = with_prompt_prefix(prompt, completion)
         # The `correct` component stays meaningful without the tags; the score is gated anyway.
-        predicted = answer_in_tags(text) if "<answer>" in text else extract_answer(completion)
-        return predicted, format_ok(text, strict=self.format_gate == "strict")
+        text = with_prompt_prefix(prompt, completion)
+        return final_answer(prompt, completion), format_ok(text, strict=self.format_gate == "strict")
 
     def score_batch(self, prompts: Sequence[str], completions: Sequence[str], examples: Sequence[Any],
                     ctx: BatchContext | None = None) -> RewardBatch:

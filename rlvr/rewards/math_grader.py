@@ -24,14 +24,21 @@ from rlvr.rewards.pool import OK, WorkerPool
 DEFAULT_TIMEOUT = 5.0  # seconds per pair, math-verify's own default
 _MAX_NUMBER_CHARS = 64  # longer "numbers" go to the guarded path, never Fraction() in-process
 
-_THOUSANDS = re.compile(r"^-?\d{1,3}(,\d{3})+(\.\d+)?$")
+_THOUSANDS = re.compile(r"^-?\d{1,3}(, ?\d{3})+(\.\d+)?$")  # 1,234 and MATH's `1,\! 234` (3-digit groups)
 _PLAIN = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)(e[-+]?\d+)?$", re.IGNORECASE)
 _FRAC = re.compile(r"^(-?)\\[dt]?frac\{(-?\d{1,20})\}\{(\d{1,20})\}$|^(-?)(\d{1,20})/(\d{1,20})$")
 _WORD_UNITS = re.compile(r"^(.*?\d)\s*(?:[a-zA-Z]{2,}\.?\s*)+$")  # "18 dollars", "5 cm" (not "5 x")
 # Trailing words that change the value or make it a bound, never a unit: "2 pi", "5 thousand", "4 or more".
 _VALUE_WORDS = frozenset("""pi thousand thousands million millions billion billions trillion trillions hundred
     hundreds dozen dozens half halves quarter quarters or and more less than least most at over under plus
-    minus times squared cubed sqrt root roots inf infinity""".split())
+    minus times squared cubed sqrt root roots inf infinity negative""".split())
+# Words that make a stated number a bound or an estimate, never the value itself: "5 or more" is not 5.
+_BOUND_WORDS = frozenset("""or more less least most than over under fewer greater smaller larger above below
+    about approximately around nearly almost roughly between up not no never""".split())
+# Function names written in plain text ("cos(0)") are math-verify's to judge, not a sentence's.
+_FUNCTION_WORDS = frozenset("sin cos tan cot sec csc log ln exp abs mod gcd lcm max min arcsin arccos arctan".split())
+_WORD = re.compile(r"(?<![\\a-zA-Z])[a-zA-Z]{2,}")  # a word, not a LaTeX command (`\frac`) or a variable (`x`)
+_NUMBER_IN_TEXT = re.compile(r"-?\d{1,3}(?:, ?\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?|-?\.\d+")
 
 
 def _strip_decorations(s: str) -> str:
@@ -65,6 +72,25 @@ def plain_number(s: str) -> Fraction | None:
     return Fraction(mantissa) * Fraction(10) ** int(exponent or 0)
 
 
+def _sentence_equal(predicted: str, truth: Fraction) -> bool | None:
+    """A short sentence stating a number ("She has 16 apples.", "Janet makes \\$18 every day") against a number:
+    False when a bound word makes it no value ("5 or more", "at least 5"); else, when it states exactly one
+    number, whether that is `truth` (as GSM8K graders read the answer's number); None when it is no sentence
+    or states several numbers (math-verify judges those)."""
+    text = _strip_decorations(predicted).replace("$", "")
+    words = {w.lower() for w in _WORD.findall(text)}
+    if not words or words & _FUNCTION_WORDS:
+        return None
+    if words & _BOUND_WORDS:
+        return False
+    if words & _VALUE_WORDS:
+        return None
+    values = {plain_number(n) for n in _NUMBER_IN_TEXT.findall(text)}
+    if len(values) != 1 or None in values:
+        return None
+    return values.pop() == truth
+
+
 def _fast_equal(predicted: str, truth: str) -> bool | None:
     """True/False when decidable without sympy, None to defer to math-verify."""
     if _strip_decorations(predicted) == _strip_decorations(truth):
@@ -72,6 +98,8 @@ def _fast_equal(predicted: str, truth: str) -> bool | None:
     p, t = plain_number(predicted), plain_number(truth)
     if p is not None and t is not None:
         return p == t
+    if t is not None:
+        return _sentence_equal(predicted, t)
     return None
 
 

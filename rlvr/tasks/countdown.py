@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlvr.rewards.countdown import CountdownReward, countdown_equal, evaluate_countdown
-from rlvr.rewards.extract import extract_answer
+from rlvr.rewards.format import final_answer
 from rlvr.tasks.base import Example, register_task
 from rlvr.tasks.templates import ANSWER_TAGS, check_template, load_tokenizer_option, render_prompt
 
@@ -76,13 +76,14 @@ class CountdownTask:
         return CountdownReward(self.format_score)
 
     def is_correct(self, completion: str, example: Example) -> bool:
-        return countdown_equal(extract_answer(completion), example.fields["numbers"], example.fields["target"])
+        stated = final_answer(example.prompt, completion)
+        return countdown_equal(stated, example.fields["numbers"], example.fields["target"])
 
     def format_ok(self, completion: str, example: Example) -> bool:
-        return extract_answer(completion) is not None
+        return final_answer(example.prompt, completion) is not None
 
     def answer_key(self, completion: str, example: Example) -> str | None:
-        stated = extract_answer(completion)
+        stated = final_answer(example.prompt, completion)
         value = None if stated is None else evaluate_countdown(stated, example.fields["numbers"])
         return None if value is None else str(value)
 

@@ -8,14 +8,14 @@ Needs the `gym` extra (`pip install rlvr[gym]`). Train and eval items come from 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from rlvr.rewards.base import RewardOutput
-from rlvr.rewards.extract import extract_answer
-from rlvr.rewards.format import answer_in_tags, with_prompt_prefix
-from rlvr.tasks.base import Example, register_task
+from rlvr.rewards.format import final_answer
+from rlvr.tasks.base import Example, TaskOptionError, register_task
 from rlvr.tasks.templates import ANSWER_TAGS, check_template, load_tokenizer_option, render_prompt
 
 _EVAL_SEED_OFFSET = 1_000_003  # eval items use seeds far from any training seed
@@ -34,14 +34,17 @@ def _scorer(dataset: str):
     return _gym().get_score_answer_fn(dataset)
 
 
-def gym_answer(prompt: str, completion: str) -> str | None:
-    """The last <answer> block, else the answer `extract_answer` finds."""
-    text = with_prompt_prefix(prompt, completion)
-    return answer_in_tags(text) if "<answer>" in text else extract_answer(completion)
-
-
 def _stated(text: str | None) -> str | None:
     return None if text is None else text.strip()
+
+
+def _same_kind(value: Any, default: Any) -> bool:
+    """Whether `value` may stand where the config's `default` does (an int where a float is expected is fine)."""
+    if isinstance(default, bool) or isinstance(value, bool):
+        return isinstance(value, bool) and isinstance(default, bool)
+    if isinstance(default, float):
+        return isinstance(value, (int, float))
+    return isinstance(value, type(default))
 
 
 class GymReward:
@@ -51,7 +54,7 @@ class GymReward:
 
     def __call__(self, prompt: str, completion: str, example: Mapping[str, Any]) -> RewardOutput:
         entry = example["entry"]
-        answer = _stated(gym_answer(prompt, completion))
+        answer = _stated(final_answer(prompt, completion))
         score = 0.0 if answer is None else float(_scorer(entry["metadata"]["source_dataset"])(answer, entry))
         return RewardOutput(score, {"stated": float(answer is not None)})
 
@@ -69,8 +72,34 @@ class ReasoningGymTask:
         if self.dataset not in gym.factory.DATASETS:
             raise ValueError(f"unknown reasoning-gym dataset {self.dataset!r}; "
                              f"choose from {sorted(gym.factory.DATASETS)}")
+        self._check_config(gym.factory.DATASETS[self.dataset][1])
         self.tokenizer = load_tokenizer_option(self.tokenizer)
         check_template(self.template, self.tokenizer)
+
+    def _check_config(self, config_cls: type) -> None:
+        """Build the dataset's config now, so that a bad `config` stops the command (naming `config.KEY`)
+        before any work, not deep inside `create_dataset`."""
+        if not isinstance(self.config, Mapping):
+            raise TaskOptionError(f"reasoning_gym option 'config' expects a mapping, got {self.config!r}", "config")
+        known = {f.name: f for f in dataclasses.fields(config_cls)}
+        for key, value in self.config.items():
+            if key not in known:
+                raise TaskOptionError(f"reasoning_gym option 'config.{key}': {self.dataset} has no such setting; "
+                                      f"settings: {', '.join(sorted(known))}", "config")
+            if key in ("seed", "size"):  # create_dataset gets them from the caller's n and seed
+                raise TaskOptionError(f"reasoning_gym option 'config.{key}' is set by rlvr (the seed and number "
+                                      f"of examples asked for); leave it out", "config")
+            default = known[key].default
+            if isinstance(default, (bool, int, float, str)) and not _same_kind(value, default):
+                raise TaskOptionError(f"reasoning_gym option 'config.{key}' expects {type(default).__name__}, "
+                                      f"got {value!r}", "config")
+        try:
+            config = config_cls(**self.config)
+            if hasattr(config, "validate"):
+                config.validate()
+        except (AssertionError, TypeError, ValueError) as err:
+            raise TaskOptionError(f"reasoning_gym option 'config' for {self.dataset}: {err or 'invalid'}",
+                                  "config") from None
 
     def _examples(self, n: int, seed: int) -> list[Example]:
         if n < 1:
@@ -92,10 +121,10 @@ class ReasoningGymTask:
         return GymReward()(example.prompt, completion, example.as_dict()).score >= 1.0
 
     def format_ok(self, completion: str, example: Example) -> bool:
-        return gym_answer(example.prompt, completion) is not None
+        return final_answer(example.prompt, completion) is not None
 
     def answer_key(self, completion: str, example: Example) -> str | None:
-        return _stated(gym_answer(example.prompt, completion))
+        return _stated(final_answer(example.prompt, completion))
 
 
 register_task("reasoning_gym")(ReasoningGymTask)

@@ -20,13 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.rewards.extract import extract_answer, last_boxed
-from rlvr.rewards.format import MathReward, answer_in_tags, format_ok, with_prompt_prefix
+from rlvr.rewards.format import MathReward, final_answer, format_ok, with_prompt_prefix
 from rlvr.rewards.math_grader import get_grader, plain_number
 from rlvr.tasks.base import Example, register_task
 from rlvr.tasks.data import gsm8k_answer, map_fields, read_records, record_place, shared_file
 from rlvr.tasks.templates import check_template, load_tokenizer_option, render_prompt
 
 ANSWER_FORMATS = ("plain", "gsm8k", "boxed")
+_MAX_VOTE_EXAMPLES = 4096  # examples whose vote groups `answer_key` remembers
 
 
 def pick(rows: list, n: int | None, seed: int) -> list:
@@ -39,14 +40,19 @@ def pick(rows: list, n: int | None, seed: int) -> list:
 
 
 def ground_truth(raw: str, answer_format: str) -> str:
+    """The answer `raw` states, read as `answer_format` says; an empty one (`""`, `"  "`, `\\boxed{}`) is
+    refused, as no prediction could ever equal it."""
     if answer_format == "gsm8k":
-        return gsm8k_answer(raw)
-    if answer_format == "boxed":
-        boxed = last_boxed(raw)
-        if boxed is None:
+        truth = gsm8k_answer(raw)
+    elif answer_format == "boxed":
+        truth = last_boxed(raw)
+        if truth is None:
             raise ValueError(f"answer_format 'boxed' but no \\boxed{{}} in {raw[:80]!r}")
-        return boxed
-    return raw.strip()
+    else:
+        truth = raw
+    if not truth.strip():
+        raise ValueError(f"empty answer {raw[:80]!r}")
+    return truth.strip()
 
 
 def field_text(value: Any, field_name: str, numbers: bool = False) -> str:
@@ -81,6 +87,7 @@ class MathTask:
     eval_fraction: float = 0.1
     name: str = "math_file"
     _cache: dict = field(default_factory=dict, init=False, repr=False)
+    _groups: dict = field(default_factory=dict, init=False, repr=False)  # answer_key's vote groups per example
 
     def __post_init__(self) -> None:
         if self.path is None and self.eval_path is None:
@@ -152,8 +159,7 @@ class MathTask:
         return MathReward(format_gate=gate)
 
     def predicted(self, completion: str, example: Example) -> str | None:
-        text = with_prompt_prefix(example.prompt, completion)
-        return answer_in_tags(text) if "<answer>" in text else extract_answer(completion)
+        return final_answer(example.prompt, completion)
 
     def is_correct(self, completion: str, example: Example) -> bool:
         return self.correct_batch([completion], [example])[0]
@@ -169,12 +175,25 @@ class MathTask:
         return extract_answer(completion) is not None
 
     def answer_key(self, completion: str, example: Example) -> str | None:
-        """What majority voting compares: the exact value of a number, else the answer text."""
+        """What majority voting compares. Answers the grader finds equal (either way round) share one key, that of
+        the first of them seen for this example (Minerva's maj@k groups by equivalence), so `\\frac{\\sqrt{2}}{2}`
+        and `\\sqrt{2}/2` are one vote; a key is the exact value of a number, else the answer without spaces."""
         pred = self.predicted(completion, example)
         if pred is None:
             return None
         value = plain_number(pred)
-        return str(value) if value is not None else re.sub(r"\s+", "", pred)
+        key = str(value) if value is not None else re.sub(r"\s+", "", pred)
+        if len(self._groups) >= _MAX_VOTE_EXAMPLES and (example.prompt, example.answer) not in self._groups:
+            del self._groups[next(iter(self._groups))]  # the oldest example's groups
+        groups = self._groups.setdefault((example.prompt, example.answer), {})  # key -> the answer first seen
+        if key not in groups:  # two different numbers are never equal: only other forms are compared
+            reps = [(k, r) for k, r in groups.items() if value is None or plain_number(r) is None]
+            same = get_grader().equal_batch([(pred, r) for _, r in reps] + [(r, pred) for _, r in reps])
+            match = next((k for i, (k, _) in enumerate(reps) if same[i] or same[i + len(reps)]), None)
+            if match is not None:
+                return match
+            groups[key] = pred
+        return key
 
 
 @register_task("gsm8k")

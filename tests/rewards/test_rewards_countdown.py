@@ -6,6 +6,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rlvr.rewards.countdown import CountdownReward, countdown_equal, evaluate_countdown
+from rlvr.tasks.base import Example
+from rlvr.tasks.countdown import CountdownTask
 
 
 def test_by_hand():
@@ -46,3 +48,16 @@ def test_sum_and_product_of_any_subset(numbers, data):
         product *= n
     assert evaluate_countdown(" * ".join(map(str, chosen)), numbers) == product
     assert evaluate_countdown(" + ".join(map(str, chosen + [max(numbers) + 1])), numbers) is None
+
+
+def test_a_boxed_expression_in_the_reasoning_does_not_override_the_answer_block():
+    """Before, countdown read the last `\\boxed{}` anywhere, so a box inside `<think>` beat the final `<answer>`."""
+    fields = {"numbers": [3, 4, 5], "target": 17}
+    ex = Example("Q <think>", "17", fields)
+    task, reward = CountdownTask(template="plain"), CountdownReward()
+    boxed_wrong = r" try \boxed{3 + 4 + 5}</think> <answer>3 * 4 + 5</answer>"
+    boxed_right = r" try \boxed{3 * 4 + 5}</think> <answer>3 + 4 + 5</answer>"
+    assert reward(ex.prompt, boxed_wrong, fields) == 1.0 and task.is_correct(boxed_wrong, ex)
+    assert reward(ex.prompt, boxed_right, fields) == 0.0 and not task.is_correct(boxed_right, ex)
+    assert task.answer_key(boxed_wrong, ex) == "17" and task.answer_key(boxed_right, ex) == "12"
+    assert reward("p", r"so \boxed{3 * 4 + 5}", fields) == 1.0  # no <answer> block: the box is the answer

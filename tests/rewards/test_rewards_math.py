@@ -125,10 +125,45 @@ def test_fast_path_fractions(p, q):
                                               ("3 squared", "3"), ("7 million dollars", "7")])
 def test_value_changing_words_are_not_stripped_as_units(predicted, truth):
     assert plain_number(predicted) is None  # deferred to math-verify, never an exact-number verdict
-    if predicted != "4 or more":  # math-verify itself reads the number out of "4 or more" (its limit)
-        assert not math_equal(predicted, truth)
+    assert not math_equal(predicted, truth)
 
 
 def test_unit_words_are_still_stripped():
     assert plain_number("18 dollars") == 18 and plain_number("5 cm.") == 5
     assert math_equal("18 dollars", "18")
+
+
+def test_math_thousands_separators_with_thin_spaces_are_one_number():
+    """Before, MATH-500's `11,\\! 111,\\! 111,\\! 100` (number_theory/417) was read as a tuple: no answer matched."""
+    truth = r"11,\! 111,\! 111,\! 100"
+    assert plain_number(truth) == 11111111100 and plain_number("1, 234") == 1234
+    assert math_equal_batch([("11111111100", truth), ("11,111,111,100", truth), (r"10,\! 080", "10080")]) == [True] * 3
+    wrong = [("11111111101", truth), ("1111111110", truth), ("(1, 2)", "12"), ("1, 2", "12"), ("12", "1, 2"),
+             ("1, 2, 3", "123"), ("1, 23", "123")]
+    assert math_equal_batch(wrong) == [False] * len(wrong)
+    assert plain_number("(1, 2)") is None and plain_number("1, 2") is None  # a tuple stays a tuple
+
+
+def test_a_short_sentence_stating_the_number_scores():
+    """Before, a sentence went to math-verify as LaTeX symbols, so "She has 16 apples" never equalled 16."""
+    right = [("She has 16 apples", "16"), (r"Janet makes \$18 every day", "18"), ("She has $1,000$ dollars.", "1000"),
+             ("It takes 2.5 hours.", "5/2"), ("The temperature was -3 degrees", "-3")]
+    assert math_equal_batch(right) == [True] * len(right)
+
+
+def test_sentences_with_another_number_or_a_bound_stay_wrong():
+    """Before, "5 or more" and "5 or less" equalled 5 (math-verify read the number out); no sentence may either."""
+    wrong = [("She has 17 apples", "16"), ("She has 16 apples and 2 pears", "16"), ("5 or more", "5"),
+             ("5 or less", "5"), ("at least 5", "5"), ("more than 16 apples", "16"), ("about 16 apples", "16"),
+             ("between 5 and 10", "5"), ("16 or 17 apples", "16"), ("She has 160 apples", "16"),
+             ("She has 1.6 apples", "16"), ("She has no apples", "0"), ("not 16", "16"), ("nearly 16", "16")]
+    assert math_equal_batch(wrong) == [False] * len(wrong)
+
+
+def test_sentence_answers_on_all_of_gsm8k_test():
+    """Before, `She has {N} apples.` scored 0 on all 1,319 GSM8K test items; now all, and none with N + 1."""
+    rows = [json.loads(line) for line in shared_file("gsm8k_test.jsonl").read_text().splitlines()]
+    truths = [gsm8k_answer(r["answer"]) for r in rows]
+    right = math_equal_batch([(f"She has {int(t):,} apples.", t) for t in truths])
+    wrong = math_equal_batch([(f"She has {int(t) + 1:,} apples.", t) for t in truths])
+    assert sum(right) == len(rows) and sum(wrong) == 0

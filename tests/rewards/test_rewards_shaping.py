@@ -10,6 +10,7 @@ from rlvr.rewards import (BatchContext, CombinedReward, KimiLengthReward, Langua
                           OverlongPenalty, RewardConfigError, StepGated, dapo_overlong_penalty, format_ok,
                           kimi_length_reward, r1_format_reward, r1_format_reward_strict, reward_from_name,
                           SafeReward, script_share)
+from rlvr.rewards.format import with_prompt_prefix
 from rlvr.rewards.language import words
 
 R1_PROMPT = "User: what is 1/2 as a decimal? Assistant: <think>"
@@ -216,3 +217,11 @@ def test_strict_format_is_open_r1s_layout_and_implies_lenient(think, answer, new
     assert format_ok(text) == tag_free  # strict => lenient
     assert not format_ok(" " + text, strict=True) and format_ok(" " + text) == tag_free
     assert r1_format_reward_strict("p", text, {}) == float(tag_free)
+
+
+def test_prompt_whitespace_after_think_is_kept():
+    """Before, `with_prompt_prefix` dropped the prompt's newline after `<think>`: open-r1's layout scored 0 strict."""
+    completion = "a\n</think>\n<answer>\n5\n</answer>"
+    assert with_prompt_prefix("Q<think>\n", completion) == "<think>\n" + completion
+    assert r1_format_reward_strict("Q<think>\n", completion, {}) == 1.0
+    assert r1_format_reward_strict("Q<think>", completion, {}) == 0.0  # no newline anywhere: not the strict layout

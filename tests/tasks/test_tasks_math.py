@@ -6,7 +6,8 @@ import sys
 import pytest
 
 from rlvr.models import build_char_tokenizer
-from rlvr.tasks import Task, get_task
+from rlvr.eval import maj_at_k
+from rlvr.tasks import Example, Task, get_task
 from rlvr.tasks.data import gsm8k_answer, map_fields, read_records
 from rlvr.tasks.templates import R1_ZERO, render_prompt
 
@@ -121,3 +122,33 @@ def test_templates():
         get_task("gsm8k", template="fancy")
     task = get_task("gsm8k", template="chat", tokenizer=tok)
     assert task.eval_examples(1, 0)[0].prompt.startswith("<bos>")
+
+
+@pytest.mark.parametrize("answer, fmt", [('""', "plain"), ('"   "', "plain"), (r'"\\boxed{}"', "boxed"),
+                                         (r'"so \\boxed{ }"', "boxed"), ('"#### "', "gsm8k")])
+def test_empty_ground_truth_is_refused_at_its_line(tmp_path, answer, fmt):
+    """Before, an empty answer was accepted silently and made a row that no completion could ever get right."""
+    rows = tmp_path / "rows.jsonl"
+    good = {"plain": "1", "boxed": "\\\\boxed{1}", "gsm8k": "#### 1"}[fmt]
+    rows.write_text('{"question": "q0", "answer": "' + good + '"}\n{"question": "q1", "answer": ' + answer + "}\n")
+    with pytest.raises(ValueError, match="rows.jsonl:2: empty answer"):
+        get_task("math_file", path=str(rows), answer_format=fmt)
+
+
+def test_maj_at_k_counts_equivalent_answers_as_one_vote():
+    """Before, `\\frac{\\sqrt{2}}{2}`, `\\sqrt{2}/2` and `\\frac{1}{\\sqrt{2}}` were three votes and lost to two "7"."""
+    task = get_task("math500")
+    ex = Example(prompt="Q <think>", answer=r"\frac{\sqrt{2}}{2}")
+    forms = [r"\frac{\sqrt{2}}{2}", r"\sqrt{2}/2", r"\frac{1}{\sqrt{2}}", "7", "7"]
+    completions = [f" ok</think> <answer>{f}</answer>" for f in forms]
+    keys = [task.answer_key(c, ex) for c in completions]
+    assert keys == [r"\frac{\sqrt{2}}{2}"] * 3 + ["7"] * 2
+    assert maj_at_k(keys, task.correct_batch(completions, [ex] * 5), 5) == 1.0
+    other = Example(prompt="Q2 <think>", answer="7")  # groups are per example: "7" first seen here is its own key
+    assert task.answer_key(completions[3], other) == "7" and task.answer_key(completions[1], other) == r"\sqrt{2}/2"
+    # ties: the first answer seen wins, and distinct values stay apart
+    tie = [" ok</think> <answer>8</answer>", " ok</think> <answer>7.0</answer>",
+           " ok</think> <answer>\\frac{16}{2}</answer>", " ok</think> <answer>14/2</answer>"]
+    ex7 = Example(prompt="Q3 <think>", answer="7")
+    tie_keys = [task.answer_key(c, ex7) for c in tie]
+    assert tie_keys == ["8", "7", "8", "7"] and maj_at_k(tie_keys, task.correct_batch(tie, [ex7] * 4), 4) == 0.0

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlvr.tasks import Task, get_task
+from rlvr.tasks import Task, TaskOptionError, get_task
 from rlvr.tasks.countdown import make_problem
 from rlvr.rewards.countdown import countdown_equal
 
@@ -48,3 +48,15 @@ def test_reasoning_gym_by_name_with_its_scorer():
     assert task.is_correct(f"The answer is {ex.answer}.", ex)
     with pytest.raises(ValueError, match="choose from"):
         get_task("reasoning_gym", dataset="not_a_dataset")
+
+
+@pytest.mark.parametrize("config, named", [({"bogus": 1}, "config.bogus"),
+                                           ({"min_animals": "abc"}, "config.min_animals' expects int, got 'abc'"),
+                                           ({"min_animals": 0}, "min_animals must be positive"),
+                                           ({"seed": 3}, "config.seed' is set by rlvr")])
+def test_reasoning_gym_config_is_checked_when_the_task_is_built(config, named):
+    """Before, a bad `config` passed until `create_dataset`, an internal TypeError instead of an option error."""
+    with pytest.raises(TaskOptionError, match=named):
+        get_task("reasoning_gym", dataset="leg_counting", config=config)
+    task = get_task("reasoning_gym", dataset="leg_counting", config={"min_animals": 4, "max_animals": 5})
+    assert len(task.eval_examples(2, seed=0)) == 2
