@@ -24,6 +24,7 @@ logger = logging.getLogger(__name__)
 
 SKIPPED = "train/skipped_nonfinite"
 COLLAPSE_CHECKS = (check_entropy, check_spikes, check_reward_collapse)  # the doctor's detectors, run live
+REWARN_GAP = 50  # steps a finding must stay away before it is warned of again (a value on the bar flickers)
 
 
 class RunStopped(RuntimeError):
@@ -83,7 +84,7 @@ class RunGuard:
         self.nonfinite_in_a_row = 0
         self.signal: int | None = None
         self._rows: list[dict[str, Any]] = []
-        self._warned: set[str] = set()
+        self._last_seen: dict[str, int] = {}  # finding title -> the last step it held at
 
     def after_update(self, step: int, metrics: dict[str, float]) -> None:
         """Count updates with skipped steps; raise RunStopped after `max_nonfinite` in a row."""
@@ -95,15 +96,17 @@ class RunGuard:
                              f"optim.max_grad_norm > 0, check the reward; `rlvr doctor {self.run_dir}` says more")
 
     def collapse_warnings(self, step: int, record: dict[str, Any]) -> list[str]:
-        """The doctor's entropy, KL/gradient spike and reward-collapse findings that include `step`,
-        each title once per streak of steps."""
+        """The doctor's entropy, KL/gradient spike and reward-collapse findings that hold at `step` and held at the
+        step before, each title once, and again only after it stayed away for `REWARN_GAP` steps. A one-step
+        outlier the next step does not repeat (the demo's KL and importance ratio have several) is no reason to
+        stop a run, and entropy on the threshold flickers across it; `rlvr doctor` lists every step range."""
         self._rows.append({"step": step, **{k: v for k, v in record.items() if isinstance(v, (int, float))}})
         log, lines = RunLog(self._rows, []), []
-        current = {f.title: f for check in COLLAPSE_CHECKS for f in check(log) if step in f.steps}
+        current = {f.title: f for check in COLLAPSE_CHECKS for f in check(log) if {step - 1, step} <= set(f.steps)}
         for title, finding in current.items():
-            if title not in self._warned:
+            if step - self._last_seen.get(title, -REWARN_GAP - 1) > REWARN_GAP:
                 lines.append(f"step {step}: warning: {finding.title}: {finding.detail}; try: {finding.hint}")
-        self._warned = set(current)
+            self._last_seen[title] = step
         return lines
 
     @contextmanager

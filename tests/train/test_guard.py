@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 from rlvr.config import load_config
 from rlvr.train.checkpoint import latest_checkpoint
 from rlvr.algorithms.optim import clip_gradients
-from rlvr.train.guard import SKIPPED, RunGuard, RunStopped, StoppedAtOnce, continue_hint, finite_step
+from rlvr.train.guard import REWARN_GAP, SKIPPED, RunGuard, RunStopped, StoppedAtOnce, continue_hint, finite_step
 from rlvr.train.loop import train
 from rlvr.train.preflight import check_checkpoint
 from rlvr.train.setup import prepare_run
@@ -135,16 +135,21 @@ def test_other_write_errors_name_the_path(tmp_path):
             raise OSError(errno.EROFS, "Read-only file system", "/x/metrics.jsonl")
 
 
-def test_collapse_guard_warns_once_per_streak():
+def test_collapse_guard_warns_once_a_finding_held_two_steps():
     guard = RunGuard("run", 3)
     entropy = [2.0, 2.1, 1.9, 2.0, 2.0, 0.05, 0.04, 1.9]
     warned = {step: guard.collapse_warnings(step, {"entropy": e, "accuracy": 0.2})
               for step, e in enumerate(entropy, 1)}
-    assert [s for s, lines in warned.items() if lines] == [6]
-    assert "entropy collapse" in warned[6][0]
+    assert [s for s, lines in warned.items() if lines] == [7]  # held at steps 6 and 7
+    assert "entropy collapse" in warned[7][0]
     kl = RunGuard("run", 3)
-    lines = [kl.collapse_warnings(s, {"kl": v}) for s, v in enumerate([0.01, 0.01, 0.012, 0.01, 0.9], 1)]
-    assert lines[-1] and "kl spikes" in lines[-1][0]
+    lines = [kl.collapse_warnings(s, {"kl": v}) for s, v in enumerate([0.01, 0.01, 0.012, 0.01, 0.9, 0.01, 0.8, 0.9], 1)]
+    assert [s for s, w in enumerate(lines, 1) if w] == [8]  # the lone spike at step 5 is left to `rlvr doctor`
+    assert "kl spikes" in lines[-1][0]
+    again = RunGuard("run", 3)  # a collapse that stays: one warning; back after REWARN_GAP quiet steps: another
+    entropy = [2.0] * 20 + [0.05] * 5 + [1.9] * REWARN_GAP + [0.05, 0.05]
+    warned = [s for s, e in enumerate(entropy, 1) if again.collapse_warnings(s, {"entropy": e, "accuracy": 0.2})]
+    assert warned == [22, len(entropy)]
 
 
 def test_rl_rollout_metrics_include_the_flat_group_share(tmp_path):
