@@ -38,6 +38,7 @@ _BOUND_WORDS = frozenset("""or more less least most than over under fewer greate
 # Function names written in plain text ("cos(0)") are math-verify's to judge, not a sentence's.
 _FUNCTION_WORDS = frozenset("sin cos tan cot sec csc log ln exp abs mod gcd lcm max min arcsin arccos arctan".split())
 _WORD = re.compile(r"(?<![\\a-zA-Z])[a-zA-Z]{2,}")  # a word, not a LaTeX command (`\frac`) or a variable (`x`)
+# Not extract._NUMBER: a stated answer's `1, 234` is one number (MATH's `1,\! 234`, as in `_THOUSANDS`), not a list.
 _NUMBER_IN_TEXT = re.compile(r"-?\d{1,3}(?:, ?\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?|-?\.\d+")
 
 
@@ -51,7 +52,11 @@ def _strip_decorations(s: str) -> str:
 def plain_number(s: str) -> Fraction | None:
     """Exact value of a plain number ('1,000', '-2.50', '18 dollars', '1e3', '\\frac{3}{4}',
     '-7/2'), else None."""
-    s = _strip_decorations(s)
+    return _stripped_number(_strip_decorations(s))
+
+
+def _stripped_number(s: str) -> Fraction | None:
+    """`plain_number` of text already through `_strip_decorations`."""
     frac = _FRAC.match(s.replace(" ", ""))
     if frac:
         sign, num, den = (frac.group(1), frac.group(2), frac.group(3)) if frac.group(2) else frac.groups()[3:]
@@ -72,12 +77,12 @@ def plain_number(s: str) -> Fraction | None:
     return Fraction(mantissa) * Fraction(10) ** int(exponent or 0)
 
 
-def _sentence_equal(predicted: str, truth: Fraction) -> bool | None:
+def _sentence_equal(stripped: str, truth: Fraction) -> bool | None:
     """A short sentence stating a number ("She has 16 apples.", "Janet makes \\$18 every day") against a number:
     False when a bound word makes it no value ("5 or more", "at least 5"); else, when it states exactly one
     number, whether that is `truth` (as GSM8K graders read the answer's number); None when it is no sentence
-    or states several numbers (math-verify judges those)."""
-    text = _strip_decorations(predicted).replace("$", "")
+    or states several numbers (math-verify judges those). `stripped` has been through `_strip_decorations`."""
+    text = stripped.replace("$", "")
     words = {w.lower() for w in _WORD.findall(text)}
     if not words or words & _FUNCTION_WORDS:
         return None
@@ -85,7 +90,7 @@ def _sentence_equal(predicted: str, truth: Fraction) -> bool | None:
         return False
     if words & _VALUE_WORDS:
         return None
-    values = {plain_number(n) for n in _NUMBER_IN_TEXT.findall(text)}
+    values = {_stripped_number(n) for n in _NUMBER_IN_TEXT.findall(text)}
     if len(values) != 1 or None in values:
         return None
     return values.pop() == truth
@@ -93,9 +98,10 @@ def _sentence_equal(predicted: str, truth: Fraction) -> bool | None:
 
 def _fast_equal(predicted: str, truth: str) -> bool | None:
     """True/False when decidable without sympy, None to defer to math-verify."""
-    if _strip_decorations(predicted) == _strip_decorations(truth):
+    predicted, truth = _strip_decorations(predicted), _strip_decorations(truth)
+    if predicted == truth:
         return True
-    p, t = plain_number(predicted), plain_number(truth)
+    p, t = _stripped_number(predicted), _stripped_number(truth)
     if p is not None and t is not None:
         return p == t
     if t is not None:

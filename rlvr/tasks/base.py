@@ -108,11 +108,11 @@ def _option_types(factory: Callable[..., Any]) -> dict[str, Any]:
     return types
 
 
-def _kind_problem(annotation: Any, value: Any) -> str | None:
+def kind_problem(annotation: Any, value: Any) -> str | None:
     """None when `value` (read from YAML) fits `annotation`, else what was expected; annotations other than
     the plain YAML kinds (and unions of them) are left to the task."""
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        problems = [_kind_problem(a, value) for a in typing.get_args(annotation)]
+        problems = [kind_problem(a, value) for a in typing.get_args(annotation)]
         return None if None in problems else " or ".join(dict.fromkeys(p for p in problems if p))
     if annotation is Path:
         return None if isinstance(value, str) else "a path"
@@ -150,6 +150,6 @@ def get_task(name: str, **options: Any) -> Task:
             raise TaskOptionError(f"{key} is required for {name}", key, missing=True)
     kinds = _option_types(TASKS[name])
     for key, value in options.items():
-        if key in kinds and (problem := _kind_problem(kinds[key], value)):
+        if key in kinds and (problem := kind_problem(kinds[key], value)):
             raise TaskOptionError(f"{name} option {key!r} expects {problem}, got {value!r}", key)
     return TASKS[name](**options)

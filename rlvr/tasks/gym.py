@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from rlvr.rewards.base import RewardOutput
 from rlvr.rewards.format import final_answer
-from rlvr.tasks.base import Example, TaskOptionError, register_task
+from rlvr.tasks.base import Example, TaskOptionError, kind_problem, register_task
 from rlvr.tasks.templates import ANSWER_TAGS, check_template, load_tokenizer_option, render_prompt
 
 _EVAL_SEED_OFFSET = 1_000_003  # eval items use seeds far from any training seed
@@ -38,13 +39,14 @@ def _stated(text: str | None) -> str | None:
     return None if text is None else text.strip()
 
 
-def _same_kind(value: Any, default: Any) -> bool:
-    """Whether `value` may stand where the config's `default` does (an int where a float is expected is fine)."""
-    if isinstance(default, bool) or isinstance(value, bool):
-        return isinstance(value, bool) and isinstance(default, bool)
-    if isinstance(default, float):
-        return isinstance(value, (int, float))
-    return isinstance(value, type(default))
+def _config_kind(config_field: dataclasses.Field, hints: Mapping[str, Any]) -> Any:
+    """The type a config value must fit: the field's hint, unless `kind_problem` cannot check it (list[str],
+    Literal) or the field's own default breaks it (rearc's `diff_ub: int = 0.2`); then the default's type."""
+    hint, default = hints.get(config_field.name), config_field.default
+    checkable = hint is not None and kind_problem(hint, object()) is not None  # a checked kind refuses an object
+    if checkable and (default is dataclasses.MISSING or kind_problem(hint, default) is None):
+        return hint
+    return type(default)
 
 
 class GymReward:
@@ -82,6 +84,10 @@ class ReasoningGymTask:
         if not isinstance(self.config, Mapping):
             raise TaskOptionError(f"reasoning_gym option 'config' expects a mapping, got {self.config!r}", "config")
         known = {f.name: f for f in dataclasses.fields(config_cls)}
+        try:
+            hints = typing.get_type_hints(config_cls)
+        except (NameError, TypeError):  # a hint naming what its module cannot resolve: check by defaults
+            hints = {}
         for key, value in self.config.items():
             if key not in known:
                 raise TaskOptionError(f"reasoning_gym option 'config.{key}': {self.dataset} has no such setting; "
@@ -89,10 +95,8 @@ class ReasoningGymTask:
             if key in ("seed", "size"):  # create_dataset gets them from the caller's n and seed
                 raise TaskOptionError(f"reasoning_gym option 'config.{key}' is set by rlvr (the seed and number "
                                       f"of examples asked for); leave it out", "config")
-            default = known[key].default
-            if isinstance(default, (bool, int, float, str)) and not _same_kind(value, default):
-                raise TaskOptionError(f"reasoning_gym option 'config.{key}' expects {type(default).__name__}, "
-                                      f"got {value!r}", "config")
+            if problem := kind_problem(_config_kind(known[key], hints), value):
+                raise TaskOptionError(f"reasoning_gym option 'config.{key}' expects {problem}, got {value!r}", "config")
         try:
             config = config_cls(**self.config)
             if hasattr(config, "validate"):

@@ -147,7 +147,8 @@ def test_math_thousands_separators_with_thin_spaces_are_one_number():
 def test_a_short_sentence_stating_the_number_scores():
     """Before, a sentence went to math-verify as LaTeX symbols, so "She has 16 apples" never equalled 16."""
     right = [("She has 16 apples", "16"), (r"Janet makes \$18 every day", "18"), ("She has $1,000$ dollars.", "1000"),
-             ("It takes 2.5 hours.", "5/2"), ("The temperature was -3 degrees", "-3")]
+             ("It takes 2.5 hours.", "5/2"), ("The temperature was -3 degrees", "-3"),
+             (r"She has 11,\! 111 apples", "11111"), ("She has 1, 234 apples", "1234")]  # MATH's thin-space thousands
     assert math_equal_batch(right) == [True] * len(right)
 
 

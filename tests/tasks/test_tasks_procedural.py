@@ -50,13 +50,41 @@ def test_reasoning_gym_by_name_with_its_scorer():
         get_task("reasoning_gym", dataset="not_a_dataset")
 
 
-@pytest.mark.parametrize("config, named", [({"bogus": 1}, "config.bogus"),
-                                           ({"min_animals": "abc"}, "config.min_animals' expects int, got 'abc'"),
-                                           ({"min_animals": 0}, "min_animals must be positive"),
-                                           ({"seed": 3}, "config.seed' is set by rlvr")])
+@pytest.mark.parametrize("config, named", [
+    ({"bogus": 1}, "config.bogus"), ({"min_animals": "abc"}, "config.min_animals' expects an integer, got 'abc'"),
+    ({"min_animals": 0}, "min_animals must be positive"), ({"seed": 3}, "config.seed' is set by rlvr")])
 def test_reasoning_gym_config_is_checked_when_the_task_is_built(config, named):
     """Before, a bad `config` passed until `create_dataset`, an internal TypeError instead of an option error."""
     with pytest.raises(TaskOptionError, match=named):
         get_task("reasoning_gym", dataset="leg_counting", config=config)
     task = get_task("reasoning_gym", dataset="leg_counting", config={"min_animals": 4, "max_animals": 5})
     assert len(task.eval_examples(2, seed=0)) == 2
+
+
+@pytest.mark.parametrize("dataset, config", [
+    ("chain_sum", {"allow_negation": True}),                 # bool
+    ("leg_counting", {"min_animals": 4}),                    # int
+    ("number_filtering", {"min_value": -5}),                 # an int where a float is hinted
+    ("manipulate_matrix", {"w_rotate": 0.5}),                # `w_rotate: float = 1`: the hint, not the default
+    ("rearc", {"diff_ub": 0.3}),                             # `diff_ub: int = 0.2`: a hint its default breaks
+    ("caesar_cipher", {"delimiter": ";"}),                   # str
+    ("basic_arithmetic", {"format_style": "natural"}),       # Literal: checked as its default's str
+    ("figlet_font", {"static_word": None}),                  # Optional[str]
+    ("figlet_font", {"static_word": "HI"}),
+    ("codeio", {"difficulty": 2})])                          # Optional[int]
+def test_reasoning_gym_config_takes_values_of_the_hinted_kind(dataset, config):
+    get_task("reasoning_gym", dataset=dataset, config=config, template="plain")
+
+
+@pytest.mark.parametrize("dataset, config, named", [
+    ("chain_sum", {"allow_negation": 1}, "expects true or false, got 1"),
+    ("leg_counting", {"min_animals": True}, "expects an integer, got True"),      # a bool is no int here
+    ("leg_counting", {"min_animals": 2.5}, "expects an integer, got 2.5"),
+    ("number_filtering", {"min_value": "x"}, "expects a number, got 'x'"),
+    ("caesar_cipher", {"delimiter": 3}, "expects a string, got 3"),
+    ("basic_arithmetic", {"format_style": 3}, "expects a string, got 3"),
+    ("figlet_font", {"static_word": 3}, "expects a string or null, got 3"),
+    ("codeio", {"difficulty": "hard"}, "expects an integer or null, got 'hard'")])
+def test_reasoning_gym_config_refuses_values_of_another_kind(dataset, config, named):
+    with pytest.raises(TaskOptionError, match=named):
+        get_task("reasoning_gym", dataset=dataset, config=config, template="plain")
