@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from rlvr.eval.metrics import maj_at_k, mean, pass_at_k
+from rlvr.eval.metrics import maj_at_k, mean, pass_at_k, vote_keys
 from rlvr.rewards.base import BatchContext
 from rlvr.rewards.combine import CombinedReward
 from rlvr.rollout.base import RolloutEngine, SamplingParams
@@ -26,6 +26,14 @@ def _correct(task: Task, texts: list[str], examples: list[Example]) -> list[bool
     if batch is not None:
         return list(batch(texts, examples))
     return [bool(task.is_correct(t, e)) for t, e in zip(texts, examples)]
+
+
+def answer_votes(task: Task, texts: Sequence[str], example: Example) -> list[Any]:
+    """The maj@k votes of one prompt's completions: the task's `answer_key` (the stripped text for a task without
+    one), answers its `same_answers` finds equal grouped under the first one's key (a task without it: equal keys)."""
+    key, same = getattr(task, "answer_key", None), getattr(task, "same_answers", None)
+    keys = [key(t, example) if key is not None else t.strip() for t in texts]
+    return vote_keys(keys, texts, None if same is None else lambda pairs: same(pairs, example))
 
 
 def grade(engine: RolloutEngine, task: Task, examples: Sequence[Example], n: int,
@@ -44,11 +52,11 @@ def grade(engine: RolloutEngine, task: Task, examples: Sequence[Example], n: int
         [c.prompt for c in completions], texts, repeated,
         BatchContext(group_size=n, lengths=[len(c.token_ids) for c in completions],
                      max_new_tokens=sampling.max_new_tokens, correct=correct))
-    fmt, key = getattr(task, "format_ok", None), getattr(task, "answer_key", None)
+    fmt = getattr(task, "format_ok", None)
+    votes = [v for j, e in enumerate(examples) for v in answer_votes(task, texts[j * n:(j + 1) * n], e)]
     return [{"index": i // n, "prompt": c.prompt, "completion": c.text, "answer": e.answer,
              "correct": ok, "reward": r, "length": len(c.token_ids), "finish_reason": c.finish_reason,
-             "format_ok": None if fmt is None else bool(fmt(c.text, e)),
-             "answer_key": key(c.text, e) if key is not None else c.text.strip(),
+             "format_ok": None if fmt is None else bool(fmt(c.text, e)), "answer_key": votes[i],
              "components": {k: v[i] for k, v in reward.components.items() if k != "task"}}  # "task" = reward
             for i, (c, e, ok, r) in enumerate(zip(completions, repeated, correct, reward.scores))]
 

@@ -2,13 +2,16 @@
 
 pass@k is the unbiased estimator of Chen et al. 2021 (Codex, eq. 1): with c correct out of n
 samples, pass@k = 1 - C(n-c, k) / C(n, k), computed as a product to stay exact in floating point
-for large n. maj@k (self-consistency, Wang et al. 2023) votes over the stated answers of k samples.
+for large n. maj@k (self-consistency, Wang et al. 2023) votes over the stated answers of k samples;
+answers the task finds equal are one vote (Minerva, Lewkowycz et al. 2022), see `vote_keys`.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Hashable, Sequence
+from typing import Callable, Hashable, Sequence, TypeVar
+
+A = TypeVar("A")
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -21,6 +24,25 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     for i in range(n - c + 1, n + 1):  # C(n-c, k) / C(n, k) = prod_{i=n-c+1}^{n} (1 - k / i)
         fail *= 1.0 - k / i
     return 1.0 - fail
+
+
+def vote_keys(keys: Sequence[Hashable | None], answers: Sequence[A],
+              same: Callable[[list[tuple[A, A]]], list[bool]] | None = None) -> list[Hashable | None]:
+    """One prompt's votes: each sample's key, or the key of the group it joins. Samples with one key are one
+    vote; a sample with a key not seen before joins the first group whose representative's answer `same` finds
+    equal to its own (`same` maps (answer, representative) pairs to flags), else it starts a group of its own.
+    A group's representative is its first sample, so the vote does not depend on the order beyond that. None
+    (nothing stated) stays None; without `same`, the votes are the keys."""
+    votes: dict[Hashable, Hashable] = {}  # key -> the key of its group
+    reps: dict[Hashable, A] = {}  # a group's key -> its first answer
+    for key, answer in zip(keys, answers):
+        if key is None or key in votes:
+            continue
+        found = same([(answer, r) for r in reps.values()]) if same is not None and reps else []
+        votes[key] = next((k for k, ok in zip(reps, found) if ok), key)
+        if votes[key] == key:
+            reps[key] = answer
+    return [None if k is None else votes[k] for k in keys]
 
 
 def majority_correct(keys: Sequence[Hashable | None], correct: Sequence[bool]) -> bool:

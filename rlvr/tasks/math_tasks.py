@@ -17,7 +17,7 @@ import random
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from rlvr.rewards.extract import extract_answer, last_boxed
 from rlvr.rewards.format import MathReward, final_answer, format_ok, with_prompt_prefix
@@ -27,7 +27,6 @@ from rlvr.tasks.data import gsm8k_answer, map_fields, read_records, record_place
 from rlvr.tasks.templates import check_template, load_tokenizer_option, render_prompt
 
 ANSWER_FORMATS = ("plain", "gsm8k", "boxed")
-_MAX_VOTE_EXAMPLES = 4096  # examples whose vote groups `answer_key` remembers
 
 
 def pick(rows: list, n: int | None, seed: int) -> list:
@@ -87,7 +86,6 @@ class MathTask:
     eval_fraction: float = 0.1
     name: str = "math_file"
     _cache: dict = field(default_factory=dict, init=False, repr=False)
-    _groups: dict = field(default_factory=dict, init=False, repr=False)  # answer_key's vote groups per example
 
     def __post_init__(self) -> None:
         if self.path is None and self.eval_path is None:
@@ -175,25 +173,32 @@ class MathTask:
         return extract_answer(completion) is not None
 
     def answer_key(self, completion: str, example: Example) -> str | None:
-        """What majority voting compares. Answers the grader finds equal (either way round) share one key, that of
-        the first of them seen for this example (Minerva's maj@k groups by equivalence), so `\\frac{\\sqrt{2}}{2}`
-        and `\\sqrt{2}/2` are one vote; a key is the exact value of a number, else the answer without spaces."""
+        """What majority voting counts: the exact value of a number, else the answer without spaces; None when
+        nothing is stated. Keys that differ may still be one answer (`\\sqrt{2}/2`, `\\frac{1}{\\sqrt{2}}`):
+        `same_answers` says which, and `rlvr.eval` groups them."""
         pred = self.predicted(completion, example)
         if pred is None:
             return None
         value = plain_number(pred)
-        key = str(value) if value is not None else re.sub(r"\s+", "", pred)
-        if len(self._groups) >= _MAX_VOTE_EXAMPLES and (example.prompt, example.answer) not in self._groups:
-            del self._groups[next(iter(self._groups))]  # the oldest example's groups
-        groups = self._groups.setdefault((example.prompt, example.answer), {})  # key -> the answer first seen
-        if key not in groups:  # two different numbers are never equal: only other forms are compared
-            reps = [(k, r) for k, r in groups.items() if value is None or plain_number(r) is None]
-            same = get_grader().equal_batch([(pred, r) for _, r in reps] + [(r, pred) for _, r in reps])
-            match = next((k for i, (k, _) in enumerate(reps) if same[i] or same[i + len(reps)]), None)
-            if match is not None:
-                return match
-            groups[key] = pred
-        return key
+        return str(value) if value is not None else re.sub(r"\s+", "", pred)
+
+    def same_answers(self, pairs: Sequence[tuple[str, str]], example: Example) -> list[bool]:
+        """Whether each pair of completions states one answer, for majority voting (Minerva's maj@k groups answers
+        by equivalence): two numbers by their exact values, without the grader; anything else when the grader finds
+        them equal either way round (`math_equal(p, t)` is not symmetric); a completion stating none equals none."""
+        stated = [(self.predicted(a, example), self.predicted(b, example)) for a, b in pairs]
+        out: list[bool | None] = []
+        for a, b in stated:
+            if a is None or b is None:
+                out.append(False)
+                continue
+            va, vb = plain_number(a), plain_number(b)
+            out.append(va == vb if va is not None and vb is not None else None)
+        todo = [i for i, v in enumerate(out) if v is None]
+        same = get_grader().equal_batch([stated[i] for i in todo] + [stated[i][::-1] for i in todo]) if todo else []
+        for j, i in enumerate(todo):
+            out[i] = same[j] or same[j + len(todo)]
+        return out  # type: ignore[return-value]
 
 
 @register_task("gsm8k")

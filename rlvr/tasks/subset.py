@@ -67,3 +67,10 @@ class SubsetTask:
 
     def is_correct(self, completion: str, example: Example) -> bool:
         return self.base.is_correct(completion, example)
+
+    def __getattr__(self, name: str) -> Any:
+        """What else the underlying task offers (batched grading, maj@k's answer keys and equivalence, format
+        checks, a held-out note) is its own: only the training prompts differ."""
+        if name.startswith("_") or name == "base":  # not yet built (copy, pickle): no forwarding
+            raise AttributeError(name)
+        return getattr(self.base, name)

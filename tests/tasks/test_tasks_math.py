@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from rlvr.models import build_char_tokenizer
-from rlvr.eval import maj_at_k
+from rlvr.eval import answer_votes, maj_at_k
 from rlvr.tasks import Example, Task, get_task
 from rlvr.tasks.data import gsm8k_answer, map_fields, read_records
 from rlvr.tasks.templates import R1_ZERO, render_prompt
@@ -141,14 +141,17 @@ def test_maj_at_k_counts_equivalent_answers_as_one_vote():
     ex = Example(prompt="Q <think>", answer=r"\frac{\sqrt{2}}{2}")
     forms = [r"\frac{\sqrt{2}}{2}", r"\sqrt{2}/2", r"\frac{1}{\sqrt{2}}", "7", "7"]
     completions = [f" ok</think> <answer>{f}</answer>" for f in forms]
-    keys = [task.answer_key(c, ex) for c in completions]
-    assert keys == [r"\frac{\sqrt{2}}{2}"] * 3 + ["7"] * 2
-    assert maj_at_k(keys, task.correct_batch(completions, [ex] * 5), 5) == 1.0
-    other = Example(prompt="Q2 <think>", answer="7")  # groups are per example: "7" first seen here is its own key
-    assert task.answer_key(completions[3], other) == "7" and task.answer_key(completions[1], other) == r"\sqrt{2}/2"
+    assert [task.answer_key(c, ex) for c in completions] == [r"\frac{\sqrt{2}}{2}", r"\sqrt{2}/2",
+                                                             r"\frac{1}{\sqrt{2}}", "7", "7"]  # pure keys
+    assert task.same_answers([(completions[1], completions[2]), (completions[3], completions[0])], ex) == [True, False]
+    votes = answer_votes(task, completions, ex)
+    assert votes == [r"\frac{\sqrt{2}}{2}"] * 3 + ["7"] * 2
+    assert maj_at_k(votes, task.correct_batch(completions, [ex] * 5), 5) == 1.0
+    other = Example(prompt="Q2 <think>", answer="7")  # groups are per prompt: "7" first seen here is its own key
+    assert answer_votes(task, [completions[3], completions[1]], other) == ["7", r"\sqrt{2}/2"]
     # ties: the first answer seen wins, and distinct values stay apart
     tie = [" ok</think> <answer>8</answer>", " ok</think> <answer>7.0</answer>",
            " ok</think> <answer>\\frac{16}{2}</answer>", " ok</think> <answer>14/2</answer>"]
     ex7 = Example(prompt="Q3 <think>", answer="7")
-    tie_keys = [task.answer_key(c, ex7) for c in tie]
-    assert tie_keys == ["8", "7", "8", "7"] and maj_at_k(tie_keys, task.correct_batch(tie, [ex7] * 4), 4) == 0.0
+    tie_votes = answer_votes(task, tie, ex7)
+    assert tie_votes == ["8", "7", "8", "7"] and maj_at_k(tie_votes, task.correct_batch(tie, [ex7] * 4), 4) == 0.0
