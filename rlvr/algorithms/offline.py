@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from rlvr.algorithms.common import config_field
 from rlvr.algorithms.optim import build_optimizer, build_scheduler, check_schedule, clip_gradients
-from rlvr.config import OptimConfig
+from rlvr.config import OptimConfig, check_finite_number
 from rlvr.data.stream import PromptStream
 
 # AdamW (beta1, beta2) and epsilon are the RL learner's defaults: one set for every trainer.
@@ -69,8 +69,8 @@ def check_finite_fields(config: object) -> None:
     inf through (and `x < 0` checks let NaN through), and one NaN hyper-parameter makes every weight NaN."""
     for f in fields(config):
         value = getattr(config, f.name)
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(f"{f.name} must be a finite number, got {value}")
+        if isinstance(value, float):
+            check_finite_number(f.name, value)
 
 
 MicroLoss = Callable[[list[int]], tuple[Tensor, dict[str, Tensor]]]
@@ -82,8 +82,8 @@ def train_offline(model: nn.Module, n_items: int, cfg: OfflineConfig, micro_loss
     """Minibatch AdamW training over item indices 0..n_items-1; returns per-step metrics.
 
     Batches of `batch_size` indices come from a seeded stream that reshuffles every epoch (the last
-    batch of an epoch holds what is left). `micro_loss(indices)` returns (loss summed over the items, detached metrics). A step's
-    loss is the sum over its micro-batches divided by `weight(step indices)` (the item count, or the
+    batch of an epoch holds what is left). `micro_loss(indices)` returns (loss summed over the items, detached
+    metrics). A step's loss is the sum over its micro-batches divided by `weight(step indices)` (the item count, or the
     target-token count for SFT), so accumulation gives exactly the full-batch gradient.
     The caller sets train/eval mode: preference training runs in eval mode (no dropout).
     """

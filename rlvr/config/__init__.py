@@ -12,12 +12,13 @@ from rlvr.config.load import (SHIPPED_CONFIGS, apply_overrides, config_file, con
                               parse_yaml, read_yaml, save_config, with_absolute_paths)
 from rlvr.config.sections import (OLD_LOGPROBS, AlgorithmConfig, CheckpointConfig, Config, ConfigError,
                                   DistributedConfig, EvalConfig, LogConfig, LoRAConfig, ModelConfig, OptimConfig,
-                                  RewardConfig, RolloutConfig, SFTConfig, TaskConfig, TrainConfig, ValueConfig, f)
+                                  RewardConfig, RolloutConfig, SFTConfig, TaskConfig, TrainConfig, ValueConfig,
+                                  check_finite_number, f)
 
 __all__ = [
     "ROLLOUT_ENGINES", "check_out_dir", "validate", "SHIPPED_CONFIGS", "apply_overrides", "config_file", "config_help", "from_dict",
     "load_config", "parse_yaml", "read_yaml", "save_config", "with_absolute_paths", "OLD_LOGPROBS",
     "AlgorithmConfig", "CheckpointConfig", "Config", "ConfigError",
     "DistributedConfig", "EvalConfig", "LogConfig", "LoRAConfig", "ModelConfig", "OptimConfig", "RewardConfig",
-    "RolloutConfig", "SFTConfig", "TaskConfig", "TrainConfig", "ValueConfig", "f",
+    "RolloutConfig", "SFTConfig", "TaskConfig", "TrainConfig", "ValueConfig", "check_finite_number", "f",
 ]

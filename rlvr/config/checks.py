@@ -7,13 +7,13 @@ Names looked up in registries (task, losses, rewards) are checked when a run is 
 from __future__ import annotations
 
 import importlib.util
-import math
 import os
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from rlvr.config.sections import OLD_LOGPROBS, PACKING, Config, ConfigError, DistributedConfig
+from rlvr.config.sections import (OLD_LOGPROBS, PACKING, Config, ConfigError, DistributedConfig,
+                                  check_finite_number)
 
 
 # key: (low, high, low included, high included); None = unbounded. Every float must also be finite.
@@ -56,8 +56,10 @@ def _check_ranges(cfg: Config) -> None:
         value = _get(cfg, key)
         if value is None:  # an optional value left empty
             continue
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"{key} must be a finite number, got {value}")
+        try:
+            check_finite_number(key, value)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
         if not _in_range(value, lo, hi, lo_in, hi_in):
             low, high = ("[" if lo_in else "(") + str(lo), str(hi) + ("]" if hi_in else ")")
             bound = f"{'>=' if lo_in else '>'} {lo}" if hi is None else f"in {low}, {high}"

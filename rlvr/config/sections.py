@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from numbers import Real
 from typing import Any
 
 
 class ConfigError(ValueError):
     """A config problem, reported by the CLI as one line on stderr and exit code 2."""
+
+
+def check_finite_number(name: str, value: object) -> float:
+    """`value` as a float; ValueError for a bool, a non-number, NaN or +-inf. NaN passes every `<`/`>` range
+    check and one NaN hyper-parameter makes every weight NaN, so ranges alone do not catch it."""
+    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
 
 
 def f(default: Any, help: str) -> Any:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Mapping, Sequence
 
+from rlvr.config import check_finite_number
 from rlvr.rewards.base import BatchContext, RewardBatch, RewardOutput
 from rlvr.rewards.safe import DEFAULT_TIMEOUT, SafeReward, as_mapping
 
@@ -61,10 +62,9 @@ class CombinedReward:
             fn, weight, name = part
             if not isinstance(name, str) or not name or "/" in name:
                 raise ValueError(f"a part name must be a non-empty string without '/', got {name!r}")
-            if not math.isfinite(float(weight)):
-                raise ValueError(f"weight of {name!r} must be finite, got {weight}")
+            weight = check_finite_number(f"weight of {name!r}", weight)
             safe = fn if isinstance(fn, SafeReward) else SafeReward(fn, fallback, timeout, name, n_workers)
-            self.parts.append((safe, float(weight), name))
+            self.parts.append((safe, weight, name))
         names = [n for _, _, n in self.parts]
         if len(set(names)) != len(names):
             raise ValueError(f"part names must be unique, got {names}")

@@ -24,6 +24,7 @@ from torch import Tensor
 from transformers import AutoConfig, AutoModelForSequenceClassification, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
+from rlvr.config import check_finite_number
 from rlvr.models import load_model, model_folder
 from rlvr.models.placement import autocast_forward
 from rlvr.models.tokenizer import pad_token_id
@@ -114,9 +115,9 @@ class RewardModelReward:
                  shift: float = 0.0, scale: float = 1.0):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        for name, value in (("shift", shift), ("scale", scale)):  # a NaN score reads as "not applicable": 0
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ValueError(f"reward_model option {name} must be a finite number, got {value!r}")
+        # a NaN score reads as "not applicable": 0
+        shift = check_finite_number("reward_model option shift", shift)
+        scale = check_finite_number("reward_model option scale", scale)
         self.rm, self.tokenizer, self.batch_size = rm.eval(), tokenizer, batch_size
         self.shift, self.scale = shift, scale
 

@@ -26,7 +26,7 @@ import time
 import traceback
 from typing import Any, Callable, Mapping, Sequence
 
-from rlvr.config import RewardConfig
+from rlvr.config import RewardConfig, check_finite_number
 from rlvr.rewards.base import (BatchContext, BatchRewardFn, RewardBatch, RewardConfigError, RewardOutput,
                                is_bounded)
 from rlvr.rewards.deadline import RewardTimeout, call_with_deadline, can_interrupt
@@ -104,8 +104,8 @@ class SafeReward:
                  name: str | None = None, n_workers: int = 0, warn_after: float = 60.0) -> None:
         if not callable(fn) and not isinstance(fn, BatchRewardFn):
             raise TypeError(f"a reward must be callable or have score_batch, got {type(fn).__name__}")
-        if timeout is not None and not (math.isfinite(timeout) and timeout >= 0):
-            raise ValueError(f"timeout must be a finite number >= 0 (0 = none), got {timeout}")
+        if timeout is not None and check_finite_number("timeout", timeout) < 0:
+            raise ValueError(f"timeout must be >= 0 (0 = none), got {timeout}")
         if n_workers < 0:
             raise ValueError(f"n_workers must be >= 0, got {n_workers}")
         self.fn, self.fallback = fn, float(fallback)

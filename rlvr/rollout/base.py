@@ -7,11 +7,12 @@ layout `rlvr.core` group functions expect.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Iterable, Protocol, runtime_checkable
 
 import torch
+
+from rlvr.config import check_finite_number
 
 
 @dataclass(frozen=True)
@@ -28,8 +29,7 @@ class SamplingParams:
 
     def __post_init__(self) -> None:
         for name in ("temperature", "top_p"):  # NaN passes every `<` check and breaks sampling later
-            if not math.isfinite(getattr(self, name)):
-                raise ValueError(f"{name} must be a finite number, got {getattr(self, name)}")
+            check_finite_number(name, getattr(self, name))
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:

@@ -132,8 +132,13 @@ def test_combined_validates_parts():
         CombinedReward([])
     with pytest.raises(ValueError, match="unique"):
         CombinedReward([(broken, 1, "a"), (broken, 1, "a")])
-    with pytest.raises(ValueError, match="finite"):
+    with pytest.raises(ValueError, match="^weight of 'a' must be a finite number, got inf$"):
         CombinedReward([(broken, math.inf, "a")])
+    with pytest.raises(ValueError, match="^weight of 'a' must be a finite number, got True$"):
+        CombinedReward([(broken, True, "a")])  # float(True) was accepted as weight 1.0
+    for timeout, words in ((math.nan, "timeout must be a finite number, got nan"), (-1, "timeout must be >= 0")):
+        with pytest.raises(ValueError, match=f"^{words}"):
+            SafeReward(broken, timeout=timeout)
     with pytest.raises(ValueError, match="reward, weight, name"):
         CombinedReward([(broken, 1.0)])
 
