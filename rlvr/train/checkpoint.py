@@ -8,7 +8,9 @@ Layout inside the run folder:
 
 A checkpoint is built in a temporary folder, fsynced, then renamed into place (`os.replace` is
 atomic on POSIX); `latest` is rewritten the same way only afterwards. A crash (even kill -9) at any
-moment therefore leaves `latest` naming a complete checkpoint, or no checkpoint at all.
+moment therefore leaves every step folder complete and `latest` naming one of them, or missing (a crash between
+the first checkpoint's rename and the pointer's write); a resume then takes the newest intact step folder
+(`rlvr.train.preflight.find_checkpoint`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,12 @@ def step_number(name: str) -> int | None:
     """The step of a checkpoint folder name (`step_000050` -> 50); None for any other name."""
     match = STEP_NAME.fullmatch(name)
     return int(match.group(1)) if match else None
+
+
+def step_folders(root: Path) -> list[Path]:
+    """The step folders in a checkpoints folder `root` (complete or not), newest step first."""
+    found = [p for p in Path(root).glob("step_*") if p.is_dir() and step_number(p.name) is not None]
+    return sorted(found, key=lambda p: step_number(p.name), reverse=True)
 
 
 def rng_state() -> dict[str, Any]:

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from rlvr.report.doctor import RunLog, check_entropy, check_reward_collapse, check_spikes
-from rlvr.train.checkpoint import latest_checkpoint
+from rlvr.train.checkpoint import CHECKPOINTS, latest_checkpoint, step_folders
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ def continue_hint(run_dir: Path, failed: bool = True) -> str:
     while being set up, a second Ctrl-C before the first checkpoint), start it again; after a failure
     (`failed`), once its cause is fixed."""
     try:
-        checkpointed = latest_checkpoint(run_dir) is not None
+        checkpointed = latest_checkpoint(run_dir) is not None or bool(step_folders(Path(run_dir) / CHECKPOINTS))
     except FileNotFoundError:  # `latest` names a missing step: --resume says which earlier one is intact
         checkpointed = True
     if checkpointed:

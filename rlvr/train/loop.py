@@ -18,7 +18,7 @@ from rlvr.logging.progress import TrainProgress
 from rlvr.jsonl import read_jsonl
 from rlvr.logging.sinks import METRICS, SAMPLES, TIMINGS
 from rlvr.seeds import EVAL_SAMPLING, derive_seed
-from rlvr.train.checkpoint import CHECKPOINTS, LATEST, save_checkpoint
+from rlvr.train.checkpoint import CHECKPOINTS, LATEST, save_checkpoint, step_folders
 from rlvr.train.guard import RunGuard
 from rlvr.train.setup import Run, prepare_run
 
@@ -125,13 +125,15 @@ def train_to_end(cfg: Config, log=print, run_train=train) -> RunResult:
     nothing left to do; a finished run whose checkpoints were deleted is left as it is). A run stopped before
     its first checkpoint (kill -9) has logs but nothing to resume from: its logs are cleared and the run
     started again (the models it built are reused when built from the same settings), which the seed makes
-    draw the same steps. `run_train`: `train`, or `rlvr.distributed.run.train_distributed`."""
+    draw the same steps. Step folders without `latest` are not "nothing": the preflight resumes from the newest
+    intact one. `run_train`: `train`, or `rlvr.distributed.run.train_distributed`."""
     run_dir = Path(cfg.out_dir)
     if (run_dir / METRICS).exists() and not (run_dir / CHECKPOINTS / LATEST).is_file():
         if (run_dir / "final_model").is_dir():  # finished, its checkpoints deleted since: kept as it is
             return RunResult(run_dir, *_logged_evals(run_dir), cfg.train.steps)
-        log(f"{run_dir}: stopped before its first checkpoint; started again")
-        for name in RUN_LOGS:
-            path = run_dir / name
-            shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+        if not step_folders(run_dir / CHECKPOINTS):  # step folders without `latest`: the preflight resumes
+            log(f"{run_dir}: stopped before its first checkpoint; started again")
+            for name in RUN_LOGS:
+                path = run_dir / name
+                shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
     return run_train(cfg, resume=True, or_start=True)

@@ -5,6 +5,7 @@ A mistake found here is one line naming the file; nothing has been written yet."
 from __future__ import annotations
 
 import json
+import logging
 import pickle
 import struct
 from dataclasses import asdict
@@ -15,8 +16,11 @@ from rlvr.algorithms.common import max_positions
 from rlvr.algorithms.sft import encode_pairs, located_pairs_from_jsonl
 from rlvr.config import Config, ConfigError, check_out_dir, load_config, with_absolute_paths
 from rlvr.models import PRESETS, build_char_tokenizer, load_tokenizer, tiny_config
-from rlvr.train.checkpoint import CHECKPOINTS, LATEST, BadPointer, latest_checkpoint, load_state, step_number
+from rlvr.train.checkpoint import (CHECKPOINTS, LATEST, BadPointer, latest_checkpoint, load_state, step_folders,
+                                   step_number)
 from rlvr.train.rollout import engine_name
+
+logger = logging.getLogger(__name__)
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
 
@@ -189,13 +193,11 @@ def _check_intact(checkpoint: Path) -> None:
         raise ConfigError(f"{checkpoint / 'state.pt'} cannot be read ({str(err).split('.')[0]})") from None
 
 
-def _advice(folder: Path, bad: str | None) -> str:
-    """What to resume from when `bad` (a step folder of `folder`, None: the pointer names none) cannot be: the
-    newest intact checkpoint below it (or newest of all), by step number. Only with none intact left is the
-    checkpoints folder to be deleted, never the run folder."""
+def newest_intact(folder: Path, bad: str | None = None) -> Path | None:
+    """The checkpoint to resume from when `bad` (a step folder of `folder`, None: none is named) cannot be: the
+    newest intact one below it (or newest of all), by step number; None when none is intact."""
     limit = step_number(bad) if bad else None
-    steps = sorted((p for p in folder.glob("step_*") if p.is_dir() and step_number(p.name) is not None
-                    and p.name != bad), key=lambda p: step_number(p.name), reverse=True)
+    steps = [p for p in step_folders(folder) if p.name != bad]
     if limit is not None:  # those before the broken one first: the run reached them in order
         steps = [p for p in steps if step_number(p.name) < limit] + [p for p in steps if step_number(p.name) > limit]
     for candidate in steps:
@@ -203,20 +205,42 @@ def _advice(folder: Path, bad: str | None) -> str:
             _check_intact(candidate)
         except ConfigError:
             continue
-        which = "previous" if limit is not None and step_number(candidate.name) < limit else "newest"
-        return (f"the {which} complete checkpoint is {candidate.name}: resume from it with "
-                f"`echo {candidate.name} > {folder / LATEST}`")
-    return (f"no complete checkpoint is left: delete {folder} and start the run again with --resume-or-start")
+        return candidate
+    return None
+
+
+def _advice(folder: Path, bad: str | None) -> str:
+    """What to resume from when `bad` cannot be (`newest_intact`). Only with none intact left is the
+    checkpoints folder to be deleted, never the run folder."""
+    candidate = newest_intact(folder, bad)
+    if candidate is None:
+        return f"no complete checkpoint is left: delete {folder} and start the run again with --resume-or-start"
+    limit = step_number(bad) if bad else None
+    which = "previous" if limit is not None and step_number(candidate.name) < limit else "newest"
+    return (f"the {which} complete checkpoint is {candidate.name}: resume from it with "
+            f"`echo {candidate.name} > {folder / LATEST}`")
 
 
 def find_checkpoint(run_dir: Path) -> Path | None:
-    """The checkpoint `latest` names (checked intact), or None when the folder has none."""
+    """The checkpoint `latest` names (checked intact), or None when the folder has none. Without `latest` (a
+    crash between the first checkpoint's rename and the pointer's write, a deleted pointer) but with step
+    folders: the newest intact one, with a warning, since starting over would silently lose the run's progress
+    (the next checkpoint writes `latest` again)."""
+    folder = Path(run_dir) / CHECKPOINTS
     try:
         checkpoint = latest_checkpoint(run_dir)
     except BadPointer as err:
-        raise ConfigError(f"{err}; {_advice(Path(run_dir) / CHECKPOINTS, err.named)}") from None
+        raise ConfigError(f"{err}; {_advice(folder, err.named)}") from None
     if checkpoint is not None:
         check_checkpoint(checkpoint)
+        return checkpoint
+    if not step_folders(folder):
+        return None
+    checkpoint = newest_intact(folder)
+    if checkpoint is None:
+        raise ConfigError(f"{folder / LATEST} is missing and {_advice(folder, None)}")
+    logger.warning("warning: %s is missing; resuming from the newest complete checkpoint, %s (step %d)",
+                   folder / LATEST, checkpoint.name, step_number(checkpoint.name))
     return checkpoint
 
 
@@ -238,7 +262,7 @@ def preflight(cfg: Config, resume: bool, or_start: bool = False) -> Path | None:
         raise ConfigError(f"--resume: {cfg.out_dir!r} has no checkpoint yet; use --resume-or-start to start it "
                           f"from scratch")
     if checkpoint is not None:
-        check_resumed_config(cfg, Path(cfg.out_dir), int(checkpoint.name.split("_")[-1]))
+        check_resumed_config(cfg, Path(cfg.out_dir), step_number(checkpoint.name))
     return checkpoint
 
 

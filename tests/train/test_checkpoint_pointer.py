@@ -87,7 +87,24 @@ def test_only_the_checkpoints_folder_is_to_be_deleted_when_none_is_intact(tmp_pa
     assert f"no complete checkpoint is left: delete {run / 'checkpoints'} and start" in message
 
 
-def test_an_intact_pointer_is_followed(run):
+def test_an_intact_pointer_is_followed(run, tmp_path):
     assert find_checkpoint(run) == run / "checkpoints" / "step_000008"
+    assert find_checkpoint(tmp_path / "new_run") is None
+
+
+def test_a_missing_pointer_resumes_from_the_newest_intact_step_folder(run, caplog):
+    """Before, a run whose `latest` was missing (a crash between the first checkpoint's rename and the pointer's
+    write, a deleted pointer) had "no checkpoint": --resume-or-start started it over and lost its progress."""
     (run / "checkpoints" / "latest").unlink()
-    assert find_checkpoint(run) is None
+    fake_checkpoint(run, 9, intact=False)
+    assert find_checkpoint(run) == run / "checkpoints" / "step_000008"
+    [warning] = [r.getMessage() for r in caplog.records]
+    assert f"{run / 'checkpoints' / 'latest'} is missing; resuming from" in warning
+    assert "step_000008 (step 8)" in warning
+
+
+def test_a_missing_pointer_with_no_intact_step_folder_is_refused(tmp_path):
+    run = tmp_path / "run"
+    fake_checkpoint(run, 3, intact=False)
+    message = refusal(run)
+    assert message.startswith(f"{run / 'checkpoints' / 'latest'} is missing and no complete checkpoint is left")

@@ -83,6 +83,28 @@ def test_resume_or_start_starts_again_a_run_stopped_before_its_first_checkpoint(
     assert (run_dir / "sft_model" / "model.safetensors").stat().st_mtime_ns == warm
 
 
+def test_resume_or_start_resumes_from_step_folders_when_latest_is_missing(tmp_path, caplog, capsys):
+    """A crash between a checkpoint's rename and the write of `latest` (or a deleted pointer) left step folders
+    and no `latest`: --resume-or-start said "stopped before its first checkpoint; started again" and trained the
+    run over from step 0. Now it resumes from the newest intact step folder, warns once, and ends where the
+    uninterrupted run ended."""
+    train(load_config(_built_here(tmp_path, "run")))
+    run_dir = tmp_path / "run"
+    full = _weights(run_dir / "final_model")
+    for gone in ("final_model", "checkpoints/step_000003", "checkpoints/latest"):  # a crash in step 3
+        path = run_dir / gone
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    kept = (run_dir / "checkpoints" / "step_000002" / "state.pt").stat().st_mtime_ns
+    capsys.readouterr()
+    assert main(["train", str(tmp_path / "run.yaml"), "--resume-or-start"]) == 0
+    assert "started again" not in capsys.readouterr().out
+    warnings = [r.getMessage() for r in caplog.records if "is missing" in r.getMessage()]
+    assert len(warnings) == 1 and "resuming from the newest complete checkpoint, step_000002" in warnings[0]
+    assert (run_dir / "checkpoints" / "step_000002" / "state.pt").stat().st_mtime_ns == kept  # not trained again
+    resumed = _weights(run_dir / "final_model")
+    assert all(torch.equal(full[k], resumed[k]) for k in full)
+
+
 def test_a_failed_starts_warm_start_is_rebuilt_when_the_settings_changed(tmp_path):
     """A start that failed after the SFT warm start left sft_model/; a re-run with other sft settings used
     it silently (config.yaml said sft.steps 1, the weights were the 5-step model's)."""
