@@ -27,7 +27,7 @@ def _k_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"--k expects comma-separated integers, got {text!r}") from None
     if not ks or min(ks) < 1:
         raise argparse.ArgumentTypeError(f"--k values must be >= 1, got {text!r}")
-    return ks
+    return sorted(set(ks))  # 1,1,2 asks for pass@1 and pass@2
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -85,7 +85,8 @@ def _fit(engine, longest: int, asked: int | None, flag: str, where: str, what: s
     never fit, and `rlvr eval` with its defaults failed on it). A prompt that fills the context names `where`."""
     positions = engine.max_positions
     if positions is not None and longest >= positions:
-        raise ValueError(f"{where}: {what} ({longest} tokens) fills the model's context ({positions} positions)")
+        raise ValueError(f"{where}: {what} ({longest} tokens) fills the model's context ({positions} positions): "
+                         "evaluate a model whose config.json has a larger max_position_embeddings")
     if asked is None:
         return DEFAULT_NEW_TOKENS if positions is None else min(DEFAULT_NEW_TOKENS, positions - longest)
     if positions is not None and longest + asked > positions:
@@ -128,6 +129,9 @@ def check_flags(args: argparse.Namespace) -> None:
         raise ValueError(f"--temperature must be >= 0, got {args.temperature:g}")
     if not 0 < args.top_p <= 1:
         raise ValueError(f"--top-p must be in (0, 1], got {args.top_p:g}")
+    if args.n == 0 and args.k:
+        ks = ",".join(map(str, args.k))
+        raise ValueError(f"--k {ks}: pass@k and maj@k need sampled mode; --n is 0 (greedy only)")
     if args.n > 0 and args.k and max(args.k) > args.n:
         raise ValueError(f"--k {max(args.k)} needs at least that many samples per problem; --n is {args.n}")
 

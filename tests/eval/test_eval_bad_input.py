@@ -74,7 +74,8 @@ def test_an_empty_out_is_refused(model, tmp_path, capsys, monkeypatch):
     (["--temperature", "-1"], "--temperature must be >= 0"),
     (["--top-p", "0"], "--top-p must be in (0, 1]"),
     (["--n", "2", "--k", "4"], "--k 4 needs at least that many samples per problem; --n is 2"),
-], ids=["max-new-tokens", "temperature", "top-p", "k-above-n"])
+    (["--n", "0", "--k", "2"], "--k 2: pass@k and maj@k need sampled mode; --n is 0 (greedy only)"),  # was ignored
+], ids=["max-new-tokens", "temperature", "top-p", "k-above-n", "k-without-samples"])
 def test_bad_sampling_flags_name_the_flag(model, tmp_path, capsys, flags, needle):
     refused(capsys, ["--model", str(model), "--task", "sort", "--num-examples", "2", *flags,
                      "--out", str(tmp_path / "g.jsonl")], needle, tmp_path, model)

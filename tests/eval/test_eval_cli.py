@@ -132,7 +132,8 @@ def test_the_default_budget_fits_the_models_context(tmp_path, capsys):
     assert "exceeds the model's max_position_embeddings (40)" in capsys.readouterr().err
     short = make_tiny_model_dir(tmp_path / "short", preset="test", max_position_embeddings=8)
     assert main(["eval", "--model", str(short), "--task", "sort", "--num-examples", "3"]) == 2
-    assert "fills the model's context (8 positions)" in capsys.readouterr().err
+    assert "fills the model's context (8 positions): evaluate a model whose config.json has a larger " \
+           "max_position_embeddings" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("template", ["Q: {question} A:", "{question}", "[{question}]"])

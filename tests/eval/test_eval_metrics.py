@@ -101,5 +101,6 @@ def test_eval_parser_options():
     add_parser(sub)
     args = parser.parse_args(["eval", "--model", "m", "--task", "gsm8k", "--k", "1,4", "--task-option", "template=plain"])
     assert args.k == [1, 4] and args.task_option == ["template=plain"] and args.func.__name__ == "run"
+    assert parser.parse_args(["eval", "--model", "m", "--task", "t", "--k", "4,1,1"]).k == [1, 4]
     with pytest.raises(SystemExit):
         parser.parse_args(["eval", "--model", "m", "--task", "t", "--k", "0"])
