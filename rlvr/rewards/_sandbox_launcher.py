@@ -115,13 +115,14 @@ def _isolate(header):
     (network isolation, filesystem isolation, working directory)."""
     uid, workdir, mode = header.get("uid"), header["workdir"], header["isolation"]
     net = fs = "guard"
+    if mode != "bwrap" and uid is not None:
+        _keep_imports_reachable()  # on the host's files; before /tmp is covered: sys.path may point there
     if mode == "bwrap":
         net, fs = "namespace", "bwrap"
         os.makedirs(workdir, 0o700, exist_ok=True)
         if uid is not None:
             os.chown(workdir, uid, uid)
     elif mode == "namespaces" and uid is not None:
-        _keep_imports_reachable()  # before /tmp is covered: sys.path may point there
         libc = _libc()
         if libc.unshare(CLONE_NEWNET) == 0:
             net = "namespace"

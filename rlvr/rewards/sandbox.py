@@ -143,6 +143,9 @@ def _bwrap_argv(disk_mb: int) -> list[str]:
             argv += ["--ro-bind", path, path]
     prefix = _interpreter()[1]
     if prefix != "/usr" and not prefix.startswith("/usr/"):
+        # The parents bubblewrap makes for a bind are 0700 (0.8): the per-run uid could not reach the library
+        # under them (pyenv in /root). Empty 0755 folders of our making: traversable, and no host file.
+        argv += [arg for parent in reversed(Path(prefix).parents[:-1]) for arg in ("--dir", str(parent))]
         argv += ["--ro-bind", prefix, prefix]
     argv += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache", "--proc", "/proc", "--dev", "/dev",
              "--size", str(disk_mb << 20), "--tmpfs", "/tmp", "--ro-bind", _LAUNCHER, _BWRAP_LAUNCHER,

@@ -71,6 +71,26 @@ def test_environment_is_scrubbed_and_private():
     assert r.stdout.splitlines()[1] != os.getcwd()
 
 
+# Not loaded before the code runs (heapq, fractions, ...) and loaded already (math, re, ...); `xml.etree` is a
+# package imported fresh, the codec lookup imports from the already-loaded `encodings` package.
+STDLIB = ("heapq", "fractions", "string", "decimal", "dataclasses", "statistics", "bisect", "json", "typing",
+          "random", "math", "itertools", "functools", "collections", "re", "datetime", "array", "operator",
+          "xml.etree.ElementTree")
+
+
+@pytest.mark.parametrize("isolation", ["bwrap", "namespaces", "none"])
+def test_correct_code_may_import_the_standard_library(isolation):
+    """The per-run uid must reach the interpreter's library even where it lives under a folder it cannot
+    traverse (pyenv under /root, 0700)."""
+    try:
+        resolve_isolation(isolation)
+    except SandboxError:
+        pytest.skip(f"isolation {isolation!r} is not available here")
+    code = "".join(f"import {m}\n" for m in STDLIB) + "assert 'é'.encode('cp1252') == b'\\xe9'\n" + GOOD
+    r = run_python(code, exprs=["f(1)"], limits=LIMITS, isolation=isolation)
+    assert r.values == ["2"], r.stderr[-2000:]
+
+
 # --- hostile programs ------------------------------------------------------------------------------
 
 
