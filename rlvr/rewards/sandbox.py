@@ -103,9 +103,10 @@ def resolve_isolation(isolation: str = "auto") -> str:
         return "namespaces"
     if isolation == "none":
         return "none"
+    weaker = "namespaces (no network; host files stay readable) or " if os.geteuid() == 0 else ""
     raise SandboxError(f"sandbox isolation {isolation!r} is not available here: install bubblewrap "
-                       "(apt-get install bubblewrap) or set the code reward option isolation: none "
-                       "to run untrusted code with only the audit hook and resource limits")
+                       f"(apt-get install bubblewrap) or set the code reward option isolation: {weaker}none "
+                       "(untrusted code with only the audit hook and resource limits)")
 
 
 def describe_isolation(isolation: str) -> str:

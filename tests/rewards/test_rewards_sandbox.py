@@ -178,6 +178,9 @@ def test_no_isolation_is_refused_unless_asked_for(monkeypatch, caplog):
     with caplog.at_level("WARNING", logger="rlvr.rewards"):
         CodeReward(LIMITS, isolation="none")
     assert "NO isolation" in caplog.text
+    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 0)  # root without bubblewrap, asking for it by name
+    with pytest.raises(SandboxError, match=r"isolation: namespaces \(no network; host files stay readable\) or none"):
+        resolve_isolation("bwrap")
     with pytest.raises(ValueError, match="unknown sandbox isolation 'chroot'"):
         resolve_isolation("chroot")
 
