@@ -81,7 +81,9 @@ def test_cascade_equals_softmax_attention_over_prompt_and_completion(groups, mos
     out = cascade_attention(q, prefix_k, prefix_v, prefix_bias(prompt_mask), slots, suffix_k, suffix_v,
                             scaling=d ** -0.5)
     expected = plain_attention(q, prefix_k, prefix_v, prompt_mask, group, suffix_k, suffix_v, d ** -0.5)
-    torch.testing.assert_close(out, expected, atol=1e-6, rtol=1e-5)
+    # float32 log-sum-exps of scores up to ~20 carry ~20 x 2**-24 of error into the merge weights (the kernel's lse
+    # is float32 whatever the inputs): 1e-6 failed by 2.6e-6 at seed 3
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-4)
 
 
 def test_prefix_bias_masks_left_padding_and_is_none_without_padding():
