@@ -1,31 +1,45 @@
 """Code verifier reward: the fraction of an example's tests that the completion's Python passes,
 run in the sandbox of `rlvr.rewards.sandbox`.
 
-An example gives either `tests`, Python statements run after the code in its namespace (MBPP /
+An example gives either `tests`, Python assert statements run after the code in its namespace (MBPP /
 HumanEval style `assert f(1) == 2`), or `test_cases`, `{"input": ..., "output": ...}` pairs fed on
 stdin with stdout compared line by line, trailing whitespace ignored (APPS / CodeContests style).
 The code is the last fenced ```python block of the completion, else the whole completion.
-Each assert test runs in a fresh sandbox and is graded here (`rlvr.rewards.grade`); stdout is
-compared here too. The sandbox never sees an expected value, so it cannot report a pass.
+Each assert test runs in a fresh sandbox and is graded outside it (`rlvr.rewards.grade`, in a short-lived
+process under the same CPU and memory limits); stdout is compared here. The sandbox never sees an expected
+value, so it cannot report a pass.
+Time: once a test of a completion runs out of time (the wall clock, RLIMIT_CPU, or an assert test's
+`test_timeout`), its remaining tests are not run and count as failed, so a completion that hangs costs about
+one `wall_seconds`, not one per test.
+An example of the wrong shape (no `tests` nor `test_cases`, MBPP's `test_list`, a test that is not an assert
+statement) raises `RewardConfigError`, which stops the run instead of training on zero rewards.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import re
+import signal
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping, Sequence
 
-import logging
-import os
-
 from rlvr.rewards.base import BatchContext, RewardBatch, RewardConfigError, bounded
-from rlvr.rewards.grade import split_test, verdict
+from rlvr.rewards.grade import split_test, verdicts
 from rlvr.rewards.safe import as_mapping
-from rlvr.rewards.sandbox import SandboxError, SandboxLimits, describe_isolation, resolve_isolation, run_python
+from rlvr.rewards.sandbox import (SandboxError, SandboxLimits, SandboxResult, describe_isolation, resolve_isolation,
+                                  run_python)
 
 logger = logging.getLogger("rlvr.rewards")
 
 _FENCE = re.compile(r"```(?:python|py|Python)?[ \t]*\n(.*?)```", re.DOTALL)
+_OUT_OF_CPU = (-signal.SIGXCPU, -signal.SIGKILL)  # RLIMIT_CPU: SIGXCPU at the soft limit, SIGKILL at the hard
+_OTHER_FIELDS = {  # fields of other data sets' tests, and what to do with them
+    "test_list": "MBPP's field; rename it to tests",
+    "test": "HumanEval's check(candidate) program; give its asserts, calling the function by name, as tests",
+    "input_output": "APPS' JSON of inputs and outputs; give them as test_cases [{input, output}, ...]",
+    "public_tests": "CodeContests' field; give its inputs and outputs as test_cases [{input, output}, ...]",
+}
 
 
 def extract_code(completion: str) -> str:
@@ -40,21 +54,58 @@ def _same_output(got: str, want: str) -> bool:
     return norm(got) == norm(want)
 
 
+def check_example(example: Mapping[str, Any]) -> None:
+    """Raise RewardConfigError, naming the field, when the example's tests are not of a shape we grade."""
+    tests, cases = example.get("tests"), example.get("test_cases")
+    if tests:
+        if isinstance(tests, (str, bytes)) or not all(isinstance(t, str) for t in tests):
+            raise RewardConfigError(f"code example: tests must be a list of assert statements, got {tests!r:.200}")
+        for test in tests:
+            try:
+                split_test(test)
+            except ValueError as e:
+                hint = "; HumanEval's check(candidate) must become asserts" if "def check" in test else \
+                    "; write it as an assert statement" if not test.lstrip().startswith("assert") else ""
+                raise RewardConfigError(f"{str(e)[:300]}{hint}") from None
+    elif cases:
+        if isinstance(cases, (str, bytes)) or not all(isinstance(c, Mapping) and {"input", "output"} <= c.keys()
+                                                     for c in cases):
+            raise RewardConfigError(f"code example: test_cases must be [{{input, output}}, ...], got {cases!r:.200}")
+    else:
+        found = [f"{name}: {why}" for name, why in _OTHER_FIELDS.items() if name in example]
+        raise RewardConfigError("a code example needs 'tests' (assert statements) or 'test_cases' "
+                                f"([{{input, output}}, ...]); {'; '.join(found) or f'fields: {sorted(example)}'}")
+
+
+def _out_of_time(result: SandboxResult, limits: SandboxLimits) -> bool:
+    """The run used up a time limit: the wall clock, RLIMIT_CPU, or (an assert test) the per-test timer, seen
+    as a missing value after a run at least that long."""
+    if result.timed_out or result.exit_code in _OUT_OF_CPU:
+        return True
+    return bool(result.values) and None in result.values and result.seconds >= limits.test_timeout
+
+
 def pass_fraction(code: str, example: Mapping[str, Any], limits: SandboxLimits = SandboxLimits(),
                   isolation: str = "auto") -> float:
-    """Fraction of the example's tests passed by `code` (0.0 when it crashes, hangs or cheats)."""
-    if example.get("tests"):
-        splits = [split_test(t) for t in example["tests"]]
-        passed = sum(verdict(s, run_python(code, exprs=list(s.exprs), limits=limits, isolation=isolation).values)
-                     for s in splits)
-        return passed / len(splits)
-    cases = example.get("test_cases")
-    if not cases:
-        raise ValueError(f"a code example needs 'tests' or 'test_cases'; fields: {sorted(example)}")
-    passed = 0
+    """Fraction of the example's tests passed by `code` (0.0 when it crashes, hangs or cheats); the tests
+    after one that runs out of time fail unrun. Raises RewardConfigError for an example of the wrong shape."""
+    check_example(example)
+    tests = example.get("tests")
+    if tests:
+        values: list[list[str | None] | None] = []
+        for split in (split_test(t) for t in tests):
+            result = run_python(code, exprs=list(split.exprs), limits=limits, isolation=isolation)
+            values.append(result.values)
+            if _out_of_time(result, limits):
+                break
+        values += [None] * (len(tests) - len(values))
+        return sum(verdicts(tests, values, limits.cpu_seconds, limits.memory_mb, limits.wall_seconds)) / len(tests)
+    cases, passed = example["test_cases"], 0
     for case in cases:
         result = run_python(code, stdin=str(case["input"]), limits=limits, isolation=isolation)
         passed += not result.timed_out and result.exit_code == 0 and _same_output(result.stdout, str(case["output"]))
+        if _out_of_time(result, limits):
+            break
     return passed / len(cases)
 
 
@@ -81,6 +132,8 @@ class CodeReward:
     def score_batch(self, prompts: Sequence[str], completions: Sequence[str], examples: Sequence[Any],
                     ctx: BatchContext | None = None) -> RewardBatch:
         jobs = [(extract_code(c), as_mapping(e)) for c, e in zip(completions, examples)]
+        for _, example in jobs:  # all of them before any sandbox starts: a wrong shape stops the run at once
+            check_example(example)
         with ThreadPoolExecutor(self.max_workers or os.cpu_count() or 1) as ex:
             scores = list(ex.map(lambda job: pass_fraction(job[0], job[1], self.limits, self.isolation), jobs))
         return RewardBatch(scores)

@@ -1,13 +1,17 @@
-"""Grade assert tests on this side of the sandbox, so that no verdict comes from untrusted code.
+"""Grade assert tests outside the sandbox, so that no verdict comes from untrusted code.
 
 A test such as `assert sorted(f([3, 1])) == [1, 3]` is split into the parts that need the program
 (`f([3, 1])`, evaluated in the sandbox, one fresh interpreter per test) and a check that needs only
-their values (`sorted(_v0) == [1, 3]`, evaluated here on plain data). The expected side of a test
+their values (`sorted(_v0) == [1, 3]`, evaluated on plain data by `verdicts`). The expected side of a test
 never enters the sandbox, and a value comes back as a literal of exact builtin types, so an object
 that claims to equal everything, a patched `exec`, `compile` or `repr`, forged output lines or an
 early exit can at most send a value, never a verdict. A part is lifted into the sandbox when it
 uses a name other than a few plain builtins and `math`; comparisons, boolean and arithmetic
-operators and calls of those builtins stay here.
+operators and calls of those builtins stay out of it.
+The checks run in a short-lived interpreter of their own (this file, run as a script: stdlib only) under
+RLIMIT_CPU, RLIMIT_AS and a wall-clock timeout, since a value is the program's choice: `10**15` makes
+`sum(range(_v0))` or `[0] * _v0` a C loop or an allocation that neither a signal nor a thread of the trainer
+could stop.
 Residual: a test with no program-free side (`assert f(1) == f(2) - 1`, `assert all(...)` over the
 program's results) is only as strong as the values the program chooses to send.
 """
@@ -16,7 +20,12 @@ from __future__ import annotations
 
 import ast
 import builtins
+import json
 import math
+import resource
+import subprocess
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 _SAFE = ("abs", "all", "any", "bool", "dict", "divmod", "enumerate", "float", "frozenset", "int",
@@ -104,3 +113,55 @@ def verdict(split: SplitTest, values: list[str | None] | None) -> bool:
         return bool(eval(compile(split.check, "<test>", "eval"), env))  # noqa: S307 - trusted test text, plain data
     except Exception:  # noqa: BLE001 - a value the check cannot handle is a failed test
         return False
+
+
+def verdicts(tests: Sequence[str], values: Sequence[list[str | None] | None], cpu_seconds: int, memory_mb: int,
+             wall_seconds: float) -> list[bool]:
+    """Whether each test passes, given the serialised values of its lifted parts (None: none came back).
+
+    The checks run in one short-lived interpreter under RLIMIT_CPU `cpu_seconds`, RLIMIT_AS `memory_mb` and a
+    wall-clock timeout of `wall_seconds`, all the checks together: a check that hits a limit fails, and so do
+    the checks after it. Raises RuntimeError when that interpreter fails for another reason (a bug, not a value).
+    """
+    todo = [i for i, v in enumerate(values) if v is not None]  # a test with no values fails unchecked
+    passed = [False] * len(tests)
+    if not todo:
+        return passed
+    job = json.dumps({"limits": [int(cpu_seconds), int(memory_mb)], "tests": [[tests[i], values[i]] for i in todo]})
+    with subprocess.Popen([sys.executable, "-I", "-S", __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE) as proc:
+        try:
+            out, err = proc.communicate(job.encode(), timeout=wall_seconds)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+    if proc.returncode > 0:
+        raise RuntimeError(f"the process grading code tests failed: {err.decode(errors='replace')[-2000:]}")
+    for i, line in zip(todo, out.decode().splitlines()):
+        passed[i] = line == "1"
+    return passed
+
+
+def _set_limit(which: int, value: int) -> None:
+    hard = resource.getrlimit(which)[1]
+    value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+    resource.setrlimit(which, (value, value if hard == resource.RLIM_INFINITY else hard))
+
+
+def _serve() -> None:
+    """The check process: a JSON job on stdin, one line per test on stdout ("1" passed), written as it goes."""
+    job = json.loads(sys.stdin.buffer.read())  # before the limits: plain JSON, bounded by the sandbox's output cap
+    cpu_seconds, memory_mb = job["limits"]
+    _set_limit(resource.RLIMIT_CPU, cpu_seconds)  # SIGXCPU ends the process: a C loop takes no signal handler
+    _set_limit(resource.RLIMIT_AS, memory_mb << 20)
+    for test, values in job["tests"]:
+        try:
+            ok = verdict(split_test(test), values)
+        except Exception:  # noqa: BLE001 - MemoryError or RecursionError outside the check: a failed test
+            ok = False
+        sys.stdout.write("1\n" if ok else "0\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    _serve()

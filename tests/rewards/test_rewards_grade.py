@@ -2,13 +2,15 @@
 
 import ast
 import math
+import time
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from rlvr.rewards._sandbox_launcher import _serialise
-from rlvr.rewards.grade import parse_value, split_test, verdict
+from rlvr.rewards import grade
+from rlvr.rewards.grade import parse_value, split_test, verdict, verdicts
 
 
 def test_split_keeps_the_expected_side_here():
@@ -74,3 +76,40 @@ _plain = st.recursive(
 @given(_plain)
 def test_round_trip_of_any_plain_value(value):
     assert parse_value(_serialise(value)) == value
+
+
+CHECKS = [("assert f(1) == 2", ["2"]), ("assert f(1) == 2", ["3"]), ("assert f(1) == 2", ["__import__('os')"]),
+          ("assert set(f()) == {1, 2}", ["[2, 1, 1]"]), ("assert math.isnan(f())", ["float('nan')"]),
+          ("assert f() == frozenset({1})", ["frozenset([1])"]), ("assert f() > 1", ["'a'"]), ("assert True", []),
+          ("assert f(1) == 2", [None])]
+
+
+def test_verdicts_in_their_own_process_agree_with_verdict():
+    tests, values = zip(*CHECKS)
+    assert verdicts(tests, values, 5, 256, 10) == [verdict(split_test(t), v) for t, v in CHECKS]
+
+
+def test_no_values_no_check_process(monkeypatch):
+    monkeypatch.setattr(grade.subprocess, "Popen", None)  # a call would raise
+    assert verdicts(["assert f(1) == 2", "assert g()"], [None, None], 5, 256, 10) == [False, False]
+
+
+def test_a_value_that_blows_up_its_check_fails_within_the_limits():
+    huge = str(10**15)  # [0] * _v0: MemoryError under RLIMIT_AS; sum(range(_v0)): a C loop, ended by RLIMIT_CPU
+    start = time.monotonic()
+    got = verdicts(["assert f(1) == 2", "assert [0] * f(1) == []", "assert sum(range(f(1))) == 0", "assert f(2) == 3"],
+                   [["2"], [huge], [huge], ["3"]], 1, 256, 10)
+    assert got == [True, False, False, False]  # after a limit hit the remaining checks fail unchecked
+    assert time.monotonic() - start < 8
+
+
+def test_huge_and_deep_literals_are_read_in_the_check_process():
+    deep = "[" * 100_000 + "]" * 100_000
+    assert verdicts(["assert f() == []", "assert len(f()) == 3"], [[deep], ["[1, 2, 3]"]], 1, 256, 10) == [False, True]
+    assert verdicts(["assert len(f()) == 100000"], [["[" + "1, " * 100_000 + "]"]], 5, 256, 10) == [True]
+
+
+def test_a_broken_check_process_is_loud(monkeypatch):
+    monkeypatch.setattr(grade, "__file__", "/nonexistent/grade.py")
+    with pytest.raises(RuntimeError, match="grading code tests"):
+        verdicts(["assert f(1) == 2"], [["2"]], 1, 256, 10)
