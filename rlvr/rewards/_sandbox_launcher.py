@@ -155,6 +155,8 @@ def _guard(workdir):
         if isinstance(path, int):
             return False
         parts = os.path.realpath(os.fsdecode(path)).split(os.sep)
+        if parts == ["", "proc"]:  # /proc itself as a descriptor: open("1/cmdline", dir_fd=...) gets past the rest
+            return True
         return len(parts) > 2 and parts[1] == "proc" and parts[2].isdigit() and int(parts[2]) != os.getpid()
 
     def hook(event, args):

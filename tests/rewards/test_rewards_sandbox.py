@@ -2,6 +2,7 @@
 within its timeout and leaves this process and the host as they were, as root and as an
 unprivileged user. The fork bomb runs last."""
 
+import ast
 import contextlib
 import json
 import os
@@ -92,6 +93,17 @@ def test_correct_code_may_import_the_standard_library(isolation):
 
 
 # --- hostile programs ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("isolation", ["bwrap", "none"])
+def test_the_guard_refuses_a_descriptor_of_proc(isolation):
+    """A user probe read other processes' command lines by open('1/cmdline', dir_fd=<a descriptor of /proc>), which
+    the guard's check of /proc/<pid> paths never saw; bubblewrap's pid namespace held, isolation none has the guard."""
+    code = ("import os\ndef f():\n    try:\n        fd = os.open('/proc', os.O_RDONLY)\n"
+            "    except PermissionError as e:\n        return str(e)\n"
+            "    return os.read(os.open('1/cmdline', os.O_RDONLY, dir_fd=fd), 100)\n")
+    r = run_python(code, exprs=["f()"], limits=LIMITS, isolation=isolation)
+    assert r.values and ast.literal_eval(r.values[0]) == "sandbox: may not open '/proc' this way", r.values
 
 
 def test_inside_its_directory_is_fine():
