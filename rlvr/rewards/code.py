@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping, Sequence
 
 from rlvr.rewards.base import BatchContext, RewardBatch, RewardConfigError, bounded
-from rlvr.rewards.grade import split_test, verdicts
+from rlvr.rewards.grade import SplitTest, split_test, verdicts
 from rlvr.rewards.safe import as_mapping
 from rlvr.rewards.sandbox import (SandboxError, SandboxLimits, SandboxResult, describe_isolation, resolve_isolation,
                                   run_python)
@@ -54,20 +54,23 @@ def _same_output(got: str, want: str) -> bool:
     return norm(got) == norm(want)
 
 
-def check_example(example: Mapping[str, Any]) -> None:
-    """Raise RewardConfigError, naming the field, when the example's tests are not of a shape we grade."""
+def check_example(example: Mapping[str, Any]) -> list[SplitTest]:
+    """The example's assert tests, split for grading ([] for `test_cases`); RewardConfigError, naming the field,
+    when its tests are not of a shape we grade."""
     tests, cases = example.get("tests"), example.get("test_cases")
     if tests:
         if isinstance(tests, (str, bytes)) or not all(isinstance(t, str) for t in tests):
             raise RewardConfigError(f"code example: tests must be a list of assert statements, got {tests!r:.200}")
+        splits = []
         for test in tests:
             try:
-                split_test(test)
+                splits.append(split_test(test))
             except ValueError as e:
                 hint = "; HumanEval's check(candidate) must become asserts" if "def check" in test else \
                     "; write it as an assert statement" if not test.lstrip().startswith("assert") else ""
                 raise RewardConfigError(f"{str(e)[:300]}{hint}") from None
-    elif cases:
+        return splits
+    if cases:
         if isinstance(cases, (str, bytes)) or not all(isinstance(c, Mapping) and {"input", "output"} <= c.keys()
                                                      for c in cases):
             raise RewardConfigError(f"code example: test_cases must be [{{input, output}}, ...], got {cases!r:.200}")
@@ -75,6 +78,7 @@ def check_example(example: Mapping[str, Any]) -> None:
         found = [f"{name}: {why}" for name, why in _OTHER_FIELDS.items() if name in example]
         raise RewardConfigError("a code example needs 'tests' (assert statements) or 'test_cases' "
                                 f"([{{input, output}}, ...]); {'; '.join(found) or f'fields: {sorted(example)}'}")
+    return []
 
 
 def _out_of_time(result: SandboxResult, limits: SandboxLimits) -> bool:
@@ -89,11 +93,16 @@ def pass_fraction(code: str, example: Mapping[str, Any], limits: SandboxLimits =
                   isolation: str = "auto") -> float:
     """Fraction of the example's tests passed by `code` (0.0 when it crashes, hangs or cheats); the tests
     after one that runs out of time fail unrun. Raises RewardConfigError for an example of the wrong shape."""
-    check_example(example)
-    tests = example.get("tests")
-    if tests:
+    return _graded(code, example, check_example(example), limits, isolation)
+
+
+def _graded(code: str, example: Mapping[str, Any], splits: list[SplitTest], limits: SandboxLimits,
+            isolation: str) -> float:
+    """`pass_fraction` of an example `check_example` passed, given the tests it split."""
+    if splits:
+        tests = example["tests"]
         values: list[list[str | None] | None] = []
-        for split in (split_test(t) for t in tests):
+        for split in splits:
             result = run_python(code, exprs=list(split.exprs), limits=limits, isolation=isolation)
             values.append(result.values)
             if _out_of_time(result, limits):
@@ -131,9 +140,8 @@ class CodeReward:
 
     def score_batch(self, prompts: Sequence[str], completions: Sequence[str], examples: Sequence[Any],
                     ctx: BatchContext | None = None) -> RewardBatch:
-        jobs = [(extract_code(c), as_mapping(e)) for c, e in zip(completions, examples)]
-        for _, example in jobs:  # all of them before any sandbox starts: a wrong shape stops the run at once
-            check_example(example)
+        # every example checked before any sandbox starts: a wrong shape stops the run at once
+        jobs = [(extract_code(c), e, check_example(e)) for c, e in zip(completions, map(as_mapping, examples))]
         with ThreadPoolExecutor(self.max_workers or os.cpu_count() or 1) as ex:
-            scores = list(ex.map(lambda job: pass_fraction(job[0], job[1], self.limits, self.isolation), jobs))
+            scores = list(ex.map(lambda job: _graded(*job, self.limits, self.isolation), jobs))
         return RewardBatch(scores)
