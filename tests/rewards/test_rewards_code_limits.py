@@ -94,7 +94,10 @@ def test_the_tests_before_a_timeout_count_and_a_crash_does_not_stop(runs):
     assert pass_fraction(hangs_on_3, TESTS, LIMITS) == 0.5 and len(runs) == 3
     runs.clear()
     raises_on_2 = "def f(x):\n    if x == 2:\n        raise ValueError\n    return x + 1\n"
-    assert pass_fraction(raises_on_2, TESTS, LIMITS) == 0.75 and len(runs) == 4
+    # a missing value after test_timeout seconds reads as the per-test timer: a 1 s timer lets a loaded machine's
+    # slow start make the raise look like one (seen once under two test workers)
+    roomy = SandboxLimits(cpu_seconds=1, memory_mb=256, wall_seconds=8, test_timeout=6)
+    assert pass_fraction(raises_on_2, TESTS, roomy) == 0.75 and len(runs) == 4
 
 
 def test_stdin_cases_stop_at_the_first_timeout(runs):
