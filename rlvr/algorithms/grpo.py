@@ -54,7 +54,8 @@ class GroupPolicyGradient:
         # A dry run on a 1x1 batch: bad clip ranges, a missing tau or an unknown aggregation mode fail
         # here, at configuration time, not after the first rollout.
         zero, mask = torch.zeros(1, 1), torch.ones(1, 1, dtype=torch.bool)
-        self.loss(zero, zero, torch.zeros(1), mask, zero if self.beta > 0 else None, 1)
+        _, metrics = self.loss(zero, zero, torch.zeros(1), mask, zero if self.beta > 0 else None, 1)
+        self.metric_names = tuple(metrics)  # what every micro-batch's metrics hold
 
     @classmethod
     def from_config(cls, algo: Any, max_new_tokens: int) -> "GroupPolicyGradient":

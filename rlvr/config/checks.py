@@ -12,7 +12,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from rlvr.config.sections import (OLD_LOGPROBS, PACKING, Config, ConfigError, DistributedConfig,
+from rlvr.config.sections import (OLD_LOGPROBS, PACKING, ZERO_ADVANTAGE_ROWS, Config, ConfigError, DistributedConfig,
                                   check_finite_number)
 
 
@@ -90,6 +90,9 @@ def _check_batches(cfg: Config) -> None:
         raise ConfigError(f"train.old_logprobs: unknown {t.old_logprobs!r}; choose from {list(OLD_LOGPROBS)}")
     if t.packing not in PACKING:
         raise ConfigError(f"train.packing: unknown {t.packing!r}; choose from {list(PACKING)}")
+    if t.zero_advantage_rows not in ZERO_ADVANTAGE_ROWS:
+        raise ConfigError(f"train.zero_advantage_rows: unknown {t.zero_advantage_rows!r}; choose from "
+                          f"{list(ZERO_ADVANTAGE_ROWS)}")
     betas = cfg.optim.betas
     if len(betas) != 2 or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in betas):
         raise ConfigError(f"optim.betas must be two numbers in [0, 1), got {cfg.optim.betas}")

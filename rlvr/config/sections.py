@@ -200,6 +200,7 @@ class ValueConfig:
 
 
 OLD_LOGPROBS = ("auto", "recompute")
+ZERO_ADVANTAGE_ROWS = ("auto", "train")
 PACKING = ("auto", "always", "never")
 
 
@@ -226,6 +227,12 @@ class TrainConfig:
                                   "sampler's log-probs when they are the same quantity (the in-process engine, "
                                   "temperature 1, float32, weights of this update) and skips a forward pass; "
                                   "'recompute' always runs it.")
+    zero_advantage_rows: str = f("auto", "Rows whose advantage is exactly 0 (every group whose rewards are all equal) "
+                                         "add nothing to the gradient when the loss has no other term that reads them: "
+                                         "'auto' leaves them out of the training forward and backward there (beta 0, "
+                                         "group advantages, no value model, not Kimi's loss, one process), keeping the "
+                                         "minibatch's normaliser, so the update is the same; their entropy is still "
+                                         "measured. 'train' runs them (docs/training.md).")
 
 
 @dataclass

@@ -71,6 +71,12 @@ class Learner:
         self.sampler_is_old = (cfg.train.old_logprobs == "auto" and engine_name(cfg) == "hf"
                                and cfg.rollout.temperature == 1.0
                                and cfg.model.dtype == "float32")
+        # A row whose advantage is 0 adds exactly nothing to the gradient of a loss that is A x (a function of
+        # the ratio) and nothing else: no KL term, no value loss, not Kimi's tau term. Such rows are left out of
+        # the training forward and backward, and out of the pi_old pass.
+        self.skips_zero_advantage = (cfg.train.zero_advantage_rows == "auto" and self.token_adv is None
+                                     and not self.objective.needs_reference
+                                     and not (cfg.algorithm.policy_loss == "kimi" and cfg.algorithm.tau))
         self.adapters_only = serves_adapters(cfg)  # what named_weights hands the engine
         self.version = 0  # optimizer updates so far; a batch sampled at another version needs pi_old recomputed
 
@@ -105,16 +111,16 @@ class Learner:
         reuse = needs_old and self.sampler_is_old and batch.version == self.version
         # (N, W) sampler log-probs at the completion tokens, built once for whichever use needs them
         sampled = completion_values(rows.mask, batch.sampler_logprobs) if reuse or a.is_cap else None
+        if self.token_adv is None:  # from the rewards alone
+            rows.advantages = self.objective.advantages(rows.rewards, batch.group_size)
         if needs_old:
-            rows.old_logprobs = sampled if reuse else self.logprobs(rows)
+            rows.old_logprobs = sampled if reuse else self._old_logprobs(rows)
         if a.is_cap:
             rows.is_weights, self._is_metrics = behaviour_is_weights(rows.old_logprobs, sampled, rows.mask,
                                                                      a.is_cap, a.is_mode)
         if self.reference is not None:
             rows.ref_logprobs = cached_logprobs(self.reference, rows, cfg.rollout.temperature, micro, cfg.train.packing)
-        if self.token_adv is None:
-            rows.advantages = self.objective.advantages(rows.rewards, batch.group_size)
-        else:
+        if self.token_adv is not None:
             self.token_adv.annotate(rows, self.policy, self.value_model, micro, cfg.train.packing)
         if cfg.algorithm.overlong_filter:  # DAPO: a truncated completion is unfinished, not wrong
             truncated = batch.truncated.to(self.device)
@@ -122,6 +128,18 @@ class Learner:
             if cfg.algorithm.aggregation != "seq_mean_token_mean":  # an empty row would be 0 / 0 there
                 rows.mask = overlong_loss_mask(rows.mask, truncated)
         return rows
+
+    def _old_logprobs(self, rows: RolloutBatch) -> Tensor:
+        """pi_old (N, W) by a no-grad pass; rows that the update leaves out (advantage 0, `skips_zero_advantage`)
+        are not run and hold 0, unless behaviour importance weights are measured over every row."""
+        if not self._leaves_out_zero_advantage() or self.cfg.algorithm.is_cap:
+            return self.logprobs(rows)
+        keep = torch.nonzero(rows.advantages != 0).squeeze(-1)
+        old = torch.zeros(rows.mask.shape, dtype=torch.float32, device=self.device)
+        if len(keep):
+            values = self.logprobs(rows.select(keep))  # (k, W'), W' <= W: select trims the padding
+            old[keep, : values.shape[1]] = values
+        return old
 
     def _forward(self, mb: RolloutBatch, with_entropy: bool) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """log pi (b, W), entropy (b, W) or None and, with a value model, V (b, W)."""
@@ -168,9 +186,15 @@ class Learner:
                 minibatch = rows.select(order[lo : lo + mini])
                 denominator = accumulation_denominator(self.objective.aggregation, minibatch.mask)
                 self.optimizer.zero_grad(set_to_none=True)
-                parts = micro_batches(minibatch.attention_mask, micro, cfg.train.micro_batch_tokens)
+                minibatch, flat = self._zero_advantage_split(minibatch)
+                if flat is not None:
+                    stats += self._left_out_metrics(flat, epoch == 0)
+                parts = micro_batches(minibatch.attention_mask, micro, cfg.train.micro_batch_tokens) \
+                    if minibatch is not None else []
                 mine = [self._micro_step(minibatch.select(part), denominator, len(parts), epoch == 0)
                         for part in parts[self.rank :: self.world]]  # this data-parallel rank's share
+                if not parts:  # every row had advantage 0: a zero gradient, and AdamW still steps on it
+                    mine = [self._zero_gradient()]
                 stats += mine
                 self._reduce_grads()  # data-parallel ranks: the mean gradient, before it is measured
                 norm = clip_gradients(self.params, cfg.optim.max_grad_norm)
@@ -189,6 +213,47 @@ class Learner:
         if grad_norms:
             metrics["grad_norm"] = torch.stack(grad_norms).mean().item()
         return metrics
+
+    def _leaves_out_zero_advantage(self) -> bool:
+        """`skips_zero_advantage` in one process: data-parallel ranks must run as many micro-batches each."""
+        return self.skips_zero_advantage and self.world == 1
+
+    def _zero_advantage_split(self, minibatch: RolloutBatch) -> tuple[RolloutBatch | None, RolloutBatch | None]:
+        """(rows to train on, rows left out), the rows with advantage exactly 0 left out where their gradient is
+        exactly 0 (`skips_zero_advantage`); None for an empty side. The minibatch's normaliser is taken before,
+        so the loss and its gradient are the same, up to float rounding in the smaller products."""
+        if not self._leaves_out_zero_advantage():
+            return minibatch, None
+        flat = minibatch.advantages == 0  # (b,)
+        if not flat.any():
+            return minibatch, None
+        if flat.all():
+            return None, minibatch
+        return minibatch.select(torch.nonzero(~flat).squeeze(-1)), minibatch.select(torch.nonzero(flat).squeeze(-1))
+
+    @torch.no_grad()
+    def _left_out_metrics(self, rows: RolloutBatch, first_epoch: bool) -> list[dict[str, Any]]:
+        """What the update's metrics count of rows left out of the backward: clip fractions of 0 (with no
+        advantage no clipped branch is active), and in the first epoch the entropy, from a forward without
+        gradient. Ratio and approx_kl metrics cover the rows trained on."""
+        cfg = self.cfg
+        clips = {k: torch.zeros((), device=self.device) for k in self.objective.metric_names if k.startswith("clip_frac")}
+        stats = [{**clips, TOKENS: rows.mask.sum(), ROWS: rows.mask.any(-1).sum(), PARTS: 1}]
+        for part in micro_batches(rows.attention_mask, cfg.micro_batch_size, cfg.train.micro_batch_tokens) \
+                if first_epoch else []:
+            mb = rows.select(part)
+            _, entropy, _ = self._forward(mb, with_entropy=True)
+            stats.append({"entropy": masked_mean(entropy, mb.mask), TOKENS: mb.mask.sum(), ROWS: mb.mask.any(-1).sum(),
+                          PARTS: 1})
+        return stats
+
+    def _zero_gradient(self) -> dict[str, Any]:
+        """A minibatch with no row to train on: zero gradients (AdamW's moments and weight decay still act, as
+        they would on the computed zero) and its loss, 0."""
+        for p in self.params:
+            p.grad = torch.zeros_like(p)
+        zero = torch.zeros((), device=self.device)
+        return {"loss": zero, TOKENS: zero, ROWS: zero, PARTS: 1}
 
     def _rank_micro(self, mini: int, micro: int) -> int:
         """Micro-batch size such that every data-parallel rank gets as many micro-batches."""

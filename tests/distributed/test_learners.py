@@ -27,7 +27,8 @@ def test_two_learners_equal_one_after_three_steps(ray_cluster, tmp_path, warm_mo
     one process, one of 4 on each rank: entropy, approx_kl, clip fractions and ratios differed)."""
     cfg = load_config(None, [], base=tiny_config(
         tmp_path / "run", warm_model, algorithm={"mu": 2, "aggregation": aggregation},
-        train={"steps": 3, "batch_size": 16, "group_size": 4, "mini_batch_size": 8, "micro_batch_size": micro},
+        train={"steps": 3, "batch_size": 16, "group_size": 4, "mini_batch_size": 8, "micro_batch_size": micro,
+               "zero_advantage_rows": "train"},  # ranks keep such rows; one process trains on them too
         distributed=ray_sections(learners=2, shard=shard)))
     task = get_task(cfg.task.name, **cfg.task.options)
     learner, rollout = local_roles(cfg, task, warm_model, warm_model)

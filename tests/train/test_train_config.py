@@ -63,6 +63,7 @@ SHARD = ["distributed.backend=ray", "distributed.learners=2", "distributed.shard
     ({"train": {"micro_batch_tokens": -1}}, [], "train.micro_batch_tokens must be >= 0"),
     ({"train": {"old_logprobs": "sampler"}}, [], "train.old_logprobs: unknown 'sampler'"),
     ({"train": {"packing": "sometimes"}}, [], "train.packing: unknown 'sometimes'"),
+    ({"train": {"zero_advantage_rows": "skip"}}, [], "train.zero_advantage_rows: unknown 'skip'"),
     ({"model": {"tiny_sizes": {"layers": 2}}}, [], "model.tiny_sizes: unknown ['layers']; choose from"),
     ({"model": {"tiny_sizes": {"hidden_size": 30}}}, [], "model.tiny_sizes: hidden_size (30) / num_heads"),
     ({"train": {"packing": True}}, [], "train.packing"),  # YAML's true is not a mode: auto, always or never

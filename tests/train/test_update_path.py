@@ -1,6 +1,8 @@
 """The update path's shortcuts change nothing they should not: the sampler's log-probs as pi_old,
 and micro-batches cut by a token budget instead of a row count."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -41,7 +43,8 @@ def _assert_same_adam_steps(a, b, grads, lr, atol):
 
 def test_sampler_logprobs_stand_in_for_the_old_pass(config_factory):
     rollout, reuse = _learner(config_factory, "reuse")
-    _, recompute = _learner(config_factory, "recompute", old_logprobs="recompute")
+    # every row through the pass (rows at their group's mean reward have advantage 0 and would be left out)
+    _, recompute = _learner(config_factory, "recompute", old_logprobs="recompute", zero_advantage_rows="train")
     batch = rollout.collect(1)
     sampled, recomputed = reuse._prepare(batch).old_logprobs, recompute._prepare(batch).old_logprobs  # (N, W)
     mask = reuse.tensors(batch).mask
@@ -135,3 +138,80 @@ def test_per_token_kl_estimators_log_the_kl_to_the_reference(config_factory, pre
     metrics = [run.learner.update(batch) for run in runs]
     assert "kl" in metrics[0] and metrics[0]["kl"] != 0
     assert metrics[1]["kl"] == pytest.approx(metrics[0]["kl"], rel=1e-4, abs=1e-6)
+
+
+def _flatten_groups(batch, groups):
+    """The batch with every reward of `groups` set to one value: those groups' advantages are exactly 0."""
+    rewards = batch.rewards.clone()
+    for g in groups:
+        rewards[g * batch.group_size : (g + 1) * batch.group_size] = 1.0
+    return replace(batch, rewards=rewards)
+
+
+def _trained_rows(learner):
+    """Rows each training forward + backward ran on."""
+    rows, original = [], learner._micro_step
+    learner._micro_step = lambda mb, *args: rows.append(len(mb)) or original(mb, *args)
+    return rows
+
+
+@pytest.mark.parametrize("old_logprobs", ["auto", "recompute"])
+def test_zero_advantage_rows_are_left_out_of_the_backward_and_the_update_is_the_same(config_factory, old_logprobs):
+    """beta 0 and the clipped loss: a row with advantage 0 adds nothing to the gradient, so 'auto' trains on the
+    other rows only, with the minibatch's normaliser, and runs the pi_old pass on them only; gradients, weights,
+    loss, entropy and gradient norm are those of training on every row."""
+    rollout, skip = _learner(config_factory, "skip", old_logprobs=old_logprobs)
+    _, train = _learner(config_factory, "train", zero_advantage_rows="train", old_logprobs=old_logprobs)
+    assert skip.skips_zero_advantage and not train.skips_zero_advantage
+    batch = _flatten_groups(rollout.collect(1), [0, 2])  # 8 of 16 rows flat
+    zero = int((skip._prepare(batch).advantages == 0).sum())  # the 8, and any row at its group's mean reward
+    assert 8 <= zero < 16
+    old_pass, original = [], skip.logprobs
+    skip.logprobs = lambda rows: old_pass.append(len(rows)) or original(rows)
+    rows_skip, rows_train = _trained_rows(skip), _trained_rows(train)
+    grads_skip, grads_train = _record_gradients(skip), _record_gradients(train)
+    m_skip, m_train = skip.update(batch), train.update(batch)
+    assert sum(rows_train) == 2 * 16 and sum(rows_skip) == 2 * (16 - zero)  # mu 2 x every row / x those with A != 0
+    assert old_pass == ([] if old_logprobs == "auto" else [16 - zero])
+    for step_skip, step_train in zip(grads_skip, grads_train, strict=True):
+        for g_skip, g_train in zip(step_skip, step_train):
+            torch.testing.assert_close(g_skip, g_train, atol=1e-5 * float(g_train.abs().max()), rtol=1e-4)
+    # entropy: a no-grad forward still measures the flat rows; their clip fractions are 0, counted as such
+    for key in ("loss", "entropy", "grad_norm", "clip_frac_low", "clip_frac_high"):
+        assert m_skip[key] == pytest.approx(m_train[key], rel=1e-4, abs=1e-7), key
+    assert m_skip.keys() == m_train.keys() and m_train["clip_frac_low"] + m_train["clip_frac_high"] > 0
+    _assert_same_adam_steps(_params(skip), _params(train), grads_train, _lr(train), atol=3e-5)
+
+
+def test_a_minibatch_of_zero_advantages_still_takes_its_adam_step(config_factory):
+    """Every row flat: no forward at all, a zero gradient, and AdamW steps on it as it would on a computed zero
+    (its step count and moments move; with momentum from an earlier update, the weights too)."""
+    rollout, skip = _learner(config_factory, "skip")
+    _, train = _learner(config_factory, "train", zero_advantage_rows="train")
+    first = rollout.collect(1)
+    skip.update(first), train.update(first)  # some momentum
+    flat = _flatten_groups(first, range(4))
+    rows = _trained_rows(skip)
+    m_skip, m_train = skip.update(flat), train.update(flat)
+    assert rows == []
+    assert m_train.keys() - m_skip.keys() == {"approx_kl", "ratio_mean", "ratio_max"}  # they cover trained rows: none
+    assert m_skip["clip_frac_low"] == m_train["clip_frac_low"] == 0
+    assert m_skip["loss"] == m_train["loss"] == 0 and m_skip["grad_norm"] == m_train["grad_norm"] == 0
+    assert m_skip["entropy"] == pytest.approx(m_train["entropy"], rel=1e-5)
+    steps = {int(s["step"]) for s in skip.optimizer.state.values()}
+    assert steps == {int(s["step"]) for s in train.optimizer.state.values()} == {8}
+    for a, b in zip(_params(skip), _params(train)):
+        torch.testing.assert_close(a, b, atol=3e-5, rtol=0)
+
+
+@pytest.mark.parametrize("algorithm, skips", [
+    ({}, True),
+    ({"policy_loss": "gspo"}, True),
+    ({"beta": 0.01}, False),  # the KL term's gradient does not vanish with the advantage
+    ({"advantage": "centered", "policy_loss": "kimi", "tau": 0.1, "aggregation": "seq_mean_token_sum"}, False),
+    ({"preset": "ppo"}, False),  # a value loss on every row
+])
+def test_rows_are_left_out_only_where_their_gradient_is_zero(config_factory, algorithm, skips):
+    run = prepare_run(load_config(config_factory(str(skips) + str(len(algorithm)), algorithm={"mu": 2, **algorithm},
+                                                 train=SEVERAL_STEPS)))
+    assert run.learner.skips_zero_advantage is skips
