@@ -1,9 +1,10 @@
-"""CPU seconds of one `Learner.update` for each update-path option: the demo's shape, a 20M model, and a
-GSM8K-shaped batch.
+"""CPU seconds of one `Learner.update` for each update-path option: the demo's shape, the sort task's (no KL
+term), a 20M model, and a GSM8K-shaped batch.
 
     .venv/bin/python benchmarks/bench_learner.py                  # every size, every variant
     .venv/bin/python benchmarks/bench_learner.py --sizes demo --repeats 5
     .venv/bin/python benchmarks/bench_learner.py --sizes gsm8k --variants sampler tokens packed
+    .venv/bin/python benchmarks/bench_learner.py --sizes sort --variants sampler allrows --flat-share 0.25
 
 The batch is synthetic (random tokens, completion lengths drawn uniformly from [len/4, len]) so the
 sizes run without a rollout: the update does not care where the tokens came from. `gsm8k` takes its
@@ -18,7 +19,10 @@ the others start from `sampler`: `foreach` and `fused` AdamW (torch's CPU implem
 half a minibatch's padded size), `packed` (`train.packing: always`: each micro-batch as one row of
 packed sequences, no padding, no shared prompt), `auto` (`train.packing: auto`, the default: packed
 where the FLOP estimate says it pays), `compile` (`torch.compile` of the policy's forward, compile time
-out). Every variant but `packed` and `auto` runs `train.packing: never`, the layout before packing existed.
+out), `allrows` (`train.zero_advantage_rows: train`: rows with advantage 0 trained too; every other variant
+leaves them out, the default). `--flat-share F` gives the first F of the groups one reward each (advantage 0);
+the synthetic rewards are random 0/1 otherwise, so almost no group is flat.
+Every variant but `packed` and `auto` runs `train.packing: never`, the layout before packing existed.
 """
 
 from __future__ import annotations
@@ -47,10 +51,11 @@ from rlvr.train.learner import Learner, optimizer_steps  # noqa: E402
 # name: (preset, batch, group, minibatch, mu, prompt tokens, completion tokens, beta)
 SIZES = {
     "demo": ("test", 256, 8, 128, 2, 14, 10, 0.01),  # configs/demo.yaml's GRPO phase
+    "sort": ("test", 256, 8, 128, 2, 16, 12, 0.0),  # configs/sort.yaml: no KL term, so no reference pass
     "20m": ("bench20m", 16, 8, 8, 1, 64, 128, 0.0),
     "gsm8k": ("demo", 64, 8, 32, 1, 0, 1024, 0.04),  # lengths from GSM8K (gsm8k_batch), mu 1, two minibatches
 }
-VARIANTS = ("recompute", "sampler", "foreach", "fused", "tokens", "packed", "auto", "compile")
+VARIANTS = ("recompute", "sampler", "foreach", "fused", "tokens", "packed", "auto", "compile", "allrows")
 
 
 def synthetic_batch(vocab: int, n: int, group: int, prompt_len: int, max_new: int, seed: int) -> ScoredBatch:
@@ -82,7 +87,8 @@ def make_learner(folder: Path, size: str, variant: str, longest: int) -> Learner
     """`longest`: the batch's longest prompt + completion, for the `tokens` variant's budget."""
     _, batch, group, mini, mu, _, max_new, beta = SIZES[size]
     train = {"steps": 10, "batch_size": batch, "group_size": group, "mini_batch_size": mini,
-             "old_logprobs": "auto" if variant != "recompute" else "recompute"}
+             "old_logprobs": "auto" if variant != "recompute" else "recompute",
+             "zero_advantage_rows": "train" if variant == "allrows" else "auto"}
     if variant == "tokens":
         train["micro_batch_tokens"] = mini * longest // 2
     train["packing"] = {"packed": "always", "auto": "auto"}.get(variant, "never")
@@ -118,6 +124,7 @@ def main() -> None:
     parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--flat-share", type=float, default=0.0, help="share of the groups with one reward each")
     args = parser.parse_args()
     torch.set_num_threads(1)
     for size in args.sizes:
@@ -127,15 +134,18 @@ def main() -> None:
             vocab = AutoConfig.from_pretrained(folder).vocab_size
             batch = gsm8k_batch(n, group, max_new, seed=0) if size == "gsm8k" else \
                 synthetic_batch(vocab, n, group, prompt_len, max_new, seed=0)
+            flat = round(args.flat_share * n / group) * group  # rows of the first groups, made flat
+            batch.rewards[:flat] = 1.0
             real = sum(len(p) + len(c) for p, c in zip(batch.prompt_ids, batch.completion_ids))
             longest = max(len(p) + len(c) for p, c in zip(batch.prompt_ids, batch.completion_ids))
             padded = n * longest
-            print(f"{size}: {n} rows, padding {1 - real / padded:.1%} of the padded batch", flush=True)
+            print(f"{size}: {n} rows, padding {1 - real / padded:.1%} of the padded batch, {flat} rows in flat groups",
+                  flush=True)
             seen: dict[str, float] = {}
             for variant in args.variants:
                 seen[variant] = seconds = time_update(make_learner(folder, size, variant, longest), batch, args.repeats)
                 ratios = "  ".join(f"{seen[b] / seconds:5.2f}x vs {b}"
-                                   for b in ("recompute", "sampler", "tokens", "packed")
+                                   for b in ("recompute", "sampler", "tokens", "packed", "allrows")
                                    if b in seen and b != variant)
                 print(f"  {variant:10s} {seconds:7.3f} CPU-s/update  {ratios}", flush=True)
 
