@@ -81,12 +81,9 @@ def check_example(example: Mapping[str, Any]) -> list[SplitTest]:
     return []
 
 
-def _out_of_time(result: SandboxResult, limits: SandboxLimits) -> bool:
-    """The run used up a time limit: the wall clock, RLIMIT_CPU, or (an assert test) the per-test timer, seen
-    as a missing value after a run at least that long."""
-    if result.timed_out or result.exit_code in _OUT_OF_CPU:
-        return True
-    return bool(result.values) and None in result.values and result.seconds >= limits.test_timeout
+def _out_of_time(result: SandboxResult) -> bool:
+    """The run used up a time limit: the wall clock, RLIMIT_CPU, or (an assert test) the per-test timer."""
+    return result.timed_out or result.exit_code in _OUT_OF_CPU or result.test_timed_out
 
 
 def pass_fraction(code: str, example: Mapping[str, Any], limits: SandboxLimits = SandboxLimits(),
@@ -105,7 +102,7 @@ def _graded(code: str, example: Mapping[str, Any], splits: list[SplitTest], limi
         for split in splits:
             result = run_python(code, exprs=list(split.exprs), limits=limits, isolation=isolation)
             values.append(result.values)
-            if _out_of_time(result, limits):
+            if _out_of_time(result):
                 break
         values += [None] * (len(tests) - len(values))
         return sum(verdicts(tests, values, limits.cpu_seconds, limits.memory_mb, limits.wall_seconds)) / len(tests)
@@ -113,7 +110,7 @@ def _graded(code: str, example: Mapping[str, Any], splits: list[SplitTest], limi
     for case in cases:
         result = run_python(code, stdin=str(case["input"]), limits=limits, isolation=isolation)
         passed += not result.timed_out and result.exit_code == 0 and _same_output(result.stdout, str(case["output"]))
-        if _out_of_time(result, limits):
+        if _out_of_time(result):
             break
     return passed / len(cases)
 

@@ -81,6 +81,7 @@ class SandboxResult:
     values: list[str | None] | None = None  # serialised value per expression; None: none came back
     isolation: str = "unknown"  # "bwrap", "namespaces" or "none"
     uid: int | None = None  # the per-run uid the code ran as (root only), for auditing
+    test_timed_out: bool = False  # an expression ran past the per-test timer (its value is None)
 
 
 @functools.lru_cache(maxsize=None)
@@ -233,16 +234,18 @@ def _parse_status(raw: bytes, result: SandboxResult) -> bool:
     return started
 
 
-def _parse_values(raw: bytes, n: int) -> list[str | None] | None:
-    """The values line, or None when the code did not get as far as sending one."""
+def _parse_values(raw: bytes, n: int, result: SandboxResult) -> None:
+    """The values line into `result` (values None when the code did not get as far as sending one), and whether
+    the launcher marked an expression as run past the per-test timer (0 in the line)."""
     lines = raw.decode(errors="replace").splitlines()
     try:
         values = json.loads(lines[-1]) if lines else None
     except ValueError:
-        return None
+        return
     if not isinstance(values, list) or len(values) != n:
-        return None
-    return [v if isinstance(v, str) else None for v in values]
+        return
+    result.values = [v if isinstance(v, str) else None for v in values]
+    result.test_timed_out = any(v == 0 and type(v) is int for v in values)
 
 
 def run_python(code: str, *, exprs: list[str] | None = None, stdin: str = "",
@@ -311,7 +314,7 @@ def _communicate(proc, header, header_w, status_r, values_r, stdin, limits, star
     if not _parse_status(bytes(pipes[status_r]), result) and not timed_out:
         raise SandboxError(f"the sandbox did not start (exit {proc.returncode}): {result.stderr[-2000:]}")
     if header["mode"] == "values":
-        result.values = _parse_values(bytes(pipes[values_r]), len(header["exprs"]))
+        _parse_values(bytes(pipes[values_r]), len(header["exprs"]), result)
     return result
 
 

@@ -15,7 +15,7 @@ from rlvr.rewards.base import RewardConfigError
 from rlvr.rewards.code import pass_fraction
 from rlvr.rewards.combine import CombinedReward
 from rlvr.rewards.registry import reward_from_name
-from rlvr.rewards.sandbox import SandboxLimits
+from rlvr.rewards.sandbox import SandboxLimits, run_python
 
 LIMITS = SandboxLimits(cpu_seconds=1, memory_mb=256, wall_seconds=3, test_timeout=1)
 OUTER_TIMEOUT = 60  # a regression that hangs fails the test instead of hanging CI
@@ -94,10 +94,24 @@ def test_the_tests_before_a_timeout_count_and_a_crash_does_not_stop(runs):
     assert pass_fraction(hangs_on_3, TESTS, LIMITS) == 0.5 and len(runs) == 3
     runs.clear()
     raises_on_2 = "def f(x):\n    if x == 2:\n        raise ValueError\n    return x + 1\n"
-    # a missing value after test_timeout seconds reads as the per-test timer: a 1 s timer lets a loaded machine's
-    # slow start make the raise look like one (seen once under two test workers)
-    roomy = SandboxLimits(cpu_seconds=1, memory_mb=256, wall_seconds=8, test_timeout=6)
-    assert pass_fraction(raises_on_2, TESTS, roomy) == 0.75 and len(runs) == 4
+    assert pass_fraction(raises_on_2, TESTS, LIMITS) == 0.75 and len(runs) == 4
+
+
+def test_a_raise_after_a_slow_start_is_not_a_timeout(runs):
+    """The launcher says which expression ran past the per-test timer: a run longer than the timer whose test
+    raised (here a 1.3 s start at the top, not under the timer) does not stop the tests after it."""
+    slow_then_raises_on_2 = ("import time\ntime.sleep(1.3)\n"
+                             "def f(x):\n    if x == 2:\n        raise ValueError\n    return x + 1\n")
+    roomy = SandboxLimits(cpu_seconds=1, memory_mb=256, wall_seconds=6, test_timeout=1)  # a loaded machine's start
+    assert pass_fraction(slow_then_raises_on_2, TESTS, roomy) == 0.75 and len(runs) == 4
+
+
+def test_the_launcher_marks_the_expression_that_ran_out_of_time():
+    slow_f = "import time\ndef f(x):\n    if x == 2:\n        time.sleep(1000)\n    return x\n"
+    result = run_python(slow_f, exprs=["f(1)", "f(2)", "f(3)"], limits=LIMITS, isolation="none")
+    assert result.values == ["1", None, "3"] and result.test_timed_out and not result.timed_out
+    raises = run_python("def f(x):\n    raise ValueError\n", exprs=["f(1)"], limits=LIMITS, isolation="none")
+    assert raises.values == [None] and not raises.test_timed_out
 
 
 def test_stdin_cases_stop_at_the_first_timeout(runs):
