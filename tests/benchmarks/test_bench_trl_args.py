@@ -6,7 +6,11 @@ checked here: TRL generates `train.batch_size` completions at once, each optimiz
 mu x (batch / mini) optimizer steps.
 """
 
+import ctypes
 import importlib.util
+import mmap
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -184,3 +188,31 @@ def test_trl_runs_with_tcmalloc_where_installed_unless_told_otherwise(installed,
     else:
         with pytest.raises(SystemExit, match="not installed"):
             bench.trl_allocator("tcmalloc")
+
+
+def _resident_pages(path: Path) -> int:
+    """Pages of `path` in the page cache: mincore(2) over a private mapping of it that nothing touches."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    size = path.stat().st_size
+    pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+    vec = (ctypes.c_ubyte * pages)()
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY) as m:
+        start = ctypes.c_char.from_buffer(m)
+        code = libc.mincore(ctypes.c_void_p(ctypes.addressof(start)), ctypes.c_size_t(size), vec)
+        del start  # the mapping closes only without it
+    assert code == 0, os.strerror(ctypes.get_errno())
+    return sum(v & 1 for v in vec)
+
+
+def test_evict_drops_a_files_pages_from_the_page_cache(tmp_path):
+    """Peak RSS is compared with both venvs' libraries read back from disk (`bench_trl.evict`)."""
+    path = tmp_path / "lib.so"
+    with open(path, "wb") as f:
+        f.write(os.urandom(1 << 20))
+        f.flush()
+        os.fsync(f.fileno())  # clean pages: DONTNEED drops only those
+    path.read_bytes()
+    assert _resident_pages(path) == (1 << 20) // mmap.PAGESIZE  # every page, just written and read
+    assert bench.evict([path, tmp_path / "missing.so"]) == 1
+    assert _resident_pages(path) == 0
+    assert any(p.name == "libtorch_cpu.so" for p in bench.library_files(sys.executable))  # what it is given
