@@ -186,7 +186,9 @@ class MathTask:
         """Whether each pair of completions states one answer, for majority voting (Minerva's maj@k groups answers
         by equivalence): two numbers by their exact values, without the grader; anything else when the grader finds
         them equal either way round (`math_equal(p, t)` is not symmetric); a completion stating none equals none."""
-        stated = [(self.predicted(a, example), self.predicted(b, example)) for a, b in pairs]
+        answers = {text: self.predicted(text, example)  # once per completion, not once per pair it is in
+                   for text in dict.fromkeys(text for pair in pairs for text in pair)}
+        stated = [(answers[a], answers[b]) for a, b in pairs]
         out: list[bool | None] = []
         for a, b in stated:
             if a is None or b is None:

@@ -155,3 +155,15 @@ def test_maj_at_k_counts_equivalent_answers_as_one_vote():
     ex7 = Example(prompt="Q3 <think>", answer="7")
     tie_votes = answer_votes(task, tie, ex7)
     assert tie_votes == ["8", "7", "8", "7"] and maj_at_k(tie_votes, task.correct_batch(tie, [ex7] * 4), 4) == 0.0
+
+
+def test_same_answers_extracts_each_completions_answer_once(monkeypatch):
+    """k completions compared pairwise: k extractions, not two per pair."""
+    task = get_task("math500")
+    ex = Example(prompt="Q <think>", answer="7")
+    texts = [f" ok</think> <answer>{f}</answer>" for f in ("7", "7.0", "14/2", "8")]
+    seen, original = [], task.predicted
+    monkeypatch.setattr(task, "predicted", lambda text, example: seen.append(text) or original(text, example))
+    pairs = [(a, b) for i, a in enumerate(texts) for b in texts[i + 1:]]  # 6 pairs of 4 completions
+    assert task.same_answers(pairs, ex) == [True, True, False, True, False, False]
+    assert sorted(seen) == sorted(texts)
