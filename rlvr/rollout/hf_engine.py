@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 from torch.func import functional_call
 
+from rlvr.core import entropy_from_logits
 from rlvr.rollout.base import Completion, SamplingParams, encode_prompts
 from rlvr.rollout.cascade import CASCADE, SharedPrefix, decoding_kernel
 from rlvr.rollout.kv_cache import PreallocatedKVCache, cache_kwarg
@@ -59,6 +60,9 @@ class HFEngine:
         (`cascade_applies`) and pays (`cascade_saving`: enough prompt keys/values saved per row and layer); True
         wherever it applies (groups of two rows or more); False keeps the copy-to-every-row layout and the
         model's own kernel throughout.
+    entropies: also return the entropy of the raw distribution at each generated position
+        (`Completion.entropies`, one softmax over the vocabulary per token): at temperature 1 in float32, the
+        training forward's entropy metric, which the learner then reads from here (`sampler_is_policy`).
 
     Weight sharing: built on the very module the trainer optimises, the engine samples from the
     current weights with no copy and `load_weights` is a no-op for those tensors.
@@ -66,7 +70,8 @@ class HFEngine:
 
     def __init__(self, model, tokenizer, *, device: str | torch.device = "cpu",
                  max_batch_size: int | None = None, logprobs_mode: str = "raw_logprobs",
-                 add_special_tokens: bool = True, autocast: torch.dtype | None = None, cascade: bool | str = "auto"):
+                 add_special_tokens: bool = True, autocast: torch.dtype | None = None, cascade: bool | str = "auto",
+                 entropies: bool = False):
         if max_batch_size is not None and (not isinstance(max_batch_size, int) or max_batch_size < 1):
             raise ValueError(f"max_batch_size must be a positive int or None, got {max_batch_size!r}")
         if cascade not in (True, False, "auto"):
@@ -86,6 +91,7 @@ class HFEngine:
         self.pad_id = 0 if pad is None else pad
         self._cache_kwarg = cache_kwarg(model)
         self.cascade = cascade
+        self.entropies = entropies
         self._casts: dict[str, Tensor] = {}  # during a call: frozen linear weights cast to `autocast`
 
     # --- public API -------------------------------------------------------------------------------
@@ -96,7 +102,7 @@ class HFEngine:
                                     self.max_positions)
         seed = sampling.seed if sampling.seed is not None else int(torch.randint(2**62, (1,)).item())
         generator = torch.Generator(device=self.device).manual_seed(seed)
-        rows: list[tuple[list[int], list[float], str | None, bool]] = []
+        rows: list[tuple[list[int], list[float], str | None, bool, list[float] | None]] = []
         was_training = self.model.training
         self.model.eval()
         try:
@@ -203,7 +209,8 @@ class HFEngine:
         return cache, attend, lengths[group].clone(), logits[group]
 
     def _run_chunk(self, prompt_ids, counts, sampling: SamplingParams, generator):
-        """Sample one batch of groups. Returns per row (token_ids, logprobs, stop_reason, finished).
+        """Sample one batch of groups. Returns per row (token_ids, logprobs, stop_reason, finished, entropies or
+        None).
 
         Host syncs per token: one (the count of finished rows), plus the tokens' copy to the host
         only when stop strings must be checked; generated tokens and log-probs stay on the device
@@ -213,6 +220,7 @@ class HFEngine:
         rows, dev = cache.rows, self.device
         tokens = torch.zeros(rows, max_new, dtype=torch.long, device=dev)  # (R, T) by sequence id
         logprobs = torch.zeros(rows, max_new, device=dev)
+        entropies = torch.zeros(rows, max_new, device=dev) if self.entropies else None
         lengths = torch.full((rows,), max_new, dtype=torch.long, device=dev)
         stopped = torch.zeros(rows, dtype=torch.bool, device=dev)
         stops = StopChecker(self.tokenizer, sampling.stop)
@@ -222,6 +230,8 @@ class HFEngine:
                 token, logprob = sample_next(logits, sampling.temperature, sampling.top_k, sampling.top_p,
                                              generator, self.logprobs_mode)
                 tokens[seq, t], logprobs[seq, t] = token, logprob.float()
+                if entropies is not None:  # of the raw distribution, as the raw log-probs
+                    entropies[seq, t] = entropy_from_logits(logits.float())
                 done = torch.isin(token, self.eos_ids) & (not sampling.ignore_eos)  # (R',)
                 if stops.stops:
                     done |= stops.hits(tokens.cpu(), seq.cpu(), t).to(dev)
@@ -238,8 +248,9 @@ class HFEngine:
                 positions = positions + 1
         reasons, lengths = stops.reasons, lengths.tolist()
         token_rows, logprob_rows, stopped = tokens.tolist(), logprobs.tolist(), stopped.tolist()
-        return [(token_rows[r][: lengths[r]], logprob_rows[r][: lengths[r]], reasons.get(r), stopped[r])
-                for r in range(rows)]
+        entropy_rows = entropies.tolist() if entropies is not None else [None] * rows
+        return [(token_rows[r][: lengths[r]], logprob_rows[r][: lengths[r]], reasons.get(r), stopped[r],
+                 None if entropy_rows[r] is None else entropy_rows[r][: lengths[r]]) for r in range(rows)]
 
     def _compact(self, cache: PreallocatedKVCache, done: Tensor) -> Tensor:
         """Drop finished rows: live rows beyond the new end move into the holes (the cache moved in
@@ -256,12 +267,12 @@ class HFEngine:
 
     @staticmethod
     def _completion(prompt: str, prompt_ids: list[int], row, text: str, sampling: SamplingParams) -> Completion:
-        token_ids, logprobs, stop_reason, finished = row
+        token_ids, logprobs, stop_reason, finished, entropies = row
         if stop_reason is not None:
             text = cut_at_stop(text, sampling.stop)
         return Completion(prompt=prompt, prompt_ids=list(prompt_ids), token_ids=token_ids, logprobs=logprobs,
                           text=text, finish_reason="stop" if finished else "length",
-                          extra={"stop_reason": stop_reason})
+                          extra={"stop_reason": stop_reason}, entropies=entropies)
 
 
 class RowKeys:

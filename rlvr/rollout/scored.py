@@ -29,6 +29,7 @@ class ScoredBatch:
     components: dict[str, float] = field(default_factory=dict)  # reward terms, averaged over the batch
     stats: dict[str, float] = field(default_factory=dict)  # sampling/* metrics of the rollout
     version: int = 0  # policy version (optimizer steps) the completions were sampled from
+    sampler_entropies: list[list[float]] | None = None  # (N,) entropy at each generated position; None: not asked
 
     def __len__(self) -> int:
         return len(self.completion_ids)

@@ -27,7 +27,7 @@ from rlvr.rollout.batch import (RolloutBatch, build_batch, cached_logprobs, comp
 from rlvr.rollout.scored import ScoredBatch
 from rlvr.train.guard import SKIPPED, finite_step
 from rlvr.train.family import token_advantages
-from rlvr.train.rollout import engine_name, serves_adapters
+from rlvr.train.rollout import sampler_is_policy, serves_adapters
 from rlvr.algorithms.optim import build_optimizer, build_scheduler, clip_gradients
 from rlvr.seeds import SHUFFLE, derive_seed
 
@@ -65,12 +65,10 @@ class Learner:
         # mu = 1 and one minibatch: a single optimizer step per rollout, taken at the sampling weights,
         # so the old log-probs are the current ones detached (ratio 1, gradient = policy gradient).
         self.single_step = cfg.algorithm.mu == 1 and cfg.mini_batch_size == cfg.train.batch_size
-        # The in-process engine's raw log-probs are log softmax(logits) of these very weights: at
-        # temperature 1 in float32 they are the training forward's, up to kernel rounding (cached vs
-        # full attention), so the no-grad pi_old pass can be skipped.
-        self.sampler_is_old = (cfg.train.old_logprobs == "auto" and engine_name(cfg) == "hf"
-                               and cfg.rollout.temperature == 1.0
-                               and cfg.model.dtype == "float32")
+        # The in-process engine's raw log-probs and entropies are those of these very weights: at temperature 1
+        # in float32 they are the training forward's, up to kernel rounding (cached vs full attention), so the
+        # no-grad pi_old pass can be skipped, and the entropy metric read from the sampler.
+        self.sampler_is_old = sampler_is_policy(cfg)
         # A row whose advantage is 0 adds exactly nothing to the gradient of a loss that is A x (a function of
         # the ratio) and nothing else: no KL term, no value loss, not Kimi's tau term. Such rows are left out of
         # the training forward and backward, and out of the pi_old pass.
@@ -111,6 +109,8 @@ class Learner:
         reuse = needs_old and self.sampler_is_old and batch.version == self.version
         # (N, W) sampler log-probs at the completion tokens, built once for whichever use needs them
         sampled = completion_values(rows.mask, batch.sampler_logprobs) if reuse or a.is_cap else None
+        entropies = completion_values(rows.mask, batch.sampler_entropies) \
+            if self.sampler_is_old and batch.version == self.version and batch.sampler_entropies is not None else None
         if self.token_adv is None:  # from the rewards alone
             rows.advantages = self.objective.advantages(rows.rewards, batch.group_size)
         if needs_old:
@@ -127,6 +127,9 @@ class Learner:
             rows.advantages = overlong_filter(rows.advantages, truncated)
             if cfg.algorithm.aggregation != "seq_mean_token_mean":  # an empty row would be 0 / 0 there
                 rows.mask = overlong_loss_mask(rows.mask, truncated)
+        self._sampled_entropy = None if entropies is None else \
+            {"entropy": masked_mean(entropies, rows.mask), TOKENS: rows.mask.sum(), ROWS: rows.mask.any(-1).sum(),
+             PARTS: 1}
         return rows
 
     def _old_logprobs(self, rows: RolloutBatch) -> Tensor:
@@ -151,8 +154,9 @@ class Learner:
     def _micro_step(self, mb: RolloutBatch, denominator: Tensor | int, scale: float,
                     with_entropy: bool) -> dict[str, Any]:
         """Forward + backward of one micro-batch; its loss is already divided for accumulation. The
-        entropy (a metric, no gradient) is measured in the first epoch only: every row once, at the
-        weights it was sampled from or a minibatch later (a softmax over the vocabulary per token)."""
+        entropy (a metric, no gradient) is measured here, `with_entropy`, in the first epoch only where the
+        sampler's cannot stand in (`update`): every row once, at the weights it was sampled from or a
+        minibatch later (a softmax over the vocabulary per token)."""
         logprobs, entropy, values = self._forward(mb, with_entropy)  # (b, W)
         old = logprobs.detach() if self.single_step else mb.old_logprobs
         obj = self.objective
@@ -174,6 +178,10 @@ class Learner:
         cfg, mini, micro = self.cfg, self.cfg.mini_batch_size, self.cfg.micro_batch_size
         self._is_metrics: dict[str, Tensor] = {}
         rows = self._prepare(batch)
+        # the entropy metric, read from the sampler where it is the training forward's (`sampler_is_old`, a batch
+        # sampled at these weights): every valid token once, no softmax over the vocabulary in the update
+        sampled_entropy = self._sampled_entropy
+        measure = sampled_entropy is None  # else the first epoch's forwards need not compute it
         micro = self._rank_micro(mini, micro)
         self.policy.train()
         stats, grad_norms, skipped = [], [], 0
@@ -188,10 +196,10 @@ class Learner:
                 self.optimizer.zero_grad(set_to_none=True)
                 minibatch, flat = self._zero_advantage_split(minibatch)
                 if flat is not None:
-                    stats += self._left_out_metrics(flat, epoch == 0)
+                    stats += self._left_out_metrics(flat, epoch == 0 and measure)
                 parts = micro_batches(minibatch.attention_mask, micro, cfg.train.micro_batch_tokens) \
                     if minibatch is not None else []
-                mine = [self._micro_step(minibatch.select(part), denominator, len(parts), epoch == 0)
+                mine = [self._micro_step(minibatch.select(part), denominator, len(parts), epoch == 0 and measure)
                         for part in parts[self.rank :: self.world]]  # this data-parallel rank's share
                 if not parts:  # every row had advantage 0: a zero gradient, and AdamW still steps on it
                     mine = [self._zero_gradient()]
@@ -207,6 +215,8 @@ class Learner:
                 self.scheduler.step()
         self.policy.eval()
         self.version += 1
+        if sampled_entropy is not None:
+            stats.append(sampled_entropy)
         metrics = {**finish_metrics(*self._reduce_metrics(*partial_metrics(stats))),
                    "lr": self.scheduler.get_last_lr()[0], SKIPPED: float(skipped),
                    **{k: v.item() for k, v in self._is_metrics.items()}}
@@ -234,8 +244,8 @@ class Learner:
     @torch.no_grad()
     def _left_out_metrics(self, rows: RolloutBatch, first_epoch: bool) -> list[dict[str, Any]]:
         """What the update's metrics count of rows left out of the backward: clip fractions of 0 (with no
-        advantage no clipped branch is active), and in the first epoch the entropy, from a forward without
-        gradient. Ratio and approx_kl metrics cover the rows trained on."""
+        advantage no clipped branch is active), and with `first_epoch` (the sampler's entropy does not stand in) the
+        entropy, from a forward without gradient. Ratio and approx_kl metrics cover the rows trained on."""
         cfg = self.cfg
         clips = {k: torch.zeros((), device=self.device) for k in self.objective.metric_names if k.startswith("clip_frac")}
         stats = [{**clips, TOKENS: rows.mask.sum(), ROWS: rows.mask.any(-1).sum(), PARTS: 1}]

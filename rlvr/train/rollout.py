@@ -36,6 +36,15 @@ def engine_name(cfg: Config) -> str:
     return "vllm" if on_gpu and importlib.util.find_spec("vllm") is not None else "hf"
 
 
+def sampler_is_policy(cfg: Config) -> bool:
+    """Whether what the engine reports of each sampled token (its raw log-prob, the entropy there) is what the
+    training forward computes at the sampling weights: rlvr's in-process engine runs the policy module itself,
+    and at temperature 1 in float32 only kernel rounding (cached vs full attention) differs. `train.old_logprobs:
+    recompute` turns the stand-ins off."""
+    return (cfg.train.old_logprobs == "auto" and engine_name(cfg) == "hf" and cfg.rollout.temperature == 1.0
+            and cfg.model.dtype == "float32")
+
+
 def serves_adapters(cfg: Config) -> bool:
     """Whether the engine applies the LoRA adapters itself (vLLM LoRA, `rollout.vllm_lora`), so that a
     weight sync carries the adapter tensors only, instead of the merged weights."""
@@ -55,7 +64,7 @@ def build_engine(cfg: Config, policy: Any, tokenizer: Any, model_path: str | Pat
     placement = resolve_placement(cfg.model)
     if engine_name(cfg) == "hf":
         return HFEngine(policy, tokenizer, device=placement.device, max_batch_size=max_batch_size,
-                        autocast=placement.dtype)
+                        autocast=placement.dtype, entropies=sampler_is_policy(cfg))
     from rlvr.rollout.vllm_engine import VLLMEngine  # the optional extra, imported only when asked for
 
     r, lora = cfg.rollout, cfg.model.lora
@@ -106,7 +115,9 @@ class Rollout:
             sampler_logprobs=[list(c.logprobs) for c in completions],
             rewards=torch.tensor(scores.rewards, dtype=torch.float32), correct=list(scores.correct),
             finish_reasons=[c.finish_reason for c in completions], group_size=self.cfg.train.group_size, step=step,
-            components=dict(scores.components), stats=dict(rollout.stats), version=self.version)
+            components=dict(scores.components), stats=dict(rollout.stats), version=self.version,
+            sampler_entropies=None if any(c.entropies is None for c in completions) else
+            [list(c.entropies) for c in completions])
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Sample the next batch from these policy weights."""

@@ -225,6 +225,7 @@ def _overlong_learner(aggregation):
                           algorithm=SimpleNamespace(overlong_filter=True, aggregation=aggregation, kl_reward_coef=0.0,
                                                   is_cap=0.0))
     return SimpleNamespace(cfg=cfg, device=torch.device("cpu"), single_step=True, reference=None, token_adv=None,
+                           sampler_is_old=False, version=0,
                            objective=GroupPolicyGradient(aggregation=aggregation, loss_constant=4.0),
                            tensors=lambda b: build_batch(b.prompt_ids, b.completion_ids, None, b.rewards, 0))
 

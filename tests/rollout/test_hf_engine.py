@@ -61,6 +61,33 @@ def test_sampler_logprobs_equal_recomputed_logprobs(sharp, max_batch_size):
         torch.testing.assert_close(torch.tensor(c.logprobs), reference_logprobs(model, c), **LOGPROB_TOL)
 
 
+def _entropies_checked(model, tokenizer, sampling, max_batch_size=None):
+    """Completions of HFEngine(entropies=True), checked: the samples are those without it, and each position's
+    entropy is -sum_v p_v log p_v of the model's raw distribution there (before temperature and top-k, as the
+    raw log-probs), from one plain forward."""
+    plain = HFEngine(model, tokenizer, max_batch_size=max_batch_size).generate(PROMPTS, 3, sampling)
+    engine = HFEngine(model, tokenizer, max_batch_size=max_batch_size, entropies=True)
+    completions = engine.generate(PROMPTS, 3, sampling)
+    assert [c.token_ids for c in completions] == [c.token_ids for c in plain] and plain[0].entropies is None
+    for c in completions:
+        ids = torch.tensor([c.prompt_ids + c.token_ids])
+        with torch.no_grad():
+            logp = model(ids).logits[0, len(c.prompt_ids) - 1: -1].log_softmax(-1)  # (T, V)
+        assert len(c.entropies) == len(c.token_ids)
+        torch.testing.assert_close(torch.tensor(c.entropies), -(logp.exp() * logp).sum(-1), **LOGPROB_TOL)
+    return completions
+
+
+@pytest.mark.parametrize("max_batch_size", [1, None])
+def test_sampler_entropies_equal_the_recomputed_entropy_of_the_raw_distribution(sharp, max_batch_size):
+    _entropies_checked(*sharp, SamplingParams(temperature=0.8, top_k=20, max_new_tokens=16, seed=0), max_batch_size)
+
+
+def test_sampler_entropies_follow_their_rows_when_finished_rows_leave(flat):
+    completions = _entropies_checked(*flat, SamplingParams(max_new_tokens=40, seed=0))
+    assert any(c.finish_reason == "stop" for c in completions) and any(len(c.token_ids) == 40 for c in completions)
+
+
 def test_processed_logprobs_are_under_the_tempered_distribution(sharp):
     model, tokenizer = sharp
     engine = HFEngine(model, tokenizer, logprobs_mode="processed_logprobs")

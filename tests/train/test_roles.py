@@ -69,8 +69,10 @@ def test_state_dicts_round_trip(config_factory):
 def test_entropy_is_measured_in_the_first_epoch_only(config_factory, monkeypatch):
     import rlvr.train.learner as learner_mod
 
+    # every row through the micro-steps; the forwards measure it (the sampler's entropies stand in under 'auto':
+    # tests/train/test_update_path.py)
     rollout, learner = _roles(config_factory, "entropy", algorithm={"mu": 3},
-                              train={"zero_advantage_rows": "train"})  # every row through the micro-steps
+                              train={"zero_advantage_rows": "train", "old_logprobs": "recompute"})
     calls, policy_logprobs = [], learner_mod.policy_logprobs
 
     def recorded(model, batch, temperature, with_entropy=False, **kwargs):

@@ -215,3 +215,30 @@ def test_rows_are_left_out_only_where_their_gradient_is_zero(config_factory, alg
     run = prepare_run(load_config(config_factory(str(skips) + str(len(algorithm)), algorithm={"mu": 2, **algorithm},
                                                  train=SEVERAL_STEPS)))
     assert run.learner.skips_zero_advantage is skips
+
+
+def test_the_sampler_entropy_stands_in_for_the_first_epochs_entropy(config_factory):
+    """Where the sampler's log-probs stand in for pi_old, its entropies stand in for the entropy metric: no
+    training forward computes one, and the metric equals the recomputed one (one minibatch per epoch, so the
+    first epoch measures at the sampling weights) up to kernel rounding."""
+    one_minibatch = {"mini_batch_size": 16, "zero_advantage_rows": "train"}
+    rollout, sampler = _learner(config_factory, "sampler", **one_minibatch)
+    _, forward = _learner(config_factory, "forward", old_logprobs="recompute", **one_minibatch)
+    batch = rollout.collect(1)
+    assert batch.sampler_entropies is not None and [len(e) for e in batch.sampler_entropies] == \
+        [len(c) for c in batch.completion_ids]
+    asked = {}
+    for name, learner in (("sampler", sampler), ("forward", forward)):
+        original = learner._forward
+        learner._forward = lambda mb, with_entropy, o=original, n=name: \
+            asked.setdefault(n, []).append(with_entropy) or o(mb, with_entropy)
+    m_sampler, m_forward = sampler.update(batch), forward.update(batch)
+    assert not any(asked["sampler"]) and asked["forward"] == [True, False]  # mu 2: the first epoch measures
+    assert m_sampler["entropy"] == pytest.approx(m_forward["entropy"], rel=1e-5)
+    tokens = sampler.tensors(batch).mask
+    by_hand = sum(sum(e) for e in batch.sampler_entropies) / int(tokens.sum())
+    assert m_sampler["entropy"] == pytest.approx(by_hand, rel=1e-6)  # every valid token once
+    stale = replace(rollout.collect(2), version=sampler.version - 1)  # sampled at older weights: measured
+    asked.clear()
+    sampler.update(stale)
+    assert asked["sampler"][0] is True
