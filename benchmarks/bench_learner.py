@@ -10,8 +10,10 @@ The batch is synthetic (random tokens, completion lengths drawn uniformly from [
 sizes run without a rollout: the update does not care where the tokens came from. `gsm8k` takes its
 lengths from real data instead: 8 GSM8K questions (char tokenizer) as prompts, each with 8 worked answers
 of other training problems as completions, the spread of lengths a reasoning batch has. Each variant builds
-its own Learner from the same folder and times `update` with `time.process_time` (CPU seconds of this
-process, one thread): on a shared, loaded machine wall time measures the neighbours. The padding
+its own Learner from the same folder, and their `update`s are timed interleaved, one of each per round, with
+`time.process_time` (CPU seconds of this process, one thread): on a shared, loaded machine wall time measures
+the neighbours, and one variant after the other read the process's drift (measured: the same variant 0.144 and
+0.172 CPU-s, first and third of five). The padding
 fraction printed is the most a padding-free packing of the batch could save in the forward/backward.
 
 Variants: `recompute` (the no-grad pi_old pass), `sampler` (the sampler's log-probs as pi_old);
@@ -20,7 +22,8 @@ half a minibatch's padded size), `packed` (`train.packing: always`: each micro-b
 packed sequences, no padding, no shared prompt), `auto` (`train.packing: auto`, the default: packed
 where the FLOP estimate says it pays), `compile` (`torch.compile` of the policy's forward, compile time
 out), `allrows` (`train.zero_advantage_rows: train`: rows with advantage 0 trained too; every other variant
-leaves them out, the default). `--flat-share F` gives the first F of the groups one reward each (advantage 0);
+leaves them out, the default), `measured` (the entropy metric computed by the first epoch's forwards; every
+other variant but `recompute` reads the sampler's entropies, as the loop does where the engine hands them). `--flat-share F` gives the first F of the groups one reward each (advantage 0);
 the synthetic rewards are random 0/1 otherwise, so almost no group is flat.
 Every variant but `packed` and `auto` runs `train.packing: never`, the layout before packing existed.
 """
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 import tempfile
 import time
 from pathlib import Path
@@ -43,7 +47,7 @@ from rlvr.algorithms.optim import build_scheduler  # noqa: E402
 from rlvr.config import load_config  # noqa: E402
 from rlvr.jsonl import read_jsonl  # noqa: E402
 from rlvr.models import build_char_tokenizer, make_tiny_model_dir  # noqa: E402
-from rlvr.rollout.batch import encode_prompt_completion  # noqa: E402
+from rlvr.rollout.batch import encode_prompt_completion, policy_logprobs  # noqa: E402
 from rlvr.rollout.scored import ScoredBatch  # noqa: E402
 from rlvr.tasks.data import shared_file  # noqa: E402
 from rlvr.train.learner import Learner, optimizer_steps  # noqa: E402
@@ -55,7 +59,7 @@ SIZES = {
     "20m": ("bench20m", 16, 8, 8, 1, 64, 128, 0.0),
     "gsm8k": ("demo", 64, 8, 32, 1, 0, 1024, 0.04),  # lengths from GSM8K (gsm8k_batch), mu 1, two minibatches
 }
-VARIANTS = ("recompute", "sampler", "foreach", "fused", "tokens", "packed", "auto", "compile", "allrows")
+VARIANTS = ("recompute", "sampler", "foreach", "fused", "tokens", "packed", "auto", "compile", "allrows", "measured")
 
 
 def synthetic_batch(vocab: int, n: int, group: int, prompt_len: int, max_new: int, seed: int) -> ScoredBatch:
@@ -106,17 +110,31 @@ def make_learner(folder: Path, size: str, variant: str, longest: int) -> Learner
     return learner
 
 
-def time_update(learner: Learner, batch: ScoredBatch, repeats: int) -> float:
-    """Mean CPU seconds of `update` after one untimed warm-up (compilation, allocator growth)."""
-    batch.sampler_logprobs = [lp[m].tolist() for lp, m in zip(learner.logprobs(batch), learner.tensors(batch).mask)]
-    times = []
-    for i in range(repeats + 1):
-        batch.version = learner.version  # sampled at the weights being updated, as in the loop
-        tic = time.process_time()
-        learner.update(batch)
-        if i:
-            times.append(time.process_time() - tic)
-    return sum(times) / len(times)
+def as_sampled(learner: Learner, batch: ScoredBatch, entropies: bool = True) -> ScoredBatch:
+    """`batch` with the sampler's log-probs (and, where they stand in and `entropies`, its entropies) as the
+    engine would hand them at `learner`'s weights."""
+    rows = learner.tensors(batch)
+    with torch.no_grad():
+        logprobs, entropy = policy_logprobs(learner.policy, rows, 1.0, with_entropy=True)  # (N, W) each
+    return replace(batch, sampler_logprobs=[lp[m].tolist() for lp, m in zip(logprobs, rows.mask)],
+                   sampler_entropies=[e[m].tolist() for e, m in zip(entropy, rows.mask)]
+                   if learner.sampler_is_old and entropies else None)
+
+
+def time_updates(learners: dict[str, Learner], batches: dict[str, ScoredBatch], repeats: int) -> dict[str, float]:
+    """Mean CPU seconds of each learner's `update`, after one untimed warm-up each (compilation, allocator
+    growth), interleaved: round r times every variant once, in reverse order every other round, so a drift of
+    the machine or the process over the run falls on every variant alike."""
+    times: dict[str, list[float]] = {name: [] for name in learners}
+    names = list(learners)
+    for r in range(repeats + 1):
+        for name in names if r % 2 == 0 else names[::-1]:
+            batch = replace(batches[name], version=learners[name].version)  # sampled at these weights, as in the loop
+            tic = time.process_time()
+            learners[name].update(batch)
+            if r:
+                times[name].append(time.process_time() - tic)
+    return {name: sum(t) / len(t) for name, t in times.items()}
 
 
 def main() -> None:
@@ -141,11 +159,13 @@ def main() -> None:
             padded = n * longest
             print(f"{size}: {n} rows, padding {1 - real / padded:.1%} of the padded batch, {flat} rows in flat groups",
                   flush=True)
-            seen: dict[str, float] = {}
-            for variant in args.variants:
-                seen[variant] = seconds = time_update(make_learner(folder, size, variant, longest), batch, args.repeats)
+            variants = list(dict.fromkeys(args.variants))
+            learners = {v: make_learner(folder, size, v, longest) for v in variants}
+            batches = {v: as_sampled(learners[v], batch, v != "measured") for v in variants}
+            seen = time_updates(learners, batches, args.repeats)
+            for variant, seconds in seen.items():
                 ratios = "  ".join(f"{seen[b] / seconds:5.2f}x vs {b}"
-                                   for b in ("recompute", "sampler", "tokens", "packed", "allrows")
+                                   for b in ("recompute", "sampler", "tokens", "packed", "allrows", "measured")
                                    if b in seen and b != variant)
                 print(f"  {variant:10s} {seconds:7.3f} CPU-s/update  {ratios}", flush=True)
 
