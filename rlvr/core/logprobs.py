@@ -87,8 +87,11 @@ def _chosen_logprobs_grad(logits: Tensor, labels: Tensor, grad_out: Tensor, dtyp
 
 
 def _entropy(logits: Tensor, dtype: torch.dtype) -> Tensor:
-    """(..., V) -> entropy of softmax (...); entr(p) = -p log p, 0 at p = 0."""
-    return torch.special.entr(torch.softmax(logits.to(dtype), -1)).sum(-1)
+    """(..., V) -> entropy of softmax (...): -sum p log p, with log p from log_softmax; a -inf logit (p = 0)
+    clamped to the finite minimum adds 0 x finite = 0, not NaN. (torch.special.entr of the softmax: the same
+    values, 2.3x the time on a CPU at V = 101.)"""
+    logp = torch.log_softmax(logits.to(dtype), -1).clamp_min_(torch.finfo(dtype).min)
+    return -(logp.exp() * logp).sum(-1)
 
 
 class _TokenLogprobs(torch.autograd.Function):
@@ -184,5 +187,8 @@ def token_logprobs(logits: Tensor, labels: Tensor, chunk_rows: int | None = None
 def entropy_from_logits(logits: Tensor, chunk_rows: int | None = None) -> Tensor:
     """Entropy of softmax(logits) per position: `(B, T, V)` -> `(B, T)`. Differentiable once."""
     _check_logits(logits)
-    out = _Entropy.apply(_as_3d(logits), _rows_per_chunk(logits, chunk_rows), _out_dtype(logits))
+    step, dtype = _rows_per_chunk(logits, chunk_rows), _out_dtype(logits)
+    if not (torch.is_grad_enabled() and logits.requires_grad) and _one_chunk(_as_3d(logits), step):
+        return _entropy(logits, dtype)  # nothing to save for a backward (a sampler's step): no Function
+    out = _Entropy.apply(_as_3d(logits), step, dtype)
     return out.reshape(logits.shape[:-1])

@@ -79,6 +79,19 @@ def test_uniform_entropy_is_log_v_and_minus_inf_logits_are_zero_probability():
     h.sum().backward()
     assert torch.isfinite(logits.grad).all()
     assert token_logprobs(logits, torch.tensor([[2]])).item() == float("-inf")
+    torch.testing.assert_close(entropy_from_logits(logits.detach()), torch.tensor([[math.log(2)]]))  # no-grad path
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**31))
+def test_entropy_without_gradient_is_the_differentiable_one(seed):
+    """A tensor that needs no gradient (a sampler's step (R, V), a detached forward) skips the autograd
+    Function: the same values, in 2-D as in 3-D."""
+    logits, _ = _case(seed, 3, 4, 9)
+    with_grad = entropy_from_logits(logits)  # logits require grad: the Function
+    assert with_grad.requires_grad
+    torch.testing.assert_close(entropy_from_logits(logits.detach()), with_grad.detach())
+    torch.testing.assert_close(entropy_from_logits(logits.detach()[0]), with_grad.detach()[0])  # (T, V) -> (T,)
 
 
 def test_low_precision_logits_are_upcast():
