@@ -245,7 +245,7 @@ def _parse_values(raw: bytes, n: int, result: SandboxResult) -> None:
     if not isinstance(values, list) or len(values) != n:
         return
     result.values = [v if isinstance(v, str) else None for v in values]
-    result.test_timed_out = any(v == 0 and type(v) is int for v in values)
+    result.test_timed_out = any(type(v) is int and v == 0 for v in values)
 
 
 def run_python(code: str, *, exprs: list[str] | None = None, stdin: str = "",

@@ -105,12 +105,14 @@ class Learner:
         rows = self.tensors(batch)
         a = cfg.algorithm
         needs_old = not self.single_step or a.kl_reward_coef > 0 or a.is_cap  # inner steps, KL reward, IS
-        # the sampler's log-probs are pi_old's when they are the same quantity (see sampler_is_old)
-        reuse = needs_old and self.sampler_is_old and batch.version == self.version
+        # the sampler's log-probs and entropies are the training forward's when they are the same quantity
+        # (see sampler_is_old) and the batch was sampled at these weights
+        stands_in = self.sampler_is_old and batch.version == self.version
+        reuse = needs_old and stands_in
         # (N, W) sampler log-probs at the completion tokens, built once for whichever use needs them
         sampled = completion_values(rows.mask, batch.sampler_logprobs) if reuse or a.is_cap else None
         entropies = completion_values(rows.mask, batch.sampler_entropies) \
-            if self.sampler_is_old and batch.version == self.version and batch.sampler_entropies is not None else None
+            if stands_in and batch.sampler_entropies is not None else None
         if self.token_adv is None:  # from the rewards alone
             rows.advantages = self.objective.advantages(rows.rewards, batch.group_size)
         if needs_old:
