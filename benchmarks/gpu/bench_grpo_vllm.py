@@ -6,6 +6,8 @@ step: vLLM samples n completions per prompt (bf16, temperature 1), a synthetic v
 scores them, GRPO advantages (group z-score), one clipped-surrogate update of the float32 master
 weights with the forward and backward under bf16 autocast, then the weights go back to vLLM.
 Between rollout and weight sync the engine sleeps (KV cache freed, weights offloaded to host).
+`--engine hf` samples with rlvr's HFEngine from the trained policy itself instead (bf16 autocast over
+the float32 weights, no sleep, nothing to sync): the same update, the rollout for comparison.
 
 What it prints per step and as medians over the steps after the first (warm-up):
 - rollout tok/s: generated tokens / rollout seconds;
@@ -17,7 +19,8 @@ Peak: --peak-tflops, else by device name: H100/H200 989 TFLOP/s (bf16 dense, SXM
 the 1979 figure assumes 2:4 sparsity), A100 312.
 
     python benchmarks/gpu/bench_grpo_vllm.py [--model PATH] [--steps 6]       # on the GPU (< 8 min)
-    python benchmarks/gpu/bench_grpo_vllm.py --cpu-smoke                      # CI, in .venv-vllm
+    python benchmarks/gpu/bench_grpo_vllm.py --engine hf --steps 3           # rlvr's HFEngine instead
+    python benchmarks/gpu/bench_grpo_vllm.py --cpu-smoke [--engine hf]        # CI (vllm: in .venv-vllm)
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen2Con
 
 from rlvr.core import aggregate_loss, clipped_surrogate_loss, grpo_advantages
 from rlvr.models import PRESETS, build_char_tokenizer, build_tiny_model, load_model, load_tokenizer, save_model
-from rlvr.rollout import SamplingParams
+from rlvr.rollout import HFEngine, SamplingParams
 from rlvr.rollout.batch import RolloutBatch, build_batch, policy_logprobs
 
 QWEN25_05B = dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
@@ -86,6 +89,24 @@ def build_model_dir(args, root: Path) -> Path:
             torch.manual_seed(0)
             model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
     return save_model(model, tokenizer, root / "policy")
+
+
+class SharedPolicyEngine:
+    """HFEngine sampling from the learner's own model: nothing to free during the update, no weights
+    to move after it (sync_seconds records 0 so that the report reads the same)."""
+
+    def __init__(self, policy, tokenizer, device, dtype):
+        self.hf = HFEngine(policy, tokenizer, device=device, autocast=dtype)
+        self.sync_seconds: list[float] = []
+
+    def generate(self, prompts, n, sampling):
+        return self.hf.generate(prompts, n, sampling)
+
+    def sleep(self) -> None:
+        pass
+
+    def load_weights(self, named_tensors) -> None:
+        self.sync_seconds.append(0.0)
 
 
 def synthetic_reward(completion) -> float:
@@ -150,6 +171,8 @@ def parse_args(argv=None):
     parser.add_argument("--lr", type=float, default=1e-6)
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.35)
     parser.add_argument("--peak-tflops", type=float, help="the card's bf16 dense peak (default: by name)")
+    parser.add_argument("--engine", choices=("vllm", "hf"), default="vllm",
+                        help="vllm: colocated vLLM engine; hf: rlvr's HFEngine on the policy itself")
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny model, float32, CPU, 2 steps (CI)")
     args = parser.parse_args(argv)
     if args.cpu_smoke:
@@ -184,15 +207,20 @@ def main(argv=None) -> None:
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
     rollout_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     peak, peak_label = peak_flops(args, device)
-    from rlvr.rollout.vllm_engine import VLLMEngine
-
     with tempfile.TemporaryDirectory() as tmp:
         path = build_model_dir(args, Path(tmp))
         start = time.perf_counter()
-        engine = VLLMEngine(path, dtype=str(rollout_dtype).removeprefix("torch."),
-                            gpu_memory_utilization=args.gpu_memory_utilization, enforce_eager=device.type == "cpu")
-        print(f"vLLM engine up in {time.perf_counter() - start:.1f} s ({device}, rollout in {str(rollout_dtype)[6:]})")
+        if args.engine == "vllm":
+            from rlvr.rollout.vllm_engine import VLLMEngine
+
+            engine = VLLMEngine(path, dtype=str(rollout_dtype).removeprefix("torch."),
+                                gpu_memory_utilization=args.gpu_memory_utilization,
+                                enforce_eager=device.type == "cpu")
         policy = load_model(path, dtype=torch.float32, device=device)  # float32 master weights
+        if args.engine == "hf":
+            engine = SharedPolicyEngine(policy, load_tokenizer(path), device, rollout_dtype)
+        print(f"{args.engine} engine up in {time.perf_counter() - start:.1f} s ({device}, "
+              f"rollout in {str(rollout_dtype)[6:]})")
         tokenizer = load_tokenizer(path)
         optimizer = torch.optim.AdamW(policy.parameters(), lr=args.lr, betas=(0.9, 0.99), weight_decay=0.0)
         params = sum(p.numel() for p in policy.parameters())
