@@ -15,7 +15,8 @@ A LoRA policy can instead stay base + adapters here too (`lora_adapter`): a sync
 adapter tensors alone, which vLLM serves as a LoRARequest on its unchanged base weights.
 On a GPU, `sleep()` frees the KV cache while the learner updates; the next `generate` or
 `load_weights` wakes the engine. `enable_prefix_caching` lets the n samples of a group share one
-prefill of their prompt.
+prefill of their prompt. One engine lives in a process at a time (`shared_engine`): vLLM's sleep mode
+allows one per process on a GPU, and its in-process engines share the process's distributed state.
 """
 
 from __future__ import annotations
@@ -158,12 +159,34 @@ class VLLMEngine:
             self._load_adapter(weights)
             self._log_sync("adapter", weights, start)
             return
+        self._load_full(weights)
+        self._log_sync("weight", weights, start)
+
+    def serve_folder(self, model_path: str | Path) -> None:
+        """Serve the weights of another folder of this architecture (and tokenizer) as an engine built on it
+        would: its full weights loaded, no adapter served (a LoRA engine's next sync brings the adapter)."""
+        path = Path(model_path)
+        shapes = _checkpoint_shapes(path)
+        if shapes != self._checkpoint_shapes:
+            raise ValueError(f"serve_folder: {str(path)!r} holds other tensors than {str(self.model_path)!r}")
+        from safetensors.torch import load_file
+
+        weights = [item for file in sorted(path.glob("*.safetensors")) for item in load_file(str(file)).items()]
+        if self.lora_request is not None:
+            self.wake_up()
+            self.llm.llm_engine.remove_lora(self.lora_request.lora_int_id)
+            self.lora_request = None
+        self._load_full(weights)
+        self.model_path, self.tokenizer = path, load_tokenizer(path)
+        log.info("vllm engine now serves %s", path)
+
+    def _load_full(self, weights: list[tuple[str, Tensor]]) -> None:
         self._check_weights(weights)
         by_name = dict(weights)
         if self.tied_embeddings and "lm_head.weight" not in by_name and "model.embed_tokens.weight" in by_name:
             # vLLM's layerwise reload puts a layer that received no tensor back as it was before the
             # reload; for a tied head that would overwrite the new embedding with the old one.
-            weights.append(("lm_head.weight", by_name["model.embed_tokens.weight"]))
+            weights = [*weights, ("lm_head.weight", by_name["model.embed_tokens.weight"])]
         self.wake_up()
         # reload_weights, not model.load_weights: it re-runs the post-load processing (the CPU
         # backend repacks linear weights, quantised layers re-quantise) layer by layer, in place.
@@ -171,7 +194,6 @@ class VLLMEngine:
                                                           "is_checkpoint_format": True})
         # Cached prefixes hold keys/values of the old weights.
         self.llm.reset_prefix_cache()
-        self._log_sync("weight", weights, start)
 
     def _load_adapter(self, weights: list[tuple[str, Tensor]]) -> None:
         """Serve these adapters as a new LoRARequest (a new id per policy version: vLLM caches an
@@ -217,6 +239,14 @@ class VLLMEngine:
             self.llm.wake_up()
             self.asleep = False
 
+    def close(self) -> None:
+        """Shut vLLM down now (worker, KV cache, the process's distributed state). Collecting an in-process
+        engine does the same later (vLLM 0.32's finalizer), which breaks an engine built after it: the groups
+        it tears down are the process's, shared by both. Shut down once; the engine serves nothing after."""
+        if self.llm is not None:
+            self.llm.llm_engine.engine_core.shutdown()  # vLLM 0.32 detaches its finalizer: no second teardown
+            self.llm = None
+
     # --- helpers ----------------------------------------------------------------------------------
 
     def _check_weights(self, weights: list[tuple[str, Tensor]]) -> None:
@@ -239,6 +269,65 @@ class VLLMEngine:
         finish = "stop" if sample.finish_reason == "stop" else "length"
         return Completion(prompt=prompt, prompt_ids=list(prompt_ids), token_ids=token_ids, logprobs=logprobs,
                           text=text, finish_reason=finish, extra={"stop_reason": stop_reason})
+
+
+_shared: tuple[str, VLLMEngine] | None = None  # (settings key, engine): the process's engine, see shared_engine
+# files of a model folder that shape what vLLM computes or how it reads text, besides the weights
+_ENGINE_FILES = ("generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                 "added_tokens.json", "chat_template.jinja", "vocab.json", "merges.txt", "tokenizer.model")
+
+
+def shared_engine(model_path: str | Path, **settings: Any) -> VLLMEngine:
+    """The process's vLLM engine: built once, and handed to each later caller whose settings (VLLMEngine's
+    arguments), architecture and tokenizer are the same, serving the weights of `model_path`.
+
+    vLLM's sleep mode allocates through one CuMem allocator per process and refuses a second engine while
+    the first holds memory ("CuMem allocator can only be used for one instance per process", seen with
+    vLLM 0.26 on an H200), yet runs follow one another in one process: a recipe's RL stages, `rlvr
+    compare`'s variants, `rlvr sft`'s held-out check before an RL stage. Sharing also saves an engine's
+    start-up per run (one to three minutes on a CPU). Other settings get a new engine, unless both engines
+    would sleep on a GPU: then ValueError names the ways out, before vLLM fails inside its worker."""
+    global _shared
+    key = _engine_key(Path(model_path), settings)
+    if _shared is not None:
+        held_key, engine = _shared
+        if held_key == key:
+            engine.serve_folder(model_path)
+            return engine
+        if engine.sleep_enabled and _sleeps(settings):
+            raise ValueError(f"rollout.engine=vllm: this process already holds a vLLM engine with sleep mode (for "
+                             f"{str(engine.model_path)!r}, with other settings or another architecture), and vLLM "
+                             f"allows one such engine per process on a GPU; run this in a process of its own, or "
+                             f"set rollout.enable_sleep_mode=false")
+        release_shared()  # before the next one starts: its teardown is of the process's distributed state
+    engine = VLLMEngine(model_path, **settings)
+    _shared = (key, engine)
+    return engine
+
+
+def release_shared() -> None:
+    """Shut the process's shared engine down (its GPU memory and the process's distributed state freed), for
+    code that builds an engine of its own next: vLLM's in-process engines share that state, and shutting one
+    down breaks any other still alive, so one engine lives at a time."""
+    global _shared
+    if _shared is not None:
+        engine, _shared = _shared[1], None
+        engine.close()
+
+
+def _sleeps(settings: dict[str, Any]) -> bool:
+    from vllm.platforms import current_platform
+
+    return bool(settings.get("enable_sleep_mode", True)) and current_platform.is_cuda_alike()
+
+
+def _engine_key(path: Path, settings: dict[str, Any]) -> str:
+    """Equal for two folders that an engine built on one can serve by loading the other's weights."""
+    config = json.loads((path / "config.json").read_text())
+    for name in ("_name_or_path", "transformers_version"):
+        config.pop(name, None)
+    files = {name: (path / name).read_text(errors="replace") for name in _ENGINE_FILES if (path / name).exists()}
+    return json.dumps([settings, config, files], sort_keys=True, default=str)
 
 
 @contextmanager

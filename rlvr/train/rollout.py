@@ -65,16 +65,17 @@ def build_engine(cfg: Config, policy: Any, tokenizer: Any, model_path: str | Pat
     if engine_name(cfg) == "hf":
         return HFEngine(policy, tokenizer, device=placement.device, max_batch_size=max_batch_size,
                         autocast=placement.dtype, entropies=sampler_is_policy(cfg))
-    from rlvr.rollout.vllm_engine import VLLMEngine  # the optional extra, imported only when asked for
+    from rlvr.rollout.vllm_engine import shared_engine  # the optional extra, imported only when asked for
 
     r, lora = cfg.rollout, cfg.model.lora
     adapter = ({"r": lora.r, "lora_alpha": lora.alpha, "target_modules": list(lora.target_modules)}
                if serves_adapters(cfg) else None)
-    return VLLMEngine(model_path, dtype=cfg.model.dtype, gpu_memory_utilization=r.gpu_memory_utilization,
-                      enable_prefix_caching=r.enable_prefix_caching, enable_sleep_mode=r.enable_sleep_mode,
-                      seed=cfg.seed, lora_adapter=adapter,
-                      # CUDA graphs pay off on a GPU; on a CPU, compiling costs more start-up than it saves
-                      enforce_eager=placement.device.type == "cpu")
+    # the process's one engine (vLLM allows one with sleep mode per process on a GPU), reset to model_path
+    return shared_engine(model_path, dtype=cfg.model.dtype, gpu_memory_utilization=r.gpu_memory_utilization,
+                         enable_prefix_caching=r.enable_prefix_caching, enable_sleep_mode=r.enable_sleep_mode,
+                         seed=cfg.seed, lora_adapter=adapter,
+                         # CUDA graphs pay off on a GPU; on a CPU, compiling costs more start-up than it saves
+                         enforce_eager=placement.device.type == "cpu")
 
 
 def inference_engine(cfg: Config, model_path: str | Path, max_batch_size: int | None = None) -> RolloutEngine:

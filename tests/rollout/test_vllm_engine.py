@@ -44,18 +44,35 @@ def policy(tmp_path_factory, sharp_factory):
     return model, tokenizer, path
 
 
+@pytest.fixture(scope="module", autouse=True)
+def own_engines_only():
+    """This module builds engines of its own: the process's shared one (an earlier module's `rlvr eval`) is
+    shut down first, since shutting down any in-process engine tears down the distributed state of all."""
+    from rlvr.rollout.vllm_engine import release_shared
+
+    release_shared()
+
+
+def _closed_after(engine):
+    """Yield the engine, then shut it down: an engine left to the garbage collector tears down the process's
+    distributed state whenever it is collected, under whichever engine runs then (the train tests')."""
+    yield engine
+    engine.close()
+
+
 @pytest.fixture(scope="module")
 def engine(policy):
     from rlvr.rollout.vllm_engine import VLLMEngine
 
-    return VLLMEngine(policy[2], dtype="float32", enforce_eager=True)
+    yield from _closed_after(VLLMEngine(policy[2], dtype="float32", enforce_eager=True))
 
 
 @pytest.fixture(scope="module")
 def processed_engine(policy):
     from rlvr.rollout.vllm_engine import VLLMEngine
 
-    return VLLMEngine(policy[2], dtype="float32", enforce_eager=True, logprobs_mode="processed_logprobs")
+    yield from _closed_after(VLLMEngine(policy[2], dtype="float32", enforce_eager=True,
+                                        logprobs_mode="processed_logprobs"))
 
 
 GREEDY = SamplingParams(temperature=0, max_new_tokens=24)
@@ -226,6 +243,34 @@ def test_load_weights_makes_the_engine_sample_from_the_new_weights(policy, engin
         engine.load_weights([("model.norm.weight", torch.zeros(2, 2))])
 
 
+def test_the_shared_engine_serves_another_folder_as_an_engine_built_on_it(policy, engine, sharp_factory, tmp_path,
+                                                                          monkeypatch):
+    """A later run of the process (a recipe's next stage) gets the engine, serving its own start model: greedy
+    output and log-probs then are those of that model, and a folder of another architecture is refused."""
+    from rlvr.rollout import vllm_engine
+
+    model, tokenizer, path = policy
+    other, _ = sharp_factory("qwen2", seed=2, **SIZES)
+    other_path = save_model(other, tokenizer, tmp_path / "other")
+    settings = dict(dtype="float32", enforce_eager=True)  # the module's engine's
+    monkeypatch.setattr(vllm_engine, "_shared", (vllm_engine._engine_key(path, settings), engine))
+    before = engine.generate(PROMPTS, 1, GREEDY)
+    try:
+        assert vllm_engine.shared_engine(other_path, **settings) is engine and engine.model_path == other_path
+        got = engine.generate(PROMPTS, 1, GREEDY)
+        assert [c.token_ids for c in got] == [c.token_ids for c in HFEngine(other, tokenizer).generate(PROMPTS, 1,
+                                                                                                      GREEDY)]
+        assert [c.token_ids for c in got] != [c.token_ids for c in before]
+        for c in got:
+            torch.testing.assert_close(torch.tensor(c.logprobs), recomputed_logprobs(other, c), atol=1e-4, rtol=0)
+        llama_path = save_model(sharp_factory("llama", **SIZES)[0], tokenizer, tmp_path / "llama")
+        with pytest.raises(ValueError, match="other tensors"):
+            engine.serve_folder(llama_path)
+    finally:
+        engine.serve_folder(path)
+    assert [c.token_ids for c in engine.generate(PROMPTS, 1, GREEDY)] == [c.token_ids for c in before]
+
+
 def test_bad_engine_arguments(policy):
     from rlvr.rollout.vllm_engine import VLLMEngine
 
@@ -245,7 +290,7 @@ def lora_engine(policy):
     from rlvr.rollout.vllm_engine import VLLMEngine
 
     adapter = {"r": LORA["r"], "lora_alpha": LORA["alpha"], "target_modules": list(LoRAConfig().target_modules)}
-    return VLLMEngine(policy[2], dtype="float32", enforce_eager=True, lora_adapter=adapter)
+    yield from _closed_after(VLLMEngine(policy[2], dtype="float32", enforce_eager=True, lora_adapter=adapter))
 
 
 def random_adapters(model, seed):

@@ -82,6 +82,21 @@ def test_vllm_engine_learns_like_the_hf_engine(tmp_path, hf_run):
     assert abs(last["eval/greedy_accuracy"] - hf[-1]["eval/greedy_accuracy"]) < 0.1
 
 
+def test_a_second_run_in_the_process_gets_the_engine_and_repeats_the_first(tmp_path, hf_run):
+    """Two runs one after the other in one process (as a recipe's stages): the second gets the first's engine
+    (vLLM allows one with sleep mode per process on a GPU), serving the start model again, and its metrics
+    equal the first run's, which started on a fresh engine."""
+    from rlvr.rollout import vllm_engine
+
+    vllm_engine.release_shared()
+    sets = ("rollout.engine=vllm", f"model.path={hf_run[0]}", "sft.steps=0", "train.steps=4", "eval.every=2")
+    first = _train(tmp_path / "first", *sets)
+    engine = vllm_engine._shared[1]
+    second = _train(tmp_path / "second", *sets)
+    assert vllm_engine._shared[1] is engine and engine.model_path == hf_run[0]
+    assert second == first
+
+
 LORA = ["rollout.engine=vllm", "sft.steps=0", "model.lora.r=8",
         "optim.lr=3e-3"]  # LoRA's rate: 10x full fine-tuning's (docs/models_device_lora.md)
 HALF = STEPS // 2  # the LoRA runs' checkpoint a resume starts from
