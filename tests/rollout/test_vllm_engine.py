@@ -71,7 +71,8 @@ def engine(policy):
 def processed_engine(policy):
     from rlvr.rollout.vllm_engine import VLLMEngine
 
-    yield from _closed_after(VLLMEngine(policy[2], dtype="float32", enforce_eager=True,
+    # no sleep mode: on a GPU vLLM allows one engine with it per process (the module's `engine` has it)
+    yield from _closed_after(VLLMEngine(policy[2], dtype="float32", enforce_eager=True, enable_sleep_mode=False,
                                         logprobs_mode="processed_logprobs"))
 
 
@@ -214,10 +215,16 @@ def test_bad_input(engine, prompts, n, error, match):
         engine.generate(prompts, n, SamplingParams(max_new_tokens=4))
 
 
-def test_sleep_is_a_no_op_on_cpu(engine):
-    assert not engine.sleep_enabled
+def test_sleep_frees_the_kv_cache_on_a_gpu_and_is_a_no_op_on_a_cpu(engine):
+    before = engine.generate(PROMPTS, 1, GREEDY)
+    free_awake = torch.cuda.mem_get_info()[0] if torch.cuda.is_available() else None
     engine.sleep()
-    assert not engine.asleep and engine.generate(PROMPTS[:1], 1, GREEDY)
+    if free_awake is None:  # CPU: vLLM has no sleep mode there
+        assert not engine.sleep_enabled and not engine.asleep
+    else:  # GPU (run by hand, CI has none): sleep level 1 hands the KV cache back
+        assert engine.sleep_enabled and engine.asleep and torch.cuda.mem_get_info()[0] > free_awake
+    assert [c.token_ids for c in engine.generate(PROMPTS, 1, GREEDY)] == [c.token_ids for c in before]  # woken
+    assert not engine.asleep
 
 
 def test_load_weights_makes_the_engine_sample_from_the_new_weights(policy, engine, sharp_factory):
@@ -290,7 +297,8 @@ def lora_engine(policy):
     from rlvr.rollout.vllm_engine import VLLMEngine
 
     adapter = {"r": LORA["r"], "lora_alpha": LORA["alpha"], "target_modules": list(LoRAConfig().target_modules)}
-    yield from _closed_after(VLLMEngine(policy[2], dtype="float32", enforce_eager=True, lora_adapter=adapter))
+    yield from _closed_after(VLLMEngine(policy[2], dtype="float32", enforce_eager=True, enable_sleep_mode=False,
+                                        lora_adapter=adapter))  # no sleep mode: see processed_engine
 
 
 def random_adapters(model, seed):
