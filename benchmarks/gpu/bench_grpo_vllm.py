@@ -122,9 +122,10 @@ def flops_per_token(model, seq_len: float) -> float:
     return 6 * matmul + 12 * cfg.num_hidden_layers * cfg.hidden_size * seq_len
 
 
-def update(policy, optimizer, completions, rewards, n, pad_id, micro, device, autocast_dtype) -> tuple[int, float]:
-    """One GRPO step (mu = 1: the sampler's log-probs are the old log-probs). Returns (processed
-    tokens, mean sequence length)."""
+def update(policy, optimizer, completions, rewards, n, pad_id, micro, device, autocast_dtype) -> dict:
+    """One GRPO step (mu = 1: the sampler's log-probs are the old log-probs). Returns the processed tokens
+    (no padding), the mean sequence length, the share of padding in the micro-batches, and the seconds
+    of the forwards and backwards and of the optimizer (clipping, AdamW, zeroing)."""
     rewards = torch.tensor(rewards)
     batch = build_batch([c.prompt_ids for c in completions], [c.token_ids for c in completions],
                         grpo_advantages(rewards, n), rewards, pad_id)  # advantages (B,)
@@ -132,18 +133,23 @@ def update(policy, optimizer, completions, rewards, n, pad_id, micro, device, au
     old[batch.mask] = torch.tensor([lp for c in completions for lp in c.logprobs])  # row-major, as sampled
     batch.old_logprobs = old
     B = len(batch)
-    for start in range(0, B, micro):
-        mb = _to_device(batch.select(slice(start, start + micro)), device)
+    start = time.perf_counter()
+    for first in range(0, B, micro):
+        mb = _to_device(batch.select(slice(first, first + micro)), device)
         with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype != torch.float32):
             logp, _ = policy_logprobs(policy, mb, temperature=1.0)  # (b, W)
         per_token, _ = clipped_surrogate_loss(logp.float(), mb.old_logprobs, mb.advantages, mask=mb.mask)
         loss = aggregate_loss(per_token, mb.mask, "seq_mean_token_mean") * (len(mb) / B)
         loss.backward()
+    _sync(device)
+    passes = time.perf_counter() - start
     torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
+    _sync(device)
     tokens = int(batch.attention_mask.sum())
-    return tokens, tokens / B
+    return dict(tokens=tokens, seq_len=tokens / B, padding=1 - tokens / batch.attention_mask.numel(),
+                passes_s=passes, optimizer_s=time.perf_counter() - start - passes)
 
 
 def _to_device(batch: RolloutBatch, device) -> RolloutBatch:
@@ -248,18 +254,19 @@ def run_step(args, step, engine, policy, optimizer, tokenizer, device, rollout_d
     engine.sleep()
     _sync(device)
     start = time.perf_counter()
-    tokens, seq_len = update(policy, optimizer, completions, rewards, args.n, tokenizer.pad_token_id,
-                             args.micro_batch, device, rollout_dtype)
-    _sync(device)
-    update_s = time.perf_counter() - start
+    done = update(policy, optimizer, completions, rewards, args.n, tokenizer.pad_token_id, args.micro_batch, device,
+                  rollout_dtype)
+    update_s, tokens = time.perf_counter() - start, done["tokens"]
     # --- weight sync ---
     engine.load_weights((name, p.detach().to(rollout_dtype)) for name, p in policy.named_parameters())
     row = dict(rollout=generated / rollout_s, update=tokens / update_s, sync=engine.sync_seconds[-1],
-               mfu=tokens * flops_per_token(policy, seq_len) / update_s / peak if peak else None,
+               mfu=tokens * flops_per_token(policy, done["seq_len"]) / update_s / peak if peak else None,
                reward=statistics.fmean(rewards))
     mfu = f"{100 * row['mfu']:.1f}%" if row["mfu"] is not None else "n/a"
     print(f"step {step}: rollout {generated} tokens in {rollout_s:.2f} s = {row['rollout']:.0f} tok/s | update "
-          f"{tokens} tokens in {update_s:.2f} s = {row['update']:.0f} tok/s, MFU {mfu} | weight sync "
+          f"{tokens} tokens in {update_s:.2f} s = {row['update']:.0f} tok/s, MFU {mfu} (forward+backward "
+          f"{done['passes_s']:.2f} s, optimizer {done['optimizer_s']:.2f} s, padding {100 * done['padding']:.0f}%)"
+          f" | weight sync "
           f"{row['sync']:.3f} s | mean reward {row['reward']:.3f}")
     return row
 

@@ -26,6 +26,8 @@ def _steps(stdout: str) -> list[tuple[str, ...]]:
     steps = re.findall(r"^step (\d): rollout (\d+) tokens .* = (\d+) tok/s \| update (\d+) tokens .* weight sync "
                        r"([\d.]+) s \| mean reward ([\d.]+)$", stdout, flags=re.M)
     assert [s[0] for s in steps] == ["0", "1"]
+    parts = re.findall(r"\(forward\+backward ([\d.]+) s, optimizer ([\d.]+) s, padding (\d+)%\)", stdout)
+    assert len(parts) == 2 and all(float(p) > 0 and 0 <= int(pad) < 100 for p, _, pad in parts)
     assert "median over 1 step(s)" in stdout and "peak memory: process peak RSS" in stdout
     return steps
 
