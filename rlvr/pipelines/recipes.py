@@ -37,6 +37,7 @@ from rlvr.pipelines.compare import _flatten
 from rlvr.config import Config, ConfigError, check_out_dir, config_file, load_config, parse_yaml, read_yaml
 from rlvr.tasks import TooFewExamples, get_task
 from rlvr.train.preflight import SettingsChanged, describe, differences, plain
+from rlvr.train.rollout import check_one_vllm_engine
 from rlvr.train.setup import held_out_examples
 from rlvr.train.validate import check_registries
 from rlvr.pipelines.recipe_options import KINDS, check_sft_lengths, check_stage_options
@@ -118,6 +119,9 @@ def load_recipe(path: str | Path, overrides: list[str] = ()) -> Recipe:
         if stage.kind == "budget_eval" and stage.options["examples"]:
             check_held_out(base, stage.options["examples"], f"{stage.name}.examples")
     check_sft_lengths(base, [(stage.name, stage.kind, stage.options) for stage in stages])
+    # the RL stages train one model in turn, one after the other in this process
+    check_one_vllm_engine({stage.name: rl_config(recipe, stage, None, Path(stage.name), None)
+                           for stage in stages if stage.kind == "rl"}, "RL stage", models=False)
     return recipe
 
 

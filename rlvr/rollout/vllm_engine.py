@@ -323,11 +323,17 @@ def _sleeps(settings: dict[str, Any]) -> bool:
 
 def _engine_key(path: Path, settings: dict[str, Any]) -> str:
     """Equal for two folders that an engine built on one can serve by loading the other's weights."""
+    return json.dumps([settings, folder_key(path)], sort_keys=True, default=str)
+
+
+def folder_key(path: Path) -> str:
+    """A model folder's architecture, sizes and tokenizer files: equal for two folders that one engine can serve
+    by loading either's weights (the folder's name and transformers' version left out)."""
     config = json.loads((path / "config.json").read_text())
     for name in ("_name_or_path", "transformers_version"):
         config.pop(name, None)
     files = {name: (path / name).read_text(errors="replace") for name in _ENGINE_FILES if (path / name).exists()}
-    return json.dumps([settings, config, files], sort_keys=True, default=str)
+    return json.dumps([config, files], sort_keys=True, default=str)
 
 
 @contextmanager

@@ -14,7 +14,7 @@ from typing import Any, Iterable
 import torch
 
 from rlvr.algorithms.dynamic_sampling import RolloutSampler
-from rlvr.config import Config
+from rlvr.config import Config, ConfigError
 from rlvr.models import load_model, load_tokenizer, resolve_placement
 from rlvr.rollout.base import RolloutEngine, SamplingParams
 from rlvr.rollout.hf_engine import HFEngine
@@ -67,15 +67,53 @@ def build_engine(cfg: Config, policy: Any, tokenizer: Any, model_path: str | Pat
                         autocast=placement.dtype, entropies=sampler_is_policy(cfg))
     from rlvr.rollout.vllm_engine import shared_engine  # the optional extra, imported only when asked for
 
+    # the process's one engine (vLLM allows one with sleep mode per process on a GPU), reset to model_path
+    return shared_engine(model_path, **vllm_settings(cfg))
+
+
+def vllm_settings(cfg: Config) -> dict[str, Any]:
+    """The vLLM engine's arguments for this config, besides its model folder."""
     r, lora = cfg.rollout, cfg.model.lora
     adapter = ({"r": lora.r, "lora_alpha": lora.alpha, "target_modules": list(lora.target_modules)}
                if serves_adapters(cfg) else None)
-    # the process's one engine (vLLM allows one with sleep mode per process on a GPU), reset to model_path
-    return shared_engine(model_path, dtype=cfg.model.dtype, gpu_memory_utilization=r.gpu_memory_utilization,
-                         enable_prefix_caching=r.enable_prefix_caching, enable_sleep_mode=r.enable_sleep_mode,
-                         seed=cfg.seed, lora_adapter=adapter,
-                         # CUDA graphs pay off on a GPU; on a CPU, compiling costs more start-up than it saves
-                         enforce_eager=placement.device.type == "cpu")
+    return dict(dtype=cfg.model.dtype, gpu_memory_utilization=r.gpu_memory_utilization,
+                enable_prefix_caching=r.enable_prefix_caching, enable_sleep_mode=r.enable_sleep_mode, seed=cfg.seed,
+                lora_adapter=adapter,
+                # CUDA graphs pay off on a GPU; on a CPU, compiling costs more start-up than it saves
+                enforce_eager=resolve_placement(cfg.model).device.type == "cpu")
+
+
+def start_model(model: Any) -> Any:
+    """What a run's start model means to a vLLM engine: a folder's architecture and tokenizer (one engine serves
+    another folder of the same by loading its weights), else the tiny model's description or the hub name."""
+    from rlvr.rollout.vllm_engine import folder_key  # reads files only; vllm itself is not imported
+
+    path = Path(model.path) if model.path else None
+    if path is not None and (path / "config.json").exists():
+        return folder_key(path)
+    return (model.path, model.tiny_arch, model.tiny_preset, model.tiny_sizes)
+
+
+def check_one_vllm_engine(configs: dict[str, Config], what: str, models: bool = True) -> None:
+    """Runs that follow one another in one process (`what`s, label -> config in run order) share one vLLM engine
+    (`shared_engine`), and on a GPU vLLM allows one engine with sleep mode per process: the runs that would sleep
+    on a GPU must ask for the same engine settings and a start model of the same architecture and tokenizer.
+    ConfigError naming the first two that differ, before any run (else the later run would stop there, after the
+    earlier ones trained). `models=False` leaves the start models out: a recipe's stages train one model in turn."""
+    sleeping = {label: (vllm_settings(cfg), start_model(cfg.model))
+                for label, cfg in configs.items()
+                if engine_name(cfg) == "vllm" and cfg.rollout.enable_sleep_mode
+                and resolve_placement(cfg.model).device.type == "cuda"}
+    if not sleeping:
+        return
+    (first, (settings, model)), *rest = sleeping.items()
+    for label, (other_settings, other_model) in rest:
+        keys = ((["the start model's architecture or tokenizer"] if models and model != other_model else [])
+                + [k for k in settings if settings[k] != other_settings[k]])
+        if keys:
+            raise ConfigError(f"{what}s {first!r} and {label!r} ask for different vLLM engines ({', '.join(keys)}), "
+                              f"and on a GPU vLLM allows one engine with sleep mode per process; run them in "
+                              f"processes of their own, or set rollout.enable_sleep_mode=false")
 
 
 def inference_engine(cfg: Config, model_path: str | Path, max_batch_size: int | None = None) -> RolloutEngine:
