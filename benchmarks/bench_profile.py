@@ -11,9 +11,11 @@ the cores barely disturb; wall seconds are printed next to them, with the load a
 
     .venv/bin/python benchmarks/bench_profile.py demo [--steps 5]
     .venv/bin/python benchmarks/bench_profile.py 20m [--steps 2]
+    .venv/bin/python benchmarks/bench_profile.py sort [--steps 20]
 
 "demo" is `rlvr demo`'s config (SFT warm start included, not timed). "20m" is the same task and
 algorithm on a ~20M Qwen2 (`bench20m`, no warm start), 32 completions per step forced to 128 tokens.
+"sort" is configs/sort.yaml with the exact-match reward (bench_trl.py's second task).
 Wrapped names come from `rlvr.train.{loop,learner}` and `rlvr.algorithms.dynamic_sampling`; if one
 goes away the script fails loudly rather than mislabel time.
 """
@@ -29,6 +31,7 @@ import warnings
 from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import replace
+from pathlib import Path
 
 import torch
 
@@ -41,10 +44,13 @@ from rlvr.train.setup import prepare_run
 
 QUIET = ["eval.every=1000000", "task.eval_size=8", "eval.samples=1", "checkpoint.every=1000000",
          "log.progress=false", "log.tensorboard=false", "log.plots=false"]
-SETTINGS = {
-    "demo": [],
-    "20m": ["model.tiny_preset=bench20m", "sft.steps=0", "rollout.max_new_tokens=128", "train.batch_size=32",
-            "train.group_size=8", "train.mini_batch_size=16"],
+SORT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "sort.yaml"
+SETTINGS = {  # setting -> (config file, overrides)
+    "demo": (DEMO_CONFIG, []),
+    "20m": (DEMO_CONFIG, ["model.tiny_preset=bench20m", "sft.steps=0", "rollout.max_new_tokens=128",
+                          "train.batch_size=32", "train.group_size=8", "train.mini_batch_size=16"]),
+    # the second task of bench_trl.py: sort 5 digits with the exact-match reward, no KL term, one thread
+    "sort": (SORT_CONFIG, ["task.options.reward=sparse", "threads=1"]),
 }
 EXCLUDED = ("evaluation", "checkpoint", "end of run")
 
@@ -148,8 +154,8 @@ def main() -> None:
     parser.add_argument("--set", nargs="*", default=[], help="extra config overrides, key=value")
     args = parser.parse_args()
     out = tempfile.mkdtemp(prefix="rlvr-profile-")
-    overrides = [f"out_dir={out}", f"train.steps={args.steps}", *QUIET, *SETTINGS[args.setting], *args.set]
-    cfg = load_config(DEMO_CONFIG, overrides)
+    config, setting = SETTINGS[args.setting]
+    cfg = load_config(config, [f"out_dir={out}", f"train.steps={args.steps}", *QUIET, *setting, *args.set])
     run = prepare_run(cfg)
     if args.setting == "20m":  # every completion runs to 128 tokens
         sampler = run.rollout.sampler
