@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -34,6 +33,9 @@ import tarfile
 import tempfile
 import zipfile
 from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name as canonical
 
 VLLM_VERSION = "0.26.0"
 PLATFORM = ["--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp", "--abi", "cp312",
@@ -68,8 +70,9 @@ wrapt xarray xxhash yarl zipp""".split())
 PART_MIB = 56  # a call carries 64 MiB with the working tree (~3 MiB)
 
 
-def canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
+# the device's Python for requirement markers (the rest of the environment is this machine's)
+DEVICE = {"python_version": "3.12", "python_full_version": "3.12.3", "platform_machine": "x86_64",
+          "sys_platform": "linux", "platform_system": "Linux", "extra": ""}
 
 
 def pip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -77,23 +80,26 @@ def pip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 
 
 def requirements(wheel: Path) -> list[str]:
-    """The wheel's unconditional requirements (markers for x86-64 Linux and Python > 3.11 count as met)."""
+    """The wheel's requirements that apply on the device (`on_device`)."""
     with zipfile.ZipFile(wheel) as zf:
         meta = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
         lines = zf.read(meta).decode().splitlines()
-    reqs = []
-    for line in lines:
-        if not line.startswith("Requires-Dist: ") or "extra ==" in line:
-            continue
-        req, _, marker = line[len("Requires-Dist: "):].partition(";")
-        if marker and not any(k in marker for k in ("x86_64", "Linux", '> "3.11"')):
-            continue
-        reqs.append(req.strip())
-    return reqs
+    return on_device([line[len("Requires-Dist: "):] for line in lines if line.startswith("Requires-Dist: ")])
+
+
+def on_device(requires_dist: list[str]) -> list[str]:
+    """The requirements whose markers hold on the device (no extras asked for), without their markers."""
+    kept = []
+    for text in requires_dist:
+        req = Requirement(text)
+        if req.marker is None or req.marker.evaluate(DEVICE):
+            req.marker = None
+            kept.append(str(req))
+    return kept
 
 
 def name_of(req: str) -> str:
-    return canonical(re.split(r"[<>=!~\[ ;(]", req, maxsplit=1)[0])
+    return canonical(Requirement(req).name)
 
 
 def resolve(reqs: list[str], work: Path) -> dict[str, str]:
@@ -113,8 +119,8 @@ def resolve(reqs: list[str], work: Path) -> dict[str, str]:
             print(f"left out {req}: {error}")
             continue
         wanted[canonical(alone[0]["name"])] = alone[0]["version"]
-        subs = [sub.split(";")[0].strip() for sub in alone[0].get("requires_dist") or []
-                if "extra ==" not in sub and carried(name_of(sub)) and name_of(sub) not in wanted]
+        subs = [sub for sub in on_device(alone[0].get("requires_dist") or [])
+                if carried(name_of(sub)) and name_of(sub) not in wanted]
         if subs:
             wanted.update({name: version for name, version in resolve(subs, work).items() if name not in wanted})
     return {name: version for name, version in wanted.items() if carried(name)}

@@ -112,16 +112,16 @@ def load_recipe(path: str | Path, overrides: list[str] = ()) -> Recipe:
     explicit = "out_dir" in recipe.base or any(item.startswith("out_dir=") for item in recipe.base_overrides)
     recipe.out_dir = base.out_dir if explicit else f"runs/{path.stem}"
     check_held_out(base)
+    rl_configs = {}  # stage name -> its config, as checked
     for stage in stages:
         check_stage_options(stage.name, stage.kind, stage.options)
         if stage.kind == "rl":
-            _check_rl_stage(recipe, stage)
+            rl_configs[stage.name] = _check_rl_stage(recipe, stage)
         if stage.kind == "budget_eval" and stage.options["examples"]:
             check_held_out(base, stage.options["examples"], f"{stage.name}.examples")
     check_sft_lengths(base, [(stage.name, stage.kind, stage.options) for stage in stages])
     # the RL stages train one model in turn, one after the other in this process
-    check_one_vllm_engine({stage.name: rl_config(recipe, stage, None, Path(stage.name), None)
-                           for stage in stages if stage.kind == "rl"}, "RL stage", models=False)
+    check_one_vllm_engine(rl_configs, "RL stage", models=False)
     return recipe
 
 
@@ -138,9 +138,9 @@ def check_held_out(cfg: Config, size: int | None = None, key: str = "") -> None:
         raise ConfigError(f"{key}={size}: {err}") from None
 
 
-def _check_rl_stage(recipe: Recipe, stage: Stage) -> None:
+def _check_rl_stage(recipe: Recipe, stage: Stage) -> Config:
     """The stage's own config sets none of the keys the recipe sets (OWNED: silently replaced before), and the
-    whole config (base, stage, command line) is valid and has its held-out set."""
+    whole config (base, stage, command line) is valid and has its held-out set; returns that config."""
     keys = [item.partition("=")[0] for item in [*_flatten(stage.options["config"]), *stage.sets]]
     owned = [key for key in keys if key.startswith(tuple(OWNED))]
     if owned:
@@ -148,9 +148,11 @@ def _check_rl_stage(recipe: Recipe, stage: Stage) -> None:
         raise ConfigError(f"stage {stage.name!r} (rl): the recipe sets {', '.join(owned)} itself ({why}); "
                           "remove from the stage")
     try:
-        check_held_out(rl_config(recipe, stage, None, Path(stage.name), None))
+        cfg = rl_config(recipe, stage, None, Path(stage.name), None)
+        check_held_out(cfg)
     except ConfigError as err:
         raise ConfigError(f"stage {stage.name!r} (rl): {err}") from None
+    return cfg
 
 
 def _override_stage(stage: Stage, item: str) -> None:
