@@ -9,16 +9,18 @@ reachable, builds what `benchmarks/gpu/device_checks.sh` unpacks there:
    Rust front end): FlashAttention-3 and vLLM's own kernels stay;
 2. vLLM's requirements and math-verify (rlvr's), resolved for CPython 3.12 on x86-64 from their metadata,
    less what the image already has (IMAGE_HAS, from the device tool's KINDS.md) and the GPU kernel
-   packages vLLM lists but a dense bf16 model does not need (KERNELS); a requirement that the registry
-   cannot resolve is reported and left out (llguidance, structured outputs only);
+   packages vLLM lists but a dense bf16 model does not need (KERNELS: xgrammar and llguidance among them,
+   which vLLM 0.26 loads lazily for structured outputs); a requirement whose tree does not resolve here is
+   carried alone with its carried requirements (`resolve`);
 3. all of it as one folder (`site/`, to go on PYTHONPATH), packed as .tar.xz and split into parts that
    fit one call's 64 MiB with the working tree (PART_MIB), with a manifest of their sha256.
 
     .venv/bin/python scripts/gpu_payload.py            # -> .gpu/ (ignored by git)
 
 Then on the device, one call per part, back to back (a machine stays warm 30 s after a call), each
-carrying `.gpu`: see benchmarks/gpu/device_checks.sh. Measured 2026-12-04 by hand, the same recipe: 70 MB
-of vLLM and 44 MB of requirements, two calls.
+carrying `.gpu/manifest.json` and its part: see benchmarks/gpu/device_checks.sh. Round sixteen did the same
+by hand on 2026-12-04 (70 MB of vLLM and 44 MB of requirements, two calls); this script built 103.4 MiB in
+two parts on 2026-12-05.
 """
 
 from __future__ import annotations
