@@ -18,6 +18,7 @@ without sharding). Gathering them is a collective: every rank must make the same
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -39,10 +40,15 @@ _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)  # whole tensor
 
 def add_over_ranks(sums: dict[str, float], maxes: dict[str, float]) -> tuple[dict[str, float], dict[str, float]]:
     """Every rank's partial metrics (`rlvr.train.learner.partial_metrics`) added up, maxima the largest: the
-    metrics of the whole update, the same on every rank and equal to one process's."""
-    sum_keys, max_keys = sorted(sums), sorted(maxes)
-    added = torch.tensor([sums[k] for k in sum_keys], dtype=torch.float64)
-    largest = torch.tensor([maxes[k] for k in max_keys], dtype=torch.float64)
+    metrics of the whole update, the same on every rank and equal to one process's. The ranks may hold different
+    keys (a rank that trained on no row has no ratio metrics): each reduces the union, its missing ones as 0 and
+    -inf."""
+    held: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(held, (sorted(sums), sorted(maxes)))
+    sum_keys = sorted({k for keys, _ in held for k in keys})
+    max_keys = sorted({k for _, keys in held for k in keys})
+    added = torch.tensor([sums.get(k, 0.0) for k in sum_keys], dtype=torch.float64)
+    largest = torch.tensor([maxes.get(k, -math.inf) for k in max_keys], dtype=torch.float64)
     dist.all_reduce(added)
     dist.all_reduce(largest, op=dist.ReduceOp.MAX)
     return dict(zip(sum_keys, added.tolist())), dict(zip(max_keys, largest.tolist()))
@@ -101,6 +107,8 @@ class DataParallelLearner(Learner):
 
 class ShardedLearner(Learner):
     """One rank of M with an FSDP2-sharded policy (full parameters: no LoRA, no value model)."""
+
+    uneven_micro_batches = False  # every forward gathers and every backward reduce-scatters: all ranks together
 
     def __init__(self, cfg: Config, policy_path: Path, init_path: Path, rank: int, world: int) -> None:
         self.rank, self.world, self.init_path = rank, world, init_path

@@ -40,6 +40,9 @@ class Learner:
     """Trains the policy on scored batches: mu epochs x minibatches x micro-batches per `update`."""
 
     rank, world = 0, 1  # data-parallel position (rlvr.distributed.data_parallel sets them)
+    # whether ranks may run different numbers of micro-batches in a minibatch (one process; ranks that all-reduce
+    # once per minibatch), which leaving out rows of advantage 0 needs; not FSDP2's, which gather in every forward
+    uneven_micro_batches = True
 
     def __init__(self, cfg: Config, policy_path: str | Path, init_path: str | Path) -> None:
         self.cfg = cfg
@@ -199,12 +202,11 @@ class Learner:
                 minibatch, flat = self._zero_advantage_split(minibatch)
                 if flat is not None:
                     stats += self._left_out_metrics(flat, epoch == 0 and measure)
-                parts = micro_batches(minibatch.attention_mask, micro, cfg.train.micro_batch_tokens) \
-                    if minibatch is not None else []
+                parts = self._parts(minibatch, micro)
                 mine = [self._micro_step(minibatch.select(part), denominator, len(parts), epoch == 0 and measure)
                         for part in parts[self.rank :: self.world]]  # this data-parallel rank's share
                 if not parts:  # every row had advantage 0: a zero gradient, and AdamW still steps on it
-                    mine = [self._zero_gradient()]
+                    mine = self._zero_gradient()
                 stats += mine
                 self._reduce_grads()  # data-parallel ranks: the mean gradient, before it is measured
                 norm = clip_gradients(self.params, cfg.optim.max_grad_norm)
@@ -227,8 +229,19 @@ class Learner:
         return metrics
 
     def _leaves_out_zero_advantage(self) -> bool:
-        """`skips_zero_advantage` in one process: data-parallel ranks must run as many micro-batches each."""
-        return self.skips_zero_advantage and self.world == 1
+        """`skips_zero_advantage` where the ranks may run different numbers of micro-batches: the rows left out
+        differ from minibatch to minibatch, and FSDP2 ranks must run every forward and backward together."""
+        return self.skips_zero_advantage and self.uneven_micro_batches
+
+    def _parts(self, rows: RolloutBatch | None, micro: int) -> list[Tensor]:
+        """The micro-batches (row indices) of the rows trained on, of which each data-parallel rank takes every
+        `world`-th. Where rows were left out, so that no rank idles while another runs two, the rows are split in
+        micro-batches of at most len(rows) / world rows (rounded up): at least min(world, len(rows)) of them."""
+        if rows is None:
+            return []
+        if self.world > 1 and self._leaves_out_zero_advantage():
+            micro = min(micro, -(-len(rows) // self.world))
+        return micro_batches(rows.attention_mask, micro, self.cfg.train.micro_batch_tokens)
 
     def _zero_advantage_split(self, minibatch: RolloutBatch) -> tuple[RolloutBatch | None, RolloutBatch | None]:
         """(rows to train on, rows left out), the rows with advantage exactly 0 left out where their gradient is
@@ -250,22 +263,23 @@ class Learner:
         entropy, from a forward without gradient. Ratio and approx_kl metrics cover the rows trained on."""
         cfg = self.cfg
         clips = {k: torch.zeros((), device=self.device) for k in self.objective.metric_names if k.startswith("clip_frac")}
-        stats = [{**clips, TOKENS: rows.mask.sum(), ROWS: rows.mask.any(-1).sum(), PARTS: 1}]
-        for part in micro_batches(rows.attention_mask, cfg.micro_batch_size, cfg.train.micro_batch_tokens) \
-                if first_epoch else []:
+        # data-parallel ranks add their metrics up: the clip fractions once (rank 0), the entropy forwards split
+        stats = [] if self.rank else [{**clips, TOKENS: rows.mask.sum(), ROWS: rows.mask.any(-1).sum(), PARTS: 1}]
+        parts = micro_batches(rows.attention_mask, cfg.micro_batch_size, cfg.train.micro_batch_tokens)
+        for part in parts[self.rank :: self.world] if first_epoch else []:
             mb = rows.select(part)
             _, entropy, _ = self._forward(mb, with_entropy=True)
             stats.append({"entropy": masked_mean(entropy, mb.mask), TOKENS: mb.mask.sum(), ROWS: mb.mask.any(-1).sum(),
                           PARTS: 1})
         return stats
 
-    def _zero_gradient(self) -> dict[str, Any]:
+    def _zero_gradient(self) -> list[dict[str, Any]]:
         """A minibatch with no row to train on: zero gradients (AdamW's moments and weight decay still act, as
-        they would on the computed zero) and its loss, 0."""
+        they would on the computed zero) and its loss, 0, counted once over the data-parallel ranks (rank 0)."""
         for p in self.params:
             p.grad = torch.zeros_like(p)
         zero = torch.zeros((), device=self.device)
-        return {"loss": zero, TOKENS: zero, ROWS: zero, PARTS: 1}
+        return [] if self.rank else [{"loss": zero, TOKENS: zero, ROWS: zero, PARTS: 1}]
 
     def _rank_micro(self, mini: int, micro: int) -> int:
         """Micro-batch size such that every data-parallel rank gets as many micro-batches."""

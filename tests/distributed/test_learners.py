@@ -1,6 +1,8 @@
 """Data-parallel learners (gloo inside Ray actors), whole or sharded with FSDP2, train exactly like one
 learner."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -8,10 +10,12 @@ import torch.distributed as dist
 from ray_helpers import ray_sections, tiny_config
 from rlvr.config import load_config
 from rlvr.distributed import weight_sync
+from rlvr.distributed.data_parallel import DataParallelLearner, ShardedLearner
 from rlvr.distributed.ray_roles import _free_port
 from rlvr.distributed.workers import LearnerWorker
 from rlvr.models import placement
 from rlvr.tasks import get_task
+from rlvr.train.learner import Learner
 from rlvr.train.setup import local_roles
 
 
@@ -69,6 +73,72 @@ def test_two_learners_equal_one_after_three_steps(ray_cluster, tmp_path, warm_mo
             torch.testing.assert_close(policy.state_dict()[name], tensor, atol=1e-5, rtol=1e-5)
     for rank in ranks:
         ray_cluster.kill(rank)
+
+
+def _flatten_groups(batch, groups):
+    """The batch with every reward of `groups` set to one value: those groups' advantages are exactly 0."""
+    rewards = batch.rewards.clone()
+    for g in groups:
+        rewards[g * batch.group_size : (g + 1) * batch.group_size] = 1.0
+    return replace(batch, rewards=rewards)
+
+
+@pytest.mark.parametrize("micro", [2, 8])
+def test_two_learners_leave_out_rows_of_advantage_zero_as_one_learner_does(ray_cluster, tmp_path, warm_model, micro):
+    """`train.zero_advantage_rows: auto` on two data-parallel ranks (whole policy, one all-reduce per minibatch):
+    each rank trains on its share of the rows whose advantage is not 0, split so that both ranks get some where
+    there are two, and the metrics, gradient norm and weights are the one-process learner's, which leaves the
+    same rows out. Step 1: a quarter of the rows flat; step 2: three quarters (a minibatch may hold one row to
+    train on, and one rank nothing); step 3: every row (both ranks step AdamW on a zero gradient)."""
+    cfg = load_config(None, [], base=tiny_config(
+        tmp_path / "run", warm_model, algorithm={"mu": 2},
+        train={"steps": 3, "batch_size": 16, "group_size": 4, "mini_batch_size": 8, "micro_batch_size": micro},
+        distributed=ray_sections(learners=2)))
+    task = get_task(cfg.task.name, **cfg.task.options)
+    learner, rollout = local_roles(cfg, task, warm_model, warm_model)
+    assert learner.skips_zero_advantage
+    remote = ray_cluster.remote(LearnerWorker).options(num_cpus=0.5)
+    master = ("127.0.0.1", _free_port())
+    ranks = [remote.remote(cfg, warm_model, warm_model, r, 2, master) for r in range(2)]
+
+    def count_trained_rows(worker):  # in a learner actor (defined here: the actors cannot import this module)
+        learner, rows = worker.learner, []
+        original = learner._micro_step
+        learner._micro_step = lambda mb, *args: rows.append(len(mb)) or original(mb, *args)
+        learner.trained_rows = rows  # the rows of every training forward + backward
+
+    ray_cluster.get([rank.__ray_call__.remote(count_trained_rows) for rank in ranks])
+    for step, flat in ((1, [0]), (2, [0, 1, 2]), (3, [0, 1, 2, 3])):
+        batch = _flatten_groups(rollout.collect(step), flat)
+        zero = int((learner._prepare(batch).advantages == 0).sum())
+        assert zero >= 4 * len(flat)
+        one = learner.update(batch)
+        two = ray_cluster.get([rank.update.remote(batch) for rank in ranks])
+        trained = ray_cluster.get([rank.__ray_call__.remote(lambda w: list(w.learner.trained_rows)) for rank in ranks])
+        ray_cluster.get([rank.__ray_call__.remote(lambda w: w.learner.trained_rows.clear()) for rank in ranks])
+        assert sum(map(sum, trained)) == 2 * (16 - zero), (step, trained)  # mu 2 x the rows with advantage != 0
+        if step == 1:
+            assert all(trained), trained  # both ranks train on some rows
+        assert two[0] == two[1]
+        assert two[0].keys() == one.keys()
+        for key in one:
+            assert two[0][key] == pytest.approx(one[key], abs=1e-5, rel=1e-4), (step, key)
+        rollout.load_weights(learner.named_weights())
+    assert one["loss"] == one["grad_norm"] == 0  # step 3: nothing to train on
+    weights = ray_cluster.get([rank.weights.remote() for rank in ranks])
+    for name, tensor in learner.named_weights():
+        for rank_weights in weights:
+            torch.testing.assert_close(rank_weights[name], tensor, atol=1e-5, rtol=1e-5)
+    for rank in ranks:
+        ray_cluster.kill(rank)
+
+
+def test_sharded_learners_keep_rows_of_advantage_zero():
+    """FSDP2 ranks gather parameters in every forward and reduce-scatter in every backward, so they must run as
+    many micro-batches each: they train on every row (the update is the same; the ratio metrics then cover every
+    row), where whole-policy ranks leave the rows of advantage 0 out."""
+    assert ShardedLearner.uneven_micro_batches is False
+    assert DataParallelLearner.uneven_micro_batches is True and Learner.uneven_micro_batches is True
 
 
 class _Joined(Exception):
