@@ -230,7 +230,7 @@ class TrainConfig:
     zero_advantage_rows: str = f("auto", "Rows whose advantage is exactly 0 (every group whose rewards are all equal) "
                                          "add nothing to the gradient when the loss has no other term that reads them: "
                                          "'auto' leaves them out of the training forward and backward there (beta 0, "
-                                         "group advantages, no value model, not Kimi's loss, not FSDP2 ranks), "
+                                         "group advantages, no value model, not Kimi's loss), "
                                          "keeping the minibatch's normaliser, so the update is the same; their entropy "
                                          "is still measured. 'train' runs them (docs/training.md).")
 

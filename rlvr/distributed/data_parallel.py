@@ -1,7 +1,8 @@
 """Learner ranks for data parallelism over torch.distributed (gloo on CPU, NCCL on GPU).
 
 Every rank prepares the whole batch (advantages need whole groups, the accumulation denominator the
-whole minibatch) and backpropagates its 1/M of the micro-batches. Each micro-batch loss is already
+whole minibatch) and backpropagates its 1/M of the micro-batches (of the rows trained on: rows of advantage 0
+may be left out, `Learner._zero_advantage_split`). Each micro-batch loss is already
 divided by the global denominator, so the sum of the ranks' gradients is the one-process minibatch
 gradient, exactly, whatever the aggregation mode.
 

@@ -40,8 +40,8 @@ class Learner:
     """Trains the policy on scored batches: mu epochs x minibatches x micro-batches per `update`."""
 
     rank, world = 0, 1  # data-parallel position (rlvr.distributed.data_parallel sets them)
-    # whether ranks may run different numbers of micro-batches in a minibatch (one process; ranks that all-reduce
-    # once per minibatch), which leaving out rows of advantage 0 needs; not FSDP2's, which gather in every forward
+    # whether data-parallel ranks may run different numbers of forwards in a minibatch (they all-reduce once per
+    # minibatch), as they do where rows of advantage 0 are left out; not FSDP2's, which gather in every forward
     uneven_micro_batches = True
 
     def __init__(self, cfg: Config, policy_path: str | Path, init_path: str | Path) -> None:
@@ -140,7 +140,7 @@ class Learner:
     def _old_logprobs(self, rows: RolloutBatch) -> Tensor:
         """pi_old (N, W) by a no-grad pass; rows that the update leaves out (advantage 0, `skips_zero_advantage`)
         are not run and hold 0, unless behaviour importance weights are measured over every row."""
-        if not self._leaves_out_zero_advantage() or self.cfg.algorithm.is_cap:
+        if not self.skips_zero_advantage or self.cfg.algorithm.is_cap:
             return self.logprobs(rows)
         keep = torch.nonzero(rows.advantages != 0).squeeze(-1)
         old = torch.zeros(rows.mask.shape, dtype=torch.float32, device=self.device)
@@ -205,6 +205,7 @@ class Learner:
                 parts = self._parts(minibatch, micro)
                 mine = [self._micro_step(minibatch.select(part), denominator, len(parts), epoch == 0 and measure)
                         for part in parts[self.rank :: self.world]]  # this data-parallel rank's share
+                self._even_out(minibatch, parts, backward=True)
                 if not parts:  # every row had advantage 0: a zero gradient, and AdamW still steps on it
                     mine = self._zero_gradient()
                 stats += mine
@@ -228,18 +229,13 @@ class Learner:
             metrics["grad_norm"] = torch.stack(grad_norms).mean().item()
         return metrics
 
-    def _leaves_out_zero_advantage(self) -> bool:
-        """`skips_zero_advantage` where the ranks may run different numbers of micro-batches: the rows left out
-        differ from minibatch to minibatch, and FSDP2 ranks must run every forward and backward together."""
-        return self.skips_zero_advantage and self.uneven_micro_batches
-
     def _parts(self, rows: RolloutBatch | None, micro: int) -> list[Tensor]:
         """The micro-batches (row indices) of the rows trained on, of which each data-parallel rank takes every
         `world`-th. Where rows were left out, so that no rank idles while another runs two, the rows are split in
         micro-batches of at most len(rows) / world rows (rounded up): at least min(world, len(rows)) of them."""
         if rows is None:
             return []
-        if self.world > 1 and self._leaves_out_zero_advantage():
+        if self.world > 1 and self.skips_zero_advantage:
             micro = min(micro, -(-len(rows) // self.world))
         return micro_batches(rows.attention_mask, micro, self.cfg.train.micro_batch_tokens)
 
@@ -247,7 +243,7 @@ class Learner:
         """(rows to train on, rows left out), the rows with advantage exactly 0 left out where their gradient is
         exactly 0 (`skips_zero_advantage`); None for an empty side. The minibatch's normaliser is taken before,
         so the loss and its gradient are the same, up to float rounding in the smaller products."""
-        if not self._leaves_out_zero_advantage():
+        if not self.skips_zero_advantage:
             return minibatch, None
         flat = minibatch.advantages == 0  # (b,)
         if not flat.any():
@@ -271,7 +267,21 @@ class Learner:
             _, entropy, _ = self._forward(mb, with_entropy=True)
             stats.append({"entropy": masked_mean(entropy, mb.mask), TOKENS: mb.mask.sum(), ROWS: mb.mask.any(-1).sum(),
                           PARTS: 1})
+        if first_epoch:
+            self._even_out(rows, parts, backward=False)
         return stats
+
+    def _even_out(self, rows: RolloutBatch | None, parts: list[Tensor], backward: bool) -> None:
+        """FSDP2 ranks gather parameters in every forward and reduce-scatter gradients in every backward, so all
+        must run as many: a rank with fewer of `parts` (dealt out every `world`-th) than another runs the
+        difference on one row for nothing, a backward of zeros (`backward`), which adds a gradient of exactly 0
+        and no metric."""
+        if self.uneven_micro_batches or not parts:
+            return
+        for _ in range(-(-len(parts) // self.world) - len(parts[self.rank :: self.world])):
+            logprobs, _, _ = self._forward(rows.select(parts[0][:1]), with_entropy=False)
+            if backward:
+                logprobs.backward(torch.zeros_like(logprobs))
 
     def _zero_gradient(self) -> list[dict[str, Any]]:
         """A minibatch with no row to train on: zero gradients (AdamW's moments and weight decay still act, as

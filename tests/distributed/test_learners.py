@@ -10,12 +10,10 @@ import torch.distributed as dist
 from ray_helpers import ray_sections, tiny_config
 from rlvr.config import load_config
 from rlvr.distributed import weight_sync
-from rlvr.distributed.data_parallel import DataParallelLearner, ShardedLearner
 from rlvr.distributed.ray_roles import _free_port
 from rlvr.distributed.workers import LearnerWorker
 from rlvr.models import placement
 from rlvr.tasks import get_task
-from rlvr.train.learner import Learner
 from rlvr.train.setup import local_roles
 
 
@@ -83,17 +81,19 @@ def _flatten_groups(batch, groups):
     return replace(batch, rewards=rewards)
 
 
-@pytest.mark.parametrize("micro", [2, 8])
-def test_two_learners_leave_out_rows_of_advantage_zero_as_one_learner_does(ray_cluster, tmp_path, warm_model, micro):
-    """`train.zero_advantage_rows: auto` on two data-parallel ranks (whole policy, one all-reduce per minibatch):
-    each rank trains on its share of the rows whose advantage is not 0, split so that both ranks get some where
-    there are two, and the metrics, gradient norm and weights are the one-process learner's, which leaves the
-    same rows out. Step 1: a quarter of the rows flat; step 2: three quarters (a minibatch may hold one row to
-    train on, and one rank nothing); step 3: every row (both ranks step AdamW on a zero gradient)."""
+@pytest.mark.parametrize("shard, micro", [(False, 2), (False, 8), (True, 2), (True, 8)])
+def test_two_learners_leave_out_rows_of_advantage_zero_as_one_learner_does(ray_cluster, tmp_path, warm_model, shard,
+                                                                           micro):
+    """`train.zero_advantage_rows: auto` on two data-parallel ranks: each trains on its share of the rows whose
+    advantage is not 0, split so that both get some where there are two, and the metrics, gradient norm and
+    weights are the one-process learner's, which leaves the same rows out. Step 1: a quarter of the rows flat;
+    step 2: three quarters (a minibatch may hold one row to train on, so one rank none); step 3: every row (both
+    ranks step AdamW on a zero gradient). Sharded (FSDP2), a rank with fewer micro-batches runs the difference
+    for nothing, so the ranks' gathers pair up (else the run hangs or gloo aborts)."""
     cfg = load_config(None, [], base=tiny_config(
         tmp_path / "run", warm_model, algorithm={"mu": 2},
         train={"steps": 3, "batch_size": 16, "group_size": 4, "mini_batch_size": 8, "micro_batch_size": micro},
-        distributed=ray_sections(learners=2)))
+        distributed=ray_sections(learners=2, shard=shard)))
     task = get_task(cfg.task.name, **cfg.task.options)
     learner, rollout = local_roles(cfg, task, warm_model, warm_model)
     assert learner.skips_zero_advantage
@@ -102,43 +102,43 @@ def test_two_learners_leave_out_rows_of_advantage_zero_as_one_learner_does(ray_c
     ranks = [remote.remote(cfg, warm_model, warm_model, r, 2, master) for r in range(2)]
 
     def count_trained_rows(worker):  # in a learner actor (defined here: the actors cannot import this module)
-        learner, rows = worker.learner, []
-        original = learner._micro_step
-        learner._micro_step = lambda mb, *args: rows.append(len(mb)) or original(mb, *args)
-        learner.trained_rows = rows  # the rows of every training forward + backward
+        learner, rows, forwards = worker.learner, [], []
+        step, forward = learner._micro_step, learner._forward
+        learner._micro_step = lambda mb, *args: rows.append(len(mb)) or step(mb, *args)
+        learner._forward = lambda mb, *args, **kw: forwards.append(len(mb)) or forward(mb, *args, **kw)
+        learner.trained_rows, learner.forwards = rows, forwards  # rows of every training step; every forward
 
     ray_cluster.get([rank.__ray_call__.remote(count_trained_rows) for rank in ranks])
+    uneven = []  # whether the ranks ran different numbers of training steps
     for step, flat in ((1, [0]), (2, [0, 1, 2]), (3, [0, 1, 2, 3])):
         batch = _flatten_groups(rollout.collect(step), flat)
         zero = int((learner._prepare(batch).advantages == 0).sum())
         assert zero >= 4 * len(flat)
         one = learner.update(batch)
         two = ray_cluster.get([rank.update.remote(batch) for rank in ranks])
-        trained = ray_cluster.get([rank.__ray_call__.remote(lambda w: list(w.learner.trained_rows)) for rank in ranks])
-        ray_cluster.get([rank.__ray_call__.remote(lambda w: w.learner.trained_rows.clear()) for rank in ranks])
+        trained, forwards = zip(*ray_cluster.get([rank.__ray_call__.remote(
+            lambda w: (w.learner.trained_rows[:], w.learner.forwards[:])) for rank in ranks]))
+        ray_cluster.get([rank.__ray_call__.remote(
+            lambda w: (w.learner.trained_rows.clear(), w.learner.forwards.clear())) for rank in ranks])
         assert sum(map(sum, trained)) == 2 * (16 - zero), (step, trained)  # mu 2 x the rows with advantage != 0
+        uneven.append(len(trained[0]) != len(trained[1]))
         if step == 1:
             assert all(trained), trained  # both ranks train on some rows
+        if shard:
+            assert len(forwards[0]) == len(forwards[1]), (step, forwards)
         assert two[0] == two[1]
         assert two[0].keys() == one.keys()
         for key in one:
             assert two[0][key] == pytest.approx(one[key], abs=1e-5, rel=1e-4), (step, key)
         rollout.load_weights(learner.named_weights())
     assert one["loss"] == one["grad_norm"] == 0  # step 3: nothing to train on
+    assert uneven[1] and not uneven[2], uneven  # step 2: some minibatch with an odd number of rows to train on
     weights = ray_cluster.get([rank.weights.remote() for rank in ranks])
     for name, tensor in learner.named_weights():
         for rank_weights in weights:
             torch.testing.assert_close(rank_weights[name], tensor, atol=1e-5, rtol=1e-5)
     for rank in ranks:
         ray_cluster.kill(rank)
-
-
-def test_sharded_learners_keep_rows_of_advantage_zero():
-    """FSDP2 ranks gather parameters in every forward and reduce-scatter in every backward, so they must run as
-    many micro-batches each: they train on every row (the update is the same; the ratio metrics then cover every
-    row), where whole-policy ranks leave the rows of advantage 0 out."""
-    assert ShardedLearner.uneven_micro_batches is False
-    assert DataParallelLearner.uneven_micro_batches is True and Learner.uneven_micro_batches is True
 
 
 class _Joined(Exception):
