@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> None:
     import ray
     import torch
 
+    from rlvr.core import flat_group_share
     from rlvr.distributed.ray_roles import _free_port
     from rlvr.distributed.workers import LearnerWorker
     from rlvr.tasks import get_task
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     flat = []
     for step in range(1, args.steps + 1):
         batch = rollout.collect(step)
-        share = float((batch.rewards.view(-1, batch.group_size).std(-1) == 0).float().mean())
+        share = float(flat_group_share(batch.rewards, batch.group_size))
         for mode in (MODES if step % 2 else reversed(MODES)):
             out = ray.get([rank.__ray_call__.remote(timed_update, batch, MODES[mode]) for rank in ranks])
             if step > 2:

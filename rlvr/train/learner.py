@@ -230,9 +230,10 @@ class Learner:
         return metrics
 
     def _parts(self, rows: RolloutBatch | None, micro: int) -> list[Tensor]:
-        """The micro-batches (row indices) of the rows trained on, of which each data-parallel rank takes every
-        `world`-th. Where rows were left out, so that no rank idles while another runs two, the rows are split in
-        micro-batches of at most len(rows) / world rows (rounded up): at least min(world, len(rows)) of them."""
+        """The micro-batches (row indices) of the rows trained on (or of those left out, for their entropy), of which
+        each data-parallel rank takes every `world`-th. Where rows were left out, so that no rank idles while another
+        runs two, the rows are split in micro-batches of at most len(rows) / world rows (rounded up): at least
+        min(world, len(rows)) of them."""
         if rows is None:
             return []
         if self.world > 1 and self.skips_zero_advantage:
@@ -257,18 +258,16 @@ class Learner:
         """What the update's metrics count of rows left out of the backward: clip fractions of 0 (with no
         advantage no clipped branch is active), and with `first_epoch` (the sampler's entropy does not stand in) the
         entropy, from a forward without gradient. Ratio and approx_kl metrics cover the rows trained on."""
-        cfg = self.cfg
         clips = {k: torch.zeros((), device=self.device) for k in self.objective.metric_names if k.startswith("clip_frac")}
         # data-parallel ranks add their metrics up: the clip fractions once (rank 0), the entropy forwards split
         stats = [] if self.rank else [{**clips, TOKENS: rows.mask.sum(), ROWS: rows.mask.any(-1).sum(), PARTS: 1}]
-        parts = micro_batches(rows.attention_mask, cfg.micro_batch_size, cfg.train.micro_batch_tokens)
-        for part in parts[self.rank :: self.world] if first_epoch else []:
+        parts = self._parts(rows, self.cfg.micro_batch_size) if first_epoch else []
+        for part in parts[self.rank :: self.world]:
             mb = rows.select(part)
             _, entropy, _ = self._forward(mb, with_entropy=True)
             stats.append({"entropy": masked_mean(entropy, mb.mask), TOKENS: mb.mask.sum(), ROWS: mb.mask.any(-1).sum(),
                           PARTS: 1})
-        if first_epoch:
-            self._even_out(rows, parts, backward=False)
+        self._even_out(rows, parts, backward=False)
         return stats
 
     def _even_out(self, rows: RolloutBatch | None, parts: list[Tensor], backward: bool) -> None:
