@@ -216,3 +216,26 @@ def test_evict_drops_a_files_pages_from_the_page_cache(tmp_path):
     assert bench.evict([path, tmp_path / "missing.so"]) == 1
     assert _resident_pages(path) == 0
     assert any(p.name == "libtorch_cpu.so" for p in bench.library_files(sys.executable))  # what it is given
+
+
+def test_the_warm_start_is_built_in_a_child_so_the_parent_never_maps_torch(tmp_path):
+    """`evict` cannot drop pages that a running process maps: were torch imported by the benchmark's own
+    process, rlvr's side (same venv) would count those pages in its peak RSS and TRL's would not."""
+    code = (f"import json, sys; from pathlib import Path; sys.path.insert(0, {str(ROOT / 'benchmarks')!r})\n"
+            "import bench_trl\n"
+            f"work = Path({str(tmp_path)!r})\n"
+            "first = bench_trl.warm_start(['sft.steps=2', 'sft.batch_size=4'], bench_trl.DEMO_CONFIG, work)\n"
+            "stamp = (work / 'warm' / 'bench_stamp.json').stat().st_mtime_ns\n"
+            "again = bench_trl.warm_start(['sft.steps=2', 'sft.batch_size=4'], bench_trl.DEMO_CONFIG, work)\n"
+            "print(json.dumps({'torch': 'torch' in sys.modules, 'first': str(first), 'again': str(again),\n"
+            "                  'rebuilt': (work / 'warm' / 'bench_stamp.json').stat().st_mtime_ns != stamp}))\n")
+    import json
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    warm = str(tmp_path / "warm" / "sft_model")
+    assert got == {"torch": False, "first": warm, "again": warm, "rebuilt": False}
+    assert out.stdout.count("warm start: 2 SFT steps") == 1  # built once, then reused
+    assert (tmp_path / "warm" / "sft_model" / "config.json").is_file()
+    assert any((tmp_path / "warm" / "sft_model").glob("*.safetensors"))
