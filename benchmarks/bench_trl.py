@@ -8,7 +8,8 @@
         --target 0.7 --eval-every 20 --work .bench/trl-sort  # the second task: 5 digits, no KL, 12 new tokens
 
 1. The demo's tiny model and SFT warm start are built once with rlvr's own functions (same seed and
-   settings as `rlvr demo`) and saved as a Hugging Face folder: `.bench/trl/warm`.
+   settings as `rlvr demo`) and saved as a Hugging Face folder: `.bench/trl/warm`, in a child process (this
+   one never imports torch, so that `evict` can drop its pages before the pair starts).
 2. rlvr's GRPO loop trains from that folder with the demo's GRPO config, in a child process.
 3. TRL (installed into its own virtualenv `.venv-trl` on first use, versions pinned in `_trl_env.py`) trains the
    same folder with `GRPOTrainer`, with the config mapped by `trl_arguments`, in another child process.
