@@ -8,8 +8,10 @@ mu x (batch / mini) optimizer steps.
 
 import ctypes
 import importlib.util
+import json
 import mmap
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -223,15 +225,12 @@ def test_the_warm_start_is_built_in_a_child_so_the_parent_never_maps_torch(tmp_p
     process, rlvr's side (same venv) would count those pages in its peak RSS and TRL's would not."""
     code = (f"import json, sys; from pathlib import Path; sys.path.insert(0, {str(ROOT / 'benchmarks')!r})\n"
             "import bench_trl\n"
-            f"work = Path({str(tmp_path)!r})\n"
-            "first = bench_trl.warm_start(['sft.steps=2', 'sft.batch_size=4'], bench_trl.DEMO_CONFIG, work)\n"
+            f"work, sets = Path({str(tmp_path)!r}), ['sft.steps=2', 'sft.batch_size=4']\n"
+            "first = bench_trl.warm_start(sets, bench_trl.DEMO_CONFIG, work)\n"
             "stamp = (work / 'warm' / 'bench_stamp.json').stat().st_mtime_ns\n"
-            "again = bench_trl.warm_start(['sft.steps=2', 'sft.batch_size=4'], bench_trl.DEMO_CONFIG, work)\n"
+            "again = bench_trl.warm_start(sets, bench_trl.DEMO_CONFIG, work)\n"
             "print(json.dumps({'torch': 'torch' in sys.modules, 'first': str(first), 'again': str(again),\n"
             "                  'rebuilt': (work / 'warm' / 'bench_stamp.json').stat().st_mtime_ns != stamp}))\n")
-    import json
-    import subprocess
-
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     got = json.loads(out.stdout.strip().splitlines()[-1])
     warm = str(tmp_path / "warm" / "sft_model")
