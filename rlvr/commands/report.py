@@ -8,7 +8,7 @@ from typing import Any
 
 from rlvr.commands.outputs import resolve_out_file
 from rlvr.logging.sinks import METRICS
-from rlvr.report.doctor import diagnose, load_run
+from rlvr.report.doctor import PROBLEM, WARNING, diagnose, load_run
 from rlvr.report.html import REPORT, is_report, write_report
 
 
@@ -27,7 +27,15 @@ def _doctor(args: argparse.Namespace) -> int:
         print(finding.line())
     if not findings:
         print("nothing alarming: no check of `rlvr doctor` fired (docs/troubleshooting.md lists them)")
-    return 0
+    return 1 if failing(findings, args.fail_on) else 0
+
+
+FAIL_ON = {"never": (), "problem": (PROBLEM,), "warning": (PROBLEM, WARNING)}  # --fail-on LEVEL: that or worse
+
+
+def failing(findings: list, fail_on: str) -> list:
+    """The findings that make `rlvr doctor --fail-on fail_on` exit 1 (a CI job's gate)."""
+    return [f for f in findings if f.severity in FAIL_ON[fail_on]]
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -42,6 +50,9 @@ def add_parsers(subparsers: Any) -> None:
                                    description="Read RUN_DIR's metrics.jsonl and timings.jsonl and print "
                                    "findings in plain words (docs/troubleshooting.md).")
     doctor.add_argument("run_dir", metavar="RUN_DIR")
+    doctor.add_argument("--fail-on", choices=list(FAIL_ON), default="never",
+                        help="exit 1 when a finding of this severity or worse is found, so a CI job can gate on a "
+                             "run: `problem`, or `warning` (warnings and problems); default never (exit 0)")
     doctor.set_defaults(func=_doctor)
     report = subparsers.add_parser("report", help="write a self-contained HTML report of a run folder",
                                    description="Curves, the doctor's findings, sampled completions and the "

@@ -152,3 +152,28 @@ def test_one_lucky_batch_is_no_reward_peak():
     held = [{"step": s, "reward": 0.5 if 5 <= s <= 10 else (0.2 if s < 5 else 0.0)} for s in range(1, 31)]
     (finding,) = check_reward_collapse(RunLog(held, []))
     assert "after a peak of 0.5" in finding.detail and finding.steps == (28, 29, 30)
+
+
+@pytest.mark.parametrize("fail_on, exits", [("never", {"healthy": 0, "length": 0, "entropy": 0}),
+                                            ("problem", {"healthy": 0, "length": 0, "entropy": 1}),
+                                            ("warning", {"healthy": 0, "length": 1, "entropy": 1})])
+def test_fail_on_gates_a_ci_job_on_the_findings_severity(tmp_path, capsys, fail_on, exits):
+    """`rlvr doctor` exited 0 even when it reported a problem, so it could not gate a CI job. `length` plants a
+    warning alone (length blow-up), `entropy` a problem; the findings are printed whatever the exit code."""
+    runs = {"healthy": write_run(tmp_path / "healthy", healthy_rows()),
+            "length": planted(tmp_path / "length", "length"), "entropy": planted(tmp_path / "entropy", "entropy")}
+    for name, run in runs.items():
+        assert main(["doctor", str(run), "--fail-on", fail_on]) == exits[name], name
+        out = capsys.readouterr().out
+        assert ("[problem] entropy collapse" in out) == (name == "entropy")
+        assert ("[warning] length blow-up" in out) == (name == "length")
+    assert main(["doctor", str(runs["entropy"])]) == 0  # the default is `never`, as before
+
+
+def test_fail_on_a_run_without_a_training_step_passes_and_a_bad_level_is_refused(tmp_path, capsys):
+    run = write_run(tmp_path / "run", [])
+    assert main(["doctor", str(run), "--fail-on", "warning"]) == 0  # nothing to judge yet
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        main(["doctor", str(run), "--fail-on", "problems"])
+    assert exit_.value.code == 2 and "invalid choice: 'problems'" in capsys.readouterr().err
