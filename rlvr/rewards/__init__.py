@@ -13,15 +13,14 @@ from rlvr.rewards.length import (KimiLengthReward, OverlongPenalty, StepGated, d
 from rlvr.rewards.math_grader import MathGrader, get_grader, math_equal, math_equal_batch
 from rlvr.rewards.registry import REWARDS, reward_from_name
 from rlvr.rewards.safe import SafeReward
-from rlvr.rewards.sandbox import SandboxLimits, SandboxResult, run_python
 
 __all__ = [
     "BatchContext", "BatchRewardFn", "CodeReward", "CombinedReward", "CountdownReward",
     "KimiLengthReward", "LanguageConsistencyReward", "MathGrader", "MathReward", "OverlongPenalty",
     "REWARDS", "RewardBatch", "RewardConfigError", "RewardFn", "RewardOutput", "SafeReward",
-    "SandboxLimits", "SandboxResult", "StepGated", "TRLReward", "countdown_equal",
+    "StepGated", "TRLReward", "countdown_equal",
     "dapo_overlong_penalty", "evaluate_countdown", "extract_answer", "extract_choice", "extract_code",
     "extract_last_number", "format_ok", "get_grader", "kimi_length_reward", "last_boxed", "math_equal",
     "math_equal_batch", "r1_format_reward", "r1_format_reward_strict", "reward_from_name",
-    "run_python", "script_share", "pass_fraction", "bounded",
+    "script_share", "pass_fraction", "bounded",
 ]

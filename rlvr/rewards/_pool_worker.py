@@ -12,14 +12,14 @@ import sys
 import traceback
 from multiprocessing.connection import Connection
 
-from rlvr.rewards.deadline import RewardTimeout, call_with_deadline
+from rlvr.sandbox.deadline import DeadlineExceeded, call_with_deadline
 from rlvr.rewards.pool import ERROR, OK, TIMEOUT
 
 
 def _run_item(fn, item, timeout: float) -> tuple[str, object]:
     try:
         return OK, call_with_deadline(fn, timeout, item)
-    except RewardTimeout:
+    except DeadlineExceeded:
         return TIMEOUT, f"exceeded {timeout:g} s"
     except Exception:  # noqa: BLE001 - reported to the parent, which decides
         return ERROR, traceback.format_exc(limit=8)

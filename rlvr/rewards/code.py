@@ -1,5 +1,5 @@
 """Code verifier reward: the fraction of an example's tests that the completion's Python passes,
-run in the sandbox of `rlvr.rewards.sandbox`.
+run in the sandbox of `rlvr.sandbox`.
 
 An example gives either `tests`, Python assert statements run after the code in its namespace (MBPP /
 HumanEval style `assert f(1) == 2`), or `test_cases`, `{"input": ..., "output": ...}` pairs fed on
@@ -27,8 +27,8 @@ from typing import Any, Mapping, Sequence
 from rlvr.rewards.base import BatchContext, RewardBatch, RewardConfigError, bounded
 from rlvr.rewards.grade import SplitTest, split_test, verdicts
 from rlvr.rewards.safe import as_mapping
-from rlvr.rewards.sandbox import (SandboxError, SandboxLimits, SandboxResult, describe_isolation, resolve_isolation,
-                                  run_python)
+from rlvr.sandbox import (SandboxError, SandboxLimits, SandboxResult, describe_isolation, resolve_isolation,
+                          run_python)
 
 logger = logging.getLogger("rlvr.rewards")
 

@@ -13,7 +13,7 @@ from rlvr.rewards.countdown import CountdownReward
 from rlvr.rewards.format import MathReward, r1_format_reward, r1_format_reward_strict
 from rlvr.rewards.language import LanguageConsistencyReward
 from rlvr.rewards.length import KimiLengthReward, OverlongPenalty, StepGated
-from rlvr.rewards.sandbox import SandboxLimits
+from rlvr.sandbox import SandboxLimits
 
 
 def _no_options(fn: Any, name: str) -> Callable[..., Any]:

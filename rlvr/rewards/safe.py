@@ -8,7 +8,7 @@ Which path a reward takes:
 - marked `bounded` (rlvr's own: format, language, countdown, the sort/arithmetic verifiers, length
   shaping, the reward model, and the math grader and code sandbox, which time out each sample
   themselves): called as it is;
-- per-sample, from outside rlvr: each call under a deadline in this process (`rlvr.rewards.deadline`,
+- per-sample, from outside rlvr: each call under a deadline in this process (`rlvr.sandbox.deadline`,
   a SIGALRM timer on the main thread), or in warm worker processes (`rlvr.rewards.pool`) with
   `n_workers` >= 1, which also stops C code a signal cannot;
 - batched, from outside rlvr (a `TRLReward`, any `score_batch`): the whole call under a deadline of
@@ -29,7 +29,7 @@ from typing import Any, Callable, Mapping, Sequence
 from rlvr.config import RewardConfig, check_finite_number
 from rlvr.rewards.base import (BatchContext, BatchRewardFn, RewardBatch, RewardConfigError, RewardOutput,
                                is_bounded)
-from rlvr.rewards.deadline import RewardTimeout, call_with_deadline, can_interrupt
+from rlvr.sandbox.deadline import DeadlineExceeded, call_with_deadline, can_interrupt
 from rlvr.rewards.pool import OK, TIMEOUT, WorkerPool
 
 logger = logging.getLogger("rlvr.rewards")
@@ -207,7 +207,7 @@ class SafeReward:
     def _one(self, index: int, item: tuple, deadline: Callable[..., Any] | None) -> RewardOutput | None:
         try:
             return to_output(deadline(self.fn, *item) if deadline else self.fn(*item))
-        except RewardTimeout:
+        except DeadlineExceeded:
             self._record(1, TIMEOUT, f"sample {index} of a batch took longer than {self.timeout:g} s")
             return None
         except RewardConfigError:
@@ -235,7 +235,7 @@ class SafeReward:
         call = functools.partial(self.fn.score_batch, prompts, completions, examples, ctx)
         try:
             return _check_lengths(deadline(call) if deadline else call(), n, self.name)
-        except RewardTimeout:
+        except DeadlineExceeded:
             self._record(n, TIMEOUT, f"a batch of {n} took longer than {n} x {self.timeout:g} s")
         except RewardConfigError:
             raise

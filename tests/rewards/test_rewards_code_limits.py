@@ -15,7 +15,7 @@ from rlvr.rewards.base import RewardConfigError
 from rlvr.rewards.code import pass_fraction
 from rlvr.rewards.combine import CombinedReward
 from rlvr.rewards.registry import reward_from_name
-from rlvr.rewards.sandbox import SandboxLimits, run_python
+from rlvr.sandbox.python import SandboxLimits, run_python
 
 LIMITS = SandboxLimits(cpu_seconds=1, memory_mb=256, wall_seconds=3, test_timeout=1)
 OUTER_TIMEOUT = 60  # a regression that hangs fails the test instead of hanging CI

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rlvr.rewards._sandbox_launcher import _serialise
+from rlvr.sandbox._launcher import _serialise
 from rlvr.rewards import grade
 from rlvr.rewards.grade import parse_value, split_test, verdict, verdicts
 

@@ -1,4 +1,4 @@
-"""Sandbox launcher: `python -I -B _sandbox_launcher.py HEADER_FD STATUS_FD VALUES_FD`. Standalone
+"""Sandbox launcher: `python -I -B _launcher.py HEADER_FD STATUS_FD VALUES_FD`. Standalone
 on purpose (stdlib only, no rlvr import), since it runs before and around untrusted code.
 
 The header (JSON on HEADER_FD, read to EOF and closed before any untrusted code runs) carries the

@@ -1,7 +1,7 @@
-"""Run untrusted Python (a model's completion) with the host out of its reach; `rlvr.rewards.grade`
-turns what comes back into a verdict, on this side.
+"""Run untrusted Python (a model's completion, a `python` tool call) with the host out of its reach; for the
+code reward, `rlvr.rewards.grade` turns what comes back into a verdict, on this side.
 
-Layers, outermost first (see `_sandbox_launcher.py` for the inside):
+Layers, outermost first (see `_launcher.py` for the inside):
 1. isolation, chosen by `isolation=` ("auto" picks the first available):
    - "bwrap": bubblewrap (Debian package `bubblewrap`), as root or not. The code sees a read-only
      /usr and the interpreter, a private /proc, a minimal /dev and a size-capped tmpfs /tmp; no
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import functools
 import json
-import logging
 import os
 import secrets
 import selectors
@@ -41,11 +40,10 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-_LAUNCHER = str(Path(__file__).with_name("_sandbox_launcher.py"))
+_LAUNCHER = str(Path(__file__).with_name("_launcher.py"))
 _BWRAP_LAUNCHER = "/sandbox/launcher.py"
 _BWRAP_WORKDIR = "/tmp/sandbox"
 ISOLATIONS = ("auto", "bwrap", "namespaces", "none")
-logger = logging.getLogger("rlvr.rewards")
 _UID_BASE = 0x5EED0000  # per-run uids are drawn above this, far from any real account
 
 

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 import hostile_programs
-from rlvr.rewards import sandbox
+from rlvr.sandbox import python as sandbox
 from rlvr.rewards.base import RewardConfigError
 from rlvr.rewards.code import CodeReward, extract_code, pass_fraction
-from rlvr.rewards.sandbox import SandboxError, SandboxLimits, _live_pids_of, resolve_isolation, run_python
+from rlvr.sandbox.python import SandboxError, SandboxLimits, _live_pids_of, resolve_isolation, run_python
 
 LIMITS = SandboxLimits(cpu_seconds=1, memory_mb=256, wall_seconds=4, nproc=16, test_timeout=2)
 SLACK = 3.0  # seconds beyond the wall-clock limit for start-up and clean-up on a loaded machine

@@ -21,7 +21,7 @@ from typing import Callable
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from rlvr.rewards.code import pass_fraction  # noqa: E402
-from rlvr.rewards.sandbox import SandboxLimits  # noqa: E402
+from rlvr.sandbox.python import SandboxLimits  # noqa: E402
 
 LIMITS = SandboxLimits(cpu_seconds=1, memory_mb=256, wall_seconds=4, nproc=16, test_timeout=2)
 SLACK = 4.0  # seconds beyond the wall-clock limit per run for start-up and clean-up on a loaded machine

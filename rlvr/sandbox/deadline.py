@@ -5,7 +5,7 @@ a start-up. A timer signal interrupts Python code and blocking calls (sleep, soc
 the main thread at the cost of two system calls. It cannot interrupt C code that never returns to
 the interpreter (a regex backtracking for ever, a huge integer power): for such rewards use worker
 processes (`rlvr.rewards.pool`), whose watchdog kills a stuck worker. The pool's workers use this
-same deadline on their own main thread.
+same deadline on their own main thread, and so do the environments' steps (`rlvr.rollout.episode`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any, Callable
 REPEAT = 1.0  # seconds between repeated alarms, should the call swallow the first one
 
 
-class RewardTimeout(BaseException):
+class DeadlineExceeded(BaseException):
     """BaseException so that a reward's `except Exception` cannot swallow it."""
 
 
@@ -29,7 +29,7 @@ def can_interrupt() -> bool:
 
 
 def call_with_deadline(fn: Callable[..., Any], seconds: float, *args: Any) -> Any:
-    """`fn(*args)`, or RewardTimeout once `seconds` of wall-clock time have passed (main thread only).
+    """`fn(*args)`, or DeadlineExceeded once `seconds` of wall-clock time have passed (main thread only).
 
     The alarm is raised again every REPEAT seconds should the call swallow it (a bare `except:`), and
     once more on return if the call swallowed it and then finished late: a late result is a timeout.
@@ -45,7 +45,7 @@ def call_with_deadline(fn: Callable[..., Any], seconds: float, *args: Any) -> An
     def on_alarm(signum: int, frame: Any) -> None:
         expired[0] = True
         if frame is not here:  # inside fn, not in the bookkeeping below
-            raise RewardTimeout(f"exceeded {seconds:g} s")
+            raise DeadlineExceeded(f"exceeded {seconds:g} s")
 
     start = time.monotonic()
     outer, outer_interval = signal.setitimer(signal.ITIMER_REAL, 0)  # pause the caller's timer, if any
@@ -60,7 +60,7 @@ def call_with_deadline(fn: Callable[..., Any], seconds: float, *args: Any) -> An
         if outer:
             signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - start), 1e-6), outer_interval)
     if expired[0]:
-        raise RewardTimeout(f"exceeded {seconds:g} s")
+        raise DeadlineExceeded(f"exceeded {seconds:g} s")
     return value
 
 
