@@ -39,7 +39,7 @@ from rlvr.train.setup import local_roles, start_model
 
 def _config(out: Path, steps: int, warm: Path | None, extra: list[str]):
     base = [f"out_dir={out}", f"train.steps={steps}", "checkpoint.every=0", "log.progress=false",
-            "log.plots=false", "log.tensorboard=false"]
+            "log.plots=false", "log.report_to=[]"]
     if warm is not None:
         base += [f"model.path={warm}", "sft.steps=0"]
     return load_config("demo", base + extra)

@@ -43,7 +43,7 @@ from rlvr.pipelines.demo import DEMO_CONFIG
 from rlvr.train.setup import prepare_run
 
 QUIET = ["eval.every=1000000", "task.eval_size=8", "eval.samples=1", "checkpoint.every=1000000",
-         "log.progress=false", "log.tensorboard=false", "log.plots=false"]
+         "log.progress=false", "log.report_to=[]", "log.plots=false"]
 SORT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "sort.yaml"
 SETTINGS = {  # setting -> (config file, overrides)
     "demo": (DEMO_CONFIG, []),

@@ -53,7 +53,7 @@ DEMO_CONFIG = ROOT / "configs" / "demo.yaml"
 # The benchmark times training, so both sides skip what the other cannot do alike: rlvr's sampled
 # evaluation, TensorBoard, plots, progress bar and intermediate checkpoints (TRL: report_to none, no saves).
 RLVR_OVERRIDES = ["sft.steps=0", "eval.samples=0", "checkpoint.every=0", "log.progress=false",
-                  "log.tensorboard=false", "log.plots=false", "log.samples_per_eval=0"]
+                  "log.report_to=[]", "log.plots=false", "log.samples_per_eval=0"]
 AGGREGATIONS = {"seq_mean_token_mean": "grpo", "seq_sum_constant": "dr_grpo", "token_mean": "dapo"}
 ADVANTAGES = {"grpo": "group", "centered": "none"}
 

@@ -21,7 +21,7 @@ stamp=.venv/.rlvr-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ scripts/setup.sh -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q "torch==2.13.0"
-  .venv/bin/python -m pip install -q -e ".[test,gym,peft,ray,parquet]" "torch==2.13.0"
+  .venv/bin/python -m pip install -q -e ".[test,gym,peft,ray,parquet,trackers]" "torch==2.13.0"
   touch "$stamp"
 fi
 # A fast allocator: the rlvr command re-executes itself with tcmalloc preloaded when it is installed

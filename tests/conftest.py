@@ -2,8 +2,15 @@
 
 import os
 import signal
+import tempfile
 
 import pytest
+
+# The experiment trackers (log.report_to) stay on this machine in every test: wandb writes offline into the run
+# folder, trackio into a folder of the session (its path is read when trackio is imported), MLflow into the run
+# folder's file store (rlvr's default when MLFLOW_TRACKING_URI is unset).
+os.environ.update(WANDB_MODE="offline", WANDB_SILENT="true", TRACKIO_DIR=tempfile.mkdtemp(prefix="rlvr-trackio-"))
+os.environ.pop("MLFLOW_TRACKING_URI", None)
 
 
 @pytest.fixture

@@ -81,7 +81,7 @@ print(sys.version.split()[0], torch.__version__, torch.cuda.is_available() and t
 # it learns. A run folder from an earlier call on this machine is cleared first (a held run is refused).
 rm -rf "$STAGE/runs"
 TRAIN=(configs/sort.yaml --set model.tiny_preset=demo rollout.engine=vllm task.options.reward=sparse
-       log.tensorboard=false log.plots=false "${PLACE[@]}")
+       "log.report_to=[]" log.plots=false "${PLACE[@]}")
 check train_vllm 150 python3 -m rlvr train "${TRAIN[@]}" out_dir="$STAGE/runs/vllm"
 check train_vllm_lora 150 python3 -m rlvr train "${TRAIN[@]}" model.lora.r=8 rollout.vllm_lora=adapter \
     out_dir="$STAGE/runs/lora"

@@ -7,13 +7,14 @@ Names looked up in registries (task, losses, rewards) are checked when a run is 
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from rlvr.config.sections import (OLD_LOGPROBS, PACKING, ZERO_ADVANTAGE_ROWS, Config, ConfigError, DistributedConfig,
-                                  check_finite_number)
+from rlvr.config.sections import (OLD_LOGPROBS, PACKING, TRACKERS, ZERO_ADVANTAGE_ROWS, Config, ConfigError,
+                                  DistributedConfig, check_finite_number)
 
 
 # key: (low, high, low included, high included); None = unbounded. Every float must also be finite.
@@ -35,7 +36,7 @@ _RANGES = {
         "value.coef", "rollout.temperature", "rollout.top_k", "model.lora.r", "log.samples_per_eval",
         "train.mini_batch_size", "train.micro_batch_size", "train.micro_batch_tokens", "reward.timeout",
         "reward.workers", "distributed.rollout_cpus", "distributed.rollout_gpus", "distributed.learner_cpus",
-        "distributed.learner_gpus")},
+        "distributed.learner_gpus", "log.peak_tflops")},
     "distributed.rollout_workers": (1, None, 1, 0), "distributed.learners": (1, None, 1, 0),
 }
 
@@ -175,6 +176,26 @@ def _check_distributed(cfg: Config) -> None:
                           f"distributed.learners ({d.learners})")
 
 
+def _check_trackers(cfg: Config) -> None:
+    """log.report_to: known names, each tracker's library installed (find_spec: importing wandb or mlflow takes
+    seconds); the deprecated log.tensorboard folded in, so the saved config says it one way."""
+    log = cfg.log
+    if log.tensorboard is not None:
+        logging.getLogger("rlvr").warning("log.tensorboard is deprecated: log.report_to lists the trackers "
+                                          f"(read as tensorboard {'in' if log.tensorboard else 'out of'} it)")
+        wanted = [t for t in log.report_to if t != "tensorboard"]
+        log.report_to, log.tensorboard = (["tensorboard", *wanted] if log.tensorboard else wanted), None
+    for name in log.report_to:
+        if name not in TRACKERS:
+            raise ConfigError(f"log.report_to: unknown tracker {name!r}; choose from {list(TRACKERS)}")
+        module, package = TRACKERS[name]
+        if module is not None and importlib.util.find_spec(module) is None:
+            raise ConfigError(f"log.report_to: {name} is not installed; pip install 'rlvr[{name}]' "
+                              f"(or pip install {package})")
+    if len(set(log.report_to)) != len(log.report_to):
+        raise ConfigError(f"log.report_to names a tracker twice: {log.report_to}")
+
+
 def _check_files(cfg: Config) -> None:
     if not cfg.out_dir.strip():  # Path("") is the current folder: the run would be written into it
         raise ConfigError("out_dir must not be empty")
@@ -186,13 +207,15 @@ def _check_files(cfg: Config) -> None:
 
 
 def validate(cfg: Config) -> Config:
-    """Raise ConfigError (one line) on values, sizes and files; return cfg unchanged. Names looked up in
+    """Raise ConfigError (one line) on values, sizes and files; return cfg (the deprecated log.tensorboard
+    folded into log.report_to, else unchanged). Names looked up in
     registries (task, losses, rewards) are checked when a run is set up (`rlvr.train.validate`)."""
     _check_ranges(cfg)
     _check_batches(cfg)
     _check_distributed(cfg)
     _check_files(cfg)
     _check_rollout_engine(cfg)
+    _check_trackers(cfg)
     return cfg
 
 

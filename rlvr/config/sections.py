@@ -262,10 +262,31 @@ class CheckpointConfig:
     keep: int = f(2, "Keep the newest this many checkpoints.")
 
 
+# log.report_to names -> (module that must import, pip package): the trackers a run's metrics also go to.
+# `jsonl` is the run folder's own metrics.jsonl / timings.jsonl, always written (the doctor, report and resume read
+# them); naming it is allowed, as TRL users list their sinks.
+TRACKERS = {"tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wandb"),
+            "mlflow": ("mlflow", "mlflow-skinny"), "trackio": ("trackio", "trackio"), "jsonl": (None, None)}
+
+
 @dataclass
 class LogConfig:
     progress: bool = f(True, "Live progress bar (rich).")
-    tensorboard: bool = f(True, "TensorBoard event files in the run folder.")
+    report_to: list = f(["tensorboard"], "Trackers every step's metrics and timings also go to (TRL's report_to): "
+                                         "tensorboard (event files in RUN/tensorboard), wandb (its own settings: "
+                                         "WANDB_MODE=offline writes RUN/wandb only), mlflow (MLFLOW_TRACKING_URI, "
+                                         "else a file store in RUN/mlruns), trackio (its local database; "
+                                         "TRACKIO_DIR), jsonl (metrics.jsonl, always written). [] = the jsonl "
+                                         "files only. Each but jsonl is an extra: pip install 'rlvr[wandb]'.")
+    project: str = f("rlvr", "Project (wandb, trackio) or experiment (mlflow) name of the tracker runs; each run "
+                             "is named after its run folder.")
+    peak_tflops: float = f(0.0, "The peak TFLOP/s that perf/mfu in timings.jsonl is measured against. 0: the "
+                                "vendor's dense peak in model.dtype of the GPU this process trains on, from "
+                                "rlvr.logging.throughput.GPU_PEAKS (no MFU on a CPU, an unlisted GPU or under "
+                                "distributed.backend=ray, whose learners run elsewhere); set it for those, in total "
+                                "over the devices that train.")
+    tensorboard: bool | None = f(None, "Deprecated, kept so that older run folders resume: log.report_to lists the "
+                                       "trackers. true puts tensorboard in report_to, false takes it out.")
     plots: bool = f(True, "PNG plots of the main curves in plots/, drawn when the run ends or is stopped by "
                           "Ctrl-C/SIGTERM (`rlvr report` draws them for a run still going).")
     samples_per_eval: int = f(8, "Held-out completions written to samples.jsonl at every evaluation.")

@@ -1,4 +1,4 @@
-"""Metric sinks: jsonl files and TensorBoard. They take Python numbers; the loop does the `.item()`.
+"""Metric sinks: jsonl files and TensorBoard (the other trackers: `rlvr.logging.trackers`). They take Python numbers; the loop does the `.item()`.
 
 Deterministic values go to `metrics.jsonl` and wall-clock timings to `timings.jsonl`, so two runs
 with the same seed produce byte-identical `metrics.jsonl` files. On resume from step k, every
@@ -88,27 +88,33 @@ class TensorBoardSink:
         self._writer.close()
 
 
-class MetricsLogger:
-    """Fan one step's metrics out to metrics.jsonl, timings.jsonl and (optionally) TensorBoard."""
+def tracker_values(metrics: dict[str, float], timings: dict[str, float]) -> dict[str, float]:
+    """One step's values as the trackers get them: the timings under `time/` (throughput keys already carry
+    their own prefix, `perf/`), so that they sort apart from the metrics."""
+    return {**metrics, **{k if "/" in k else f"time/{k}": v for k, v in timings.items()}}
 
-    def __init__(self, run_dir: Path, tensorboard: bool, resume_step: int | None = None):
+
+class MetricsLogger:
+    """Fan one step's metrics out to metrics.jsonl, timings.jsonl and the trackers of `log.report_to`
+    (`rlvr.logging.trackers.open_trackers`: TensorBoard, wandb, MLflow, trackio)."""
+
+    def __init__(self, run_dir: Path, resume_step: int | None = None, trackers: list | None = None):
         run_dir = Path(run_dir)
         self.metrics = JsonlSink(run_dir / METRICS, resume_step)
         self.timings = JsonlSink(run_dir / TIMINGS, resume_step)
         self.samples = JsonlSink(run_dir / SAMPLES, resume_step)
-        self.tb = TensorBoardSink(run_dir / "tensorboard", resume_step) if tensorboard else None
+        self.trackers = list(trackers or [])
 
     def log(self, step: int, metrics: dict[str, float], timings: dict[str, float]) -> None:
         self.metrics.write({"step": step, **metrics})
         self.timings.write({"step": step, **timings})
-        if self.tb is not None:
-            self.tb.write(step, {**metrics, **{f"time/{k}": v for k, v in timings.items()}})
+        for tracker in self.trackers:
+            tracker.write(step, tracker_values(metrics, timings))
 
     def log_samples(self, step: int, samples: list[dict[str, Any]]) -> None:
         for sample in samples:
             self.samples.write({"step": step, **sample})
 
     def close(self) -> None:
-        for sink in (self.metrics, self.timings, self.samples, self.tb):
-            if sink is not None:
-                sink.close()
+        for sink in (self.metrics, self.timings, self.samples, *self.trackers):
+            sink.close()

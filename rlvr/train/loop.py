@@ -93,6 +93,9 @@ def train(cfg: Config, resume: bool = False, run: Run | None = None, or_start: b
             record = {**_floats(batch.metrics()), **update}
             timings = {"s_per_step": time.perf_counter() - tic, "rollout_s": t_rollout, "update_s": t_update,
                        "sync_s": t_sync}
+            if run.throughput is not None:  # tokens/s, samples/s, memory, MFU (rlvr.logging.throughput)
+                timings.update(run.throughput.measure([len(p) for p in batch.prompt_ids],
+                                                      [len(c) for c in batch.completion_ids], timings))
             if step % max(cfg.eval.every, 1) == 0 and cfg.eval.every or step == cfg.train.steps:
                 tic = time.perf_counter()
                 last_eval = _evaluate(run, step, guard)

@@ -13,7 +13,9 @@ import torch
 from rlvr.algorithms.sft import located_pairs_from_jsonl, pairs_from_task, train_sft
 from rlvr.config import Config, ConfigError, save_config, with_absolute_paths
 from rlvr.logging.sinks import MetricsLogger
-from rlvr.models import load_policy, load_tokenizer, make_tiny_model_dir, save_model
+from rlvr.logging.throughput import ModelShape, Throughput, gpu_peak_tflops
+from rlvr.logging.trackers import open_trackers
+from rlvr.models import load_policy, load_tokenizer, make_tiny_model_dir, resolve_placement, save_model
 from rlvr.seeds import seed_everything
 from rlvr.tasks import Example, Task, TooFewExamples, get_task
 from rlvr.train.checkpoint import load_state, set_rng_state
@@ -33,6 +35,7 @@ class Run:
     eval_examples: list[Example]
     logger: MetricsLogger
     start_step: int
+    throughput: Throughput | None = None  # the perf/ record of each step (timings.jsonl)
 
 
 def held_out_examples(cfg: Config, task: Task) -> list[Example]:
@@ -131,5 +134,17 @@ def prepare_run(cfg: Config, resume: bool = False, on_sft=None, or_start: bool =
         rollout.load_state_dict(state["data"])
         set_rng_state(state["rng"])
         start_step = rollout.version = int(state["step"])
-    logger = MetricsLogger(run_dir, cfg.log.tensorboard, start_step if checkpoint else None)
-    return Run(cfg, run_dir, task, learner, rollout, eval_examples, logger, start_step)
+    resume_step = start_step if checkpoint else None
+    trackers = open_trackers(cfg.log.report_to, run_dir, cfg.log.project, asdict(cfg), resume_step)
+    logger = MetricsLogger(run_dir, resume_step, trackers)
+    return Run(cfg, run_dir, task, learner, rollout, eval_examples, logger, start_step, throughput(cfg, init))
+
+
+def throughput(cfg: Config, model_dir: Path) -> Throughput:
+    """The step's throughput meter: FLOPs from the start model's folder, MFU against log.peak_tflops or, training
+    on a GPU in this process, that GPU's stated peak in model.dtype."""
+    device = resolve_placement(cfg.model).device
+    cuda = device if device.type == "cuda" and cfg.distributed.backend == "none" else None
+    peak = cfg.log.peak_tflops or (gpu_peak_tflops(torch.cuda.get_device_name(cuda), cfg.model.dtype)
+                                   if cuda is not None else None)
+    return Throughput(ModelShape.from_folder(model_dir), cfg.algorithm.mu, peak, cuda)

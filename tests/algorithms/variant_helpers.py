@@ -16,7 +16,7 @@ TINY = [
     "sft.batch_size=16",
     "train.steps=2", "train.batch_size=8", "train.group_size=4", "train.mini_batch_size=0",
     "rollout.max_new_tokens=8",
-    "eval.samples=2", "eval.every=0", "optim.lr=1e-3", "log.progress=false", "log.tensorboard=false",
+    "eval.samples=2", "eval.every=0", "optim.lr=1e-3", "log.progress=false", "log.report_to=[]",
     "log.plots=false", "checkpoint.every=0", "threads=1",
 ]
 

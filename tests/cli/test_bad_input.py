@@ -14,7 +14,7 @@ from rlvr.cli import main
 RUN = {"seed": 0, "threads": 1, "task": {"name": "sort", "options": {"length": 3}, "train_size": 50, "eval_size": 2},
        "rollout": {"max_new_tokens": 6}, "train": {"steps": 2, "batch_size": 4, "group_size": 2},
        "eval": {"every": 0, "samples": 0}, "checkpoint": {"every": 1, "keep": 3},
-       "log": {"progress": False, "tensorboard": False, "plots": False}}
+       "log": {"progress": False, "report_to": [], "plots": False}}
 
 
 @pytest.fixture(scope="module")

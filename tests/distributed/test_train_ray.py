@@ -23,7 +23,7 @@ def _learn_config(path, model, **distributed):
         algorithm={"mu": 2, "is_cap": 2.0}, rollout={"max_new_tokens": 10, "max_staleness": distributed.pop("k", 0)},
         train={"steps": 30, "batch_size": 256, "group_size": 8, "mini_batch_size": 128},
         optim={"lr": 3e-4, "warmup_steps": 2}, eval={"every": 0, "samples": 8}, checkpoint={"every": 0},
-        log={"progress": False, "plots": False, "tensorboard": False}, distributed=ray_sections(**distributed))
+        log={"progress": False, "plots": False, "report_to": []}, distributed=ray_sections(**distributed))
 
 
 @pytest.mark.parametrize("placement", [{"rollout_workers": 2},

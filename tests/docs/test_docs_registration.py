@@ -20,7 +20,7 @@ DOC = ROOT / "docs" / "rewards_tasks_eval.md"
 HEADING = "### Your own rewards and tasks\n"
 TINY = ["model.tiny_preset=test", "task.train_size=64", "task.eval_size=4", "sft.steps=2", "sft.batch_size=8",
         "train.steps=1", "train.batch_size=8", "train.group_size=4", "train.mini_batch_size=0", "eval.every=0",
-        "eval.samples=2", "log.progress=false", "log.tensorboard=false", "log.plots=false", "checkpoint.every=0",
+        "eval.samples=2", "log.progress=false", "log.report_to=[]", "log.plots=false", "checkpoint.every=0",
         "threads=1"]
 
 

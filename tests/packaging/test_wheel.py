@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["--set", "sft.steps=2", "--set", "train.batch_size=16", "--set", "train.mini_batch_size=8",
          "--set", "task.eval_size=8", "--set", "eval.samples=0", "--set", "log.progress=false",
-         "--set", "log.tensorboard=false", "--set", "log.plots=false", "--set", "checkpoint.every=0"]
+         "--set", "log.report_to=[]", "--set", "log.plots=false", "--set", "checkpoint.every=0"]
 
 
 def _run(args, cwd, env, timeout=600):

@@ -25,7 +25,7 @@ from rlvr.train.setup import prepare_run
 
 TINY = ["model.tiny_preset=test", "task.options={length: 3}", "task.train_size=64", "task.eval_size=4",
         "train.steps=3", "train.batch_size=8", "train.group_size=4", "rollout.max_new_tokens=6",
-        "eval.samples=0", "eval.every=0", "log.progress=false", "log.tensorboard=false", "log.plots=false",
+        "eval.samples=0", "eval.every=0", "log.progress=false", "log.report_to=[]", "log.plots=false",
         "checkpoint.every=1", "checkpoint.keep=3", "threads=1", "train.mini_batch_size=4",
         "train.zero_advantage_rows=train"]  # the poisoned loss runs on every row, also those of advantage 0
 

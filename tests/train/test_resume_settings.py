@@ -135,7 +135,7 @@ def test_a_run_stopped_by_a_signal_draws_its_plots(tmp_path, sigint_at_step):
     sigint_at_step(2)
     cfg = load_config(_built_here(tmp_path, "run", sft={"steps": 0}, train={"steps": 4, "batch_size": 16,
                                                                             "group_size": 4},
-                                  log={"progress": False, "plots": True, "tensorboard": False}))
+                                  log={"progress": False, "plots": True, "report_to": []}))
     with pytest.raises(Interrupted):
         train(cfg)
     assert list((tmp_path / "run" / "plots").glob("*.png"))

@@ -17,7 +17,7 @@ from rlvr.train.validate import check_registries
 HANGING, LOCAL = "sort_hanging_reward", "sort_local_reward"
 TINY = ["model.tiny_preset=test", "task.options={length: 3}", "task.train_size=64", "task.eval_size=4",
         "train.steps=1", "train.batch_size=8", "train.group_size=4", "rollout.max_new_tokens=6",
-        "eval.samples=0", "eval.every=0", "log.progress=false", "log.tensorboard=false", "log.plots=false",
+        "eval.samples=0", "eval.every=0", "log.progress=false", "log.report_to=[]", "log.plots=false",
         "checkpoint.every=0", "threads=1"]
 
 

@@ -41,7 +41,7 @@ class FixedOutcomeSort(SortTask):
 if FIXED not in TASKS:
     register_task(FIXED)(FixedOutcomeSort)
 
-QUICK = dict(eval={"every": 0, "samples": 0}, log={"progress": False, "tensorboard": False, "plots": False})
+QUICK = dict(eval={"every": 0, "samples": 0}, log={"progress": False, "report_to": [], "plots": False})
 
 
 def run_config(config_factory, name, sampler, options=None, **sections):

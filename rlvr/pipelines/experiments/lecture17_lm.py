@@ -52,7 +52,7 @@ def _overrides(out: Path, seed: int, s: LMSizes) -> list[str]:
             "algorithm.advantage=grpo", "algorithm.beta=0.0", f"train.steps={s.rl_steps}",
             f"train.batch_size={s.batch_size}", f"train.group_size={s.group_size}", "optim.lr=3e-4",
             "optim.max_grad_norm=1.0", "eval.every=0", "eval.samples=0", "log.progress=false",
-            "log.tensorboard=false", "checkpoint.every=0", f"threads={s.threads}"]
+            "log.report_to=[]", "checkpoint.every=0", f"threads={s.threads}"]
 
 
 def _metrics(run_dir: Path) -> list[dict]:

@@ -57,7 +57,7 @@ def thinking_curve(runs: Path, seed: int, threads: int, budgets: Sequence[int], 
                              f"sft.data={data}", f"sft.steps={sft_steps}", "sft.batch_size=32", "sft.lr=3e-3",
                              "train.steps=1", "train.batch_size=8", "train.group_size=4", "optim.lr=1e-12",
                              "eval.every=0", "eval.samples=0", "task.eval_size=4", "log.progress=false",
-                             "log.tensorboard=false", "checkpoint.every=0", f"threads={threads}",
+                             "log.report_to=[]", "checkpoint.every=0", f"threads={threads}",
                              "rollout.max_new_tokens=8"])
     warm = folder / "run" / "sft_model"
     if not warm.is_dir():  # a finished run is read back, not redone
