@@ -32,16 +32,14 @@ from torch import Tensor, nn
 from rlvr.core import (
     aggregate_loss,
     clipped_value_loss,
-    entropy_from_logits,
     gae,
     get_kl_estimator,
     kl_shaped_rewards,
     masked_mean,
     masked_whiten,
-    token_logprobs,
 )
 from rlvr.models import load_model
-from rlvr.rollout.batch import completion_index, packed_call, packs, policy_logprobs, to_completions
+from rlvr.rollout.batch import completion_index, packed_call, packs, policy_logprobs, scored_logprobs, to_completions
 
 TOKEN_ADVANTAGES = ("gae", "reinforce_pp")  # per-token estimators of this module; the rest are group ones
 VALUE_MODELS = ("shared", "separate")
@@ -149,7 +147,8 @@ def _check_plain_lm_head(policy: nn.Module) -> None:
 
 
 def forward_with_values(policy: nn.Module, value_model: ValueModel, batch, temperature: float,
-                        with_entropy: bool = False, packing: str = "never") -> tuple[Tensor, Tensor | None, Tensor]:
+                        with_entropy: bool = False, packing: str = "never", top_k: int = 0, top_p: float = 1.0
+                        ) -> tuple[Tensor, Tensor | None, Tensor]:
     """(log pi (B, W), entropy (B, W) or None, V (B, W)) of a `RolloutBatch`.
 
     Shared: one pass through the policy trunk feeds both the LM head and the value head. Separate:
@@ -158,7 +157,8 @@ def forward_with_values(policy: nn.Module, value_model: ValueModel, batch, tempe
     completions.
     """
     if not value_model.shared:
-        logprobs, entropy = policy_logprobs(policy, batch, temperature, with_entropy, packing=packing)
+        logprobs, entropy = policy_logprobs(policy, batch, temperature, with_entropy, packing=packing, top_k=top_k,
+                                            top_p=top_p)
         return logprobs, entropy, value_model.values(batch, packing)
     packed = packs(policy.config, batch, packing)
     if packed:
@@ -169,13 +169,7 @@ def forward_with_values(policy: nn.Module, value_model: ValueModel, batch, tempe
                                    use_cache=False).last_hidden_state[:, batch.start : -1]  # (B, W, H)
         labels = batch.input_ids[:, batch.start + 1 :]  # (B, W)
     logits = policy.get_output_embeddings()(hidden)  # (B, W, V), packed (M, V)
-    if temperature > 0 and temperature != 1.0:
-        logits = logits / temperature
-    logprobs = token_logprobs(logits, labels)  # (B, W), packed (M,)
-    entropy = None
-    if with_entropy:
-        with torch.no_grad():
-            entropy = entropy_from_logits(logits.detach())
+    logprobs, entropy = scored_logprobs(logits, labels, temperature, top_k, top_p, with_entropy)  # (B, W), (M,)
     values = value_model.head(hidden)
     columns = partial(to_completions, mask=batch.mask) if packed else lambda x: x  # packed (M,) -> (B, W)
     return columns(logprobs), None if entropy is None else columns(entropy), columns(values)

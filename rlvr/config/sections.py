@@ -103,9 +103,10 @@ class SFTConfig:
 class RolloutConfig:
     temperature: float = f(1.0, "Sampling temperature for training rollouts. Training log-probs use the "
                                 "same temperature, so the importance ratio compares like with like.")
-    top_p: float = f(1.0, "Nucleus sampling threshold (1 = off). Anything but 1 biases the policy "
-                          "gradient, since the sampler is no longer the policy being trained.")
-    top_k: int = f(0, "Top-k sampling (0 = off); same caveat as top_p.")
+    top_p: float = f(1.0, "Nucleus sampling threshold (1 = off; Holtzman et al. 2020). The learner scores the "
+                          "filtered distribution the tokens were drawn from (rlvr.core.process_logits, docs/core.md), "
+                          "so the policy trained is the filtered one and the importance ratio stays exact.")
+    top_k: int = f(0, "Top-k sampling (0 = off); scored like top_p.")
     max_new_tokens: int = f(16, "Completion length cap; cut completions have finish_reason=length.")
     engine: str = f("auto", "Generation engine: `hf` (rlvr's own KV-cached sampler on the trained module, no "
                             "copy of the weights), `vllm` (vLLM in the same process, its weights synced after "
@@ -224,8 +225,8 @@ class TrainConfig:
                              "under 0.8x the FLOPs of the padded or shared-prompt forward (completion lengths "
                              "that spread widely); 'always', 'never' (docs/performance_update.md).")
     old_logprobs: str = f("auto", "Where pi_old comes from when mu > 1 or several minibatches: 'auto' reuses the "
-                                  "sampler's log-probs when they are the same quantity (the in-process engine, "
-                                  "temperature 1, float32, weights of this update) and skips a forward pass; "
+                                  "sampler's log-probs when they are the same quantity (the in-process engine in "
+                                  "float32, weights of this update) and skips a forward pass; "
                                   "'recompute' always runs it.")
     zero_advantage_rows: str = f("auto", "Rows whose advantage is exactly 0 (every group whose rewards are all equal) "
                                          "add nothing to the gradient when the loss has no other term that reads them: "

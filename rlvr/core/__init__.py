@@ -56,12 +56,19 @@ from rlvr.core.preference import (
     ln_dpo_loss,
     simpo_loss,
 )
+from rlvr.core.processing import apply_top_k, apply_top_p, filtered_out, process_logits, top_k_drop, top_p_drop
 
 __all__ = [
     "flat_group_share",
     "informative_groups",
     "IS_MODES",
     "behaviour_is_weights",
+    "apply_top_k",
+    "apply_top_p",
+    "filtered_out",
+    "process_logits",
+    "top_k_drop",
+    "top_p_drop",
     "ADVANTAGES",
     "AGGREGATION_MODES",
     "KL_ESTIMATORS",

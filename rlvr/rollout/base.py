@@ -51,8 +51,8 @@ class Completion:
     text: str  # decoded completion, special tokens and any stop string removed
     finish_reason: str  # "stop" (EOS or a stop string) or "length" (max_new_tokens reached)
     extra: dict = field(default_factory=dict)
-    # entropy of the model's raw distribution at each generated position, len == len(token_ids); None: the engine
-    # was not asked for them (HFEngine(entropies=True) computes them)
+    # entropy at each generated position of the distribution `logprobs` are of, len == len(token_ids); None: the
+    # engine was not asked for them (HFEngine(entropies=True) computes them)
     entropies: list[float] | None = None
 
 

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedTokenizerBase
 
-from rlvr.core import entropy_from_logits, token_logprobs
+from rlvr.core import entropy_from_logits, process_logits, token_logprobs
 from rlvr.models.varlen import forward_packed, uses_varlen
 from rlvr.rollout.prefix import (PrefixPlan, full_attention_only, plan_shared_prefix, shared_prefix_logits,
                                  shares_prefix)
@@ -144,12 +144,28 @@ def micro_batches(attention_mask: Tensor, rows: int, tokens: int) -> list[Tensor
     return [torch.tensor(g) for g in groups]
 
 
+def scored_logprobs(logits: Tensor, labels: Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0,
+                    with_entropy: bool = False) -> tuple[Tensor, Tensor | None]:
+    """The learner's one rule (docs/core.md): log q(label) (...) under the processed distribution q the
+    completions were sampled from (`rlvr.core.process_logits`: logits / T, then top-k, then top-p, the label
+    always kept), and optionally q's entropy (...) without gradient. logits (..., V), labels (...)."""
+    logits = process_logits(logits, temperature, top_k, top_p, keep=labels)
+    logprobs = token_logprobs(logits, labels)
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            entropy = entropy_from_logits(logits.detach())
+    return logprobs, entropy
+
+
 def policy_logprobs(model, batch: RolloutBatch, temperature: float, with_entropy: bool = False,
-                    share_prefix: bool = True, packing: str = "never") -> tuple[Tensor, Tensor | None]:
+                    share_prefix: bool = True, packing: str = "never", top_k: int = 0, top_p: float = 1.0
+                    ) -> tuple[Tensor, Tensor | None]:
     """log pi(label) per position (B, W) and, optionally, the entropy (B, W) without gradient.
 
-    Logits are divided by the sampling temperature, as in TRL: the importance ratio then compares
-    the trained policy with the distribution the completions were actually sampled from. Rows that
+    pi is the distribution the completions were sampled from, processed by the sampling temperature,
+    top-k and top-p (`scored_logprobs`), which is what the engines report (`SCORED_LOGPROBS`): the
+    importance ratio then compares the trained policy with the sampler like for like. Rows that
     share a prompt (a GRPO group) have it computed once (`rlvr.rollout.prefix`) where that saves work
     and `share_prefix` allows it. `packing` (`train.packing`: auto, always, never) runs the rows without
     padding instead (`packed_logprobs`), always or where that costs less (`packs`). With either,
@@ -158,7 +174,7 @@ def policy_logprobs(model, batch: RolloutBatch, temperature: float, with_entropy
     plan = plan_shared_prefix(batch.input_ids, batch.attention_mask, batch.mask, batch.start) \
         if share_prefix and packing != "always" and shares_prefix(model) else None
     if packs(model.config, batch, packing, plan):
-        return packed_logprobs(model, batch, temperature, with_entropy)
+        return packed_logprobs(model, batch, temperature, with_entropy, top_k, top_p)
     if plan is None:
         keep = batch.input_ids.shape[1] - batch.start  # positions start .. L-1
         out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask.long(),
@@ -168,33 +184,22 @@ def policy_logprobs(model, batch: RolloutBatch, temperature: float, with_entropy
     else:
         logits = shared_prefix_logits(model, plan)  # (B, S - 1, V)
         labels = plan.suffix_ids[:, 1:]  # (B, S - 1)
-    if temperature > 0 and temperature != 1.0:
-        logits = logits / temperature
-    logprobs = token_logprobs(logits, labels)
-    entropy = None
-    if with_entropy:
-        with torch.no_grad():
-            entropy = entropy_from_logits(logits.detach())
+    logprobs, entropy = scored_logprobs(logits, labels, temperature, top_k, top_p, with_entropy)
     if plan is not None:  # suffix label positions -> the batch's (B, W) label columns
         logprobs = _to_columns(logprobs, plan.columns, batch.mask)
         entropy = None if entropy is None else _to_columns(entropy, plan.columns, batch.mask)
     return logprobs, entropy
 
 
-def packed_logprobs(model, batch: RolloutBatch, temperature: float, with_entropy: bool = False
-                    ) -> tuple[Tensor, Tensor | None]:
+def packed_logprobs(model, batch: RolloutBatch, temperature: float, with_entropy: bool = False, top_k: int = 0,
+                    top_p: float = 1.0) -> tuple[Tensor, Tensor | None]:
     """`policy_logprobs` without padding (`packed_call`): logits only at the positions that predict a
     completion token, so the forward costs the batch's real tokens, not B x its longest row."""
     keep = completion_index(batch)  # (M,)
     logits = packed_call(model, batch, logits_to_keep=keep).logits[0]  # (M, V)
-    if temperature > 0 and temperature != 1.0:
-        logits = logits / temperature
-    logprobs = to_completions(token_logprobs(logits, batch.input_ids[:, batch.start + 1 :][batch.mask]), batch.mask)
-    entropy = None
-    if with_entropy:
-        with torch.no_grad():
-            entropy = to_completions(entropy_from_logits(logits.detach()), batch.mask)
-    return logprobs, entropy
+    labels = batch.input_ids[:, batch.start + 1 :][batch.mask]  # (M,)
+    logprobs, entropy = scored_logprobs(logits, labels, temperature, top_k, top_p, with_entropy)
+    return to_completions(logprobs, batch.mask), None if entropy is None else to_completions(entropy, batch.mask)
 
 
 PACKING_MARGIN = 0.8  # "auto" packs when that costs under this share of the layout it replaces
@@ -275,11 +280,11 @@ def _to_columns(values: Tensor, columns: Tensor, mask: Tensor) -> Tensor:
 
 @torch.no_grad()
 def cached_logprobs(model, batch: RolloutBatch, temperature: float, micro_batch_size: int,
-                    packing: str = "never") -> Tensor:
+                    packing: str = "never", top_k: int = 0, top_p: float = 1.0) -> Tensor:
     """log-probs (B, W) of the whole batch under `model`, in micro-batches, without gradient."""
     out = torch.zeros(batch.mask.shape, dtype=torch.float32, device=batch.mask.device)
     for lo in range(0, len(batch), micro_batch_size):
         part = batch.select(slice(lo, lo + micro_batch_size))
-        logprobs, _ = policy_logprobs(model, part, temperature, packing=packing)
+        logprobs, _ = policy_logprobs(model, part, temperature, packing=packing, top_k=top_k, top_p=top_p)
         out[lo : lo + micro_batch_size, : logprobs.shape[1]] = logprobs
     return out

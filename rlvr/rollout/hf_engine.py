@@ -60,9 +60,10 @@ class HFEngine:
         (`cascade_applies`) and pays (`cascade_saving`: enough prompt keys/values saved per row and layer); True
         wherever it applies (groups of two rows or more); False keeps the copy-to-every-row layout and the
         model's own kernel throughout.
-    entropies: also return the entropy of the raw distribution at each generated position
-        (`Completion.entropies`, one softmax over the vocabulary per token): at temperature 1 in float32, the
-        training forward's entropy metric, which the learner then reads from here (`sampler_is_policy`).
+    entropies: also return the entropy at each generated position of the distribution the log-probs are of
+        (`logprobs_mode`; `Completion.entropies`, one softmax over the vocabulary per token): in float32 and
+        processed, the training forward's entropy metric, which the learner then reads from here
+        (`sampler_is_policy`).
 
     Weight sharing: built on the very module the trainer optimises, the engine samples from the
     current weights with no copy and `load_weights` is a no-op for those tensors.
@@ -227,11 +228,11 @@ class HFEngine:
         seq = torch.arange(rows, device=dev)  # row -> sequence id
         with decoding_kernel(self.model, CASCADE) if cascade else nullcontext():
             for t in range(max_new):
-                token, logprob = sample_next(logits, sampling.temperature, sampling.top_k, sampling.top_p,
-                                             generator, self.logprobs_mode)
+                token, logprob, scored = sample_next(logits, sampling.temperature, sampling.top_k, sampling.top_p,
+                                                     generator, self.logprobs_mode)
                 tokens[seq, t], logprobs[seq, t] = token, logprob.float()
-                if entropies is not None:  # of the raw distribution, as the raw log-probs
-                    entropies[seq, t] = entropy_from_logits(logits.float())
+                if entropies is not None:  # of the distribution the log-probs are of (`logprobs_mode`)
+                    entropies[seq, t] = entropy_from_logits(scored)
                 done = torch.isin(token, self.eos_ids) & (not sampling.ignore_eos)  # (R',)
                 if stops.stops:
                     done |= stops.hits(tokens.cpu(), seq.cpu(), t).to(dev)

@@ -1,7 +1,8 @@
 """Next-token selection: temperature, top-k, top-p, greedy, and the log-prob that goes with each token.
 
-Pure tensor functions (logits in, tokens and log-probs out) so each step can be tested by hand.
-The order temperature -> top-k -> top-p is the one vLLM and Hugging Face `generate` use.
+Pure tensor functions (logits in, tokens and log-probs out) so each step can be tested by hand. The
+distribution sampled from is `rlvr.core.process_logits` (temperature -> top-k -> top-p, vLLM's and Hugging
+Face `generate`'s order), the one the learner scores (`SCORED_LOGPROBS`).
 """
 
 from __future__ import annotations
@@ -9,44 +10,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from rlvr.core import process_logits
+
 LOGPROBS_MODES = ("raw_logprobs", "processed_logprobs")
-
-
-def apply_top_k(logits: Tensor, k: int) -> Tensor:
-    """Keep the k largest logits of each row (ties with the k-th are kept), the rest -> -inf.
-
-    logits: (R, V). k <= 0 or k >= V disables the filter.
-    """
-    if k <= 0 or k >= logits.shape[-1]:
-        return logits
-    kth = logits.topk(k, dim=-1).values[:, -1:]  # (R, 1)
-    return logits.masked_fill(logits < kth, float("-inf"))
-
-
-def apply_top_p(logits: Tensor, p: float) -> Tensor:
-    """Nucleus filter (Holtzman et al. 2020, "The Curious Case of Neural Text Degeneration"): keep the
-    smallest set of most likely tokens whose probability mass reaches p; the rest -> -inf.
-
-    logits: (R, V). p >= 1 disables the filter; the most likely token is always kept.
-    """
-    if p >= 1.0:
-        return logits
-    sorted_logits, order = logits.sort(dim=-1, descending=True)  # (R, V)
-    probs = sorted_logits.softmax(dim=-1)
-    mass_before = probs.cumsum(dim=-1) - probs  # (R, V) mass of the strictly more likely tokens
-    drop_sorted = mass_before >= p  # position 0 has mass_before == 0 < p, so it is always kept
-    drop = torch.empty_like(drop_sorted).scatter_(-1, order, drop_sorted)
-    return logits.masked_fill(drop, float("-inf"))
-
-
-def process_logits(logits: Tensor, temperature: float, top_k: int, top_p: float) -> Tensor:
-    """The logits of the distribution actually sampled from: logits / T, then top-k, then top-p.
-
-    logits: (R, V) float32; temperature > 0.
-    """
-    if temperature != 1.0:
-        logits = logits / temperature
-    return apply_top_p(apply_top_k(logits, top_k), top_p)
+# What a training engine reports of each sampled token: its log-prob under the processed distribution it was
+# drawn from, which is what the learner scores (`rlvr.rollout.batch.policy_logprobs`, through the same
+# `process_logits`), so the importance ratio pi_old / pi_sampler is 1 at equal weights (docs/core.md).
+SCORED_LOGPROBS = "processed_logprobs"
 
 
 def sample_inverse_cdf(probs: Tensor, generator: torch.Generator | None) -> Tensor:
@@ -80,8 +50,8 @@ def sample_next(
     top_p: float,
     generator: torch.Generator | None,
     logprobs_mode: str = "raw_logprobs",
-) -> tuple[Tensor, Tensor]:
-    """Pick one token per row and return (tokens (R,), logprobs (R,)).
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Pick one token per row and return (tokens (R,), logprobs (R,), the logits (R, V) they are scored from).
 
     temperature == 0 means greedy (argmax). The log-prob is, following vLLM's `logprobs_mode`:
     - "raw_logprobs" (vLLM's default): log_softmax of the model's raw logits, before temperature and
@@ -89,6 +59,7 @@ def sample_next(
     - "processed_logprobs": log_softmax of the processed logits actually sampled from (temperature
       applied, filtered tokens at -inf), i.e. the log-prob under the sampling distribution.
     Greedy decoding returns the raw log-prob in both modes (as vLLM does: no processing is applied).
+    The scored logits give an entropy of the same distribution as the log-probs (`HFEngine(entropies=True)`).
     """
     if logprobs_mode not in LOGPROBS_MODES:
         raise ValueError(f"unknown logprobs_mode {logprobs_mode!r}; choose from {list(LOGPROBS_MODES)}")
@@ -101,4 +72,4 @@ def sample_next(
         tokens = sample_inverse_cdf(processed.softmax(dim=-1), generator)  # (R,)
         scored = logits if logprobs_mode == "raw_logprobs" else processed
     logprobs = scored.log_softmax(dim=-1).gather(-1, tokens[:, None]).squeeze(-1)  # (R,)
-    return tokens, logprobs
+    return tokens, logprobs, scored

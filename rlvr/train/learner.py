@@ -68,9 +68,9 @@ class Learner:
         # mu = 1 and one minibatch: a single optimizer step per rollout, taken at the sampling weights,
         # so the old log-probs are the current ones detached (ratio 1, gradient = policy gradient).
         self.single_step = cfg.algorithm.mu == 1 and cfg.mini_batch_size == cfg.train.batch_size
-        # The in-process engine's raw log-probs and entropies are those of these very weights: at temperature 1
-        # in float32 they are the training forward's, up to kernel rounding (cached vs full attention), so the
-        # no-grad pi_old pass can be skipped, and the entropy metric read from the sampler.
+        # The in-process engine's processed log-probs and entropies are those of these very weights: in float32
+        # they are the training forward's, up to kernel rounding (cached vs full attention), so the no-grad pi_old
+        # pass can be skipped, and the entropy metric read from the sampler.
         self.sampler_is_old = sampler_is_policy(cfg)
         # A row whose advantage is 0 adds exactly nothing to the gradient of a loss that is A x (a function of
         # the ratio) and nothing else: no KL term, no value loss, not Kimi's tau term. Such rows are left out of
@@ -99,8 +99,9 @@ class Learner:
     def logprobs(self, batch: ScoredBatch | RolloutBatch) -> Tensor:
         """log pi (N, W) of every completion token under the current policy, without gradient."""
         rows = self.tensors(batch) if isinstance(batch, ScoredBatch) else batch
-        return cached_logprobs(self.policy, rows, self.cfg.rollout.temperature, self.cfg.micro_batch_size,
-                               self.cfg.train.packing)
+        r = self.cfg.rollout
+        return cached_logprobs(self.policy, rows, r.temperature, self.cfg.micro_batch_size, self.cfg.train.packing,
+                               r.top_k, r.top_p)
 
     def _prepare(self, batch: ScoredBatch) -> RolloutBatch:
         """Rows with pi_old, pi_ref and advantages: (N,) group-relative or (N, W) per token."""
@@ -124,7 +125,9 @@ class Learner:
             rows.is_weights, self._is_metrics = behaviour_is_weights(rows.old_logprobs, sampled, rows.mask,
                                                                      a.is_cap, a.is_mode)
         if self.reference is not None:
-            rows.ref_logprobs = cached_logprobs(self.reference, rows, cfg.rollout.temperature, micro, cfg.train.packing)
+            r = cfg.rollout
+            rows.ref_logprobs = cached_logprobs(self.reference, rows, r.temperature, micro, cfg.train.packing, r.top_k,
+                                                r.top_p)
         if self.token_adv is not None:
             self.token_adv.annotate(rows, self.policy, self.value_model, micro, cfg.train.packing)
         if cfg.algorithm.overlong_filter:  # DAPO: a truncated completion is unfinished, not wrong
@@ -151,10 +154,11 @@ class Learner:
 
     def _forward(self, mb: RolloutBatch, with_entropy: bool) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """log pi (b, W), entropy (b, W) or None and, with a value model, V (b, W)."""
-        T, packing = self.cfg.rollout.temperature, self.cfg.train.packing
+        r, packing = self.cfg.rollout, self.cfg.train.packing
+        scoring = dict(with_entropy=with_entropy, packing=packing, top_k=r.top_k, top_p=r.top_p)  # as sampled
         if self.value_model is None:
-            return (*policy_logprobs(self.policy, mb, T, with_entropy=with_entropy, packing=packing), None)
-        return forward_with_values(self.policy, self.value_model, mb, T, with_entropy=with_entropy, packing=packing)
+            return (*policy_logprobs(self.policy, mb, r.temperature, **scoring), None)
+        return forward_with_values(self.policy, self.value_model, mb, r.temperature, **scoring)
 
     def _micro_step(self, mb: RolloutBatch, denominator: Tensor | int, scale: float,
                     with_entropy: bool) -> dict[str, Any]:

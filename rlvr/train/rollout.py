@@ -18,6 +18,7 @@ from rlvr.config import Config, ConfigError
 from rlvr.models import load_model, load_tokenizer, resolve_placement
 from rlvr.rollout.base import RolloutEngine, SamplingParams
 from rlvr.rollout.hf_engine import HFEngine
+from rlvr.rollout.sampling import SCORED_LOGPROBS
 from rlvr.rollout.scored import ScoredBatch
 from rlvr.rewards.combine import CombinedReward
 from rlvr.rewards.scoring import build_reward
@@ -37,12 +38,11 @@ def engine_name(cfg: Config) -> str:
 
 
 def sampler_is_policy(cfg: Config) -> bool:
-    """Whether what the engine reports of each sampled token (its raw log-prob, the entropy there) is what the
-    training forward computes at the sampling weights: rlvr's in-process engine runs the policy module itself,
-    and at temperature 1 in float32 only kernel rounding (cached vs full attention) differs. `train.old_logprobs:
-    recompute` turns the stand-ins off."""
-    return (cfg.train.old_logprobs == "auto" and engine_name(cfg) == "hf" and cfg.rollout.temperature == 1.0
-            and cfg.model.dtype == "float32")
+    """Whether what the engine reports of each sampled token (its log-prob under the processed distribution, the
+    entropy there: `SCORED_LOGPROBS`) is what the training forward computes at the sampling weights: rlvr's
+    in-process engine runs the policy module itself, and in float32 only kernel rounding (cached vs full
+    attention) differs. `train.old_logprobs: recompute` turns the stand-ins off."""
+    return cfg.train.old_logprobs == "auto" and engine_name(cfg) == "hf" and cfg.model.dtype == "float32"
 
 
 def serves_adapters(cfg: Config) -> bool:
@@ -64,7 +64,7 @@ def build_engine(cfg: Config, policy: Any, tokenizer: Any, model_path: str | Pat
     placement = resolve_placement(cfg.model)
     if engine_name(cfg) == "hf":
         return HFEngine(policy, tokenizer, device=placement.device, max_batch_size=max_batch_size,
-                        autocast=placement.dtype, entropies=sampler_is_policy(cfg))
+                        autocast=placement.dtype, entropies=sampler_is_policy(cfg), logprobs_mode=SCORED_LOGPROBS)
     from rlvr.rollout.vllm_engine import shared_engine  # the optional extra, imported only when asked for
 
     # the process's one engine (vLLM allows one with sleep mode per process on a GPU), reset to model_path
@@ -76,7 +76,7 @@ def vllm_settings(cfg: Config) -> dict[str, Any]:
     r, lora = cfg.rollout, cfg.model.lora
     adapter = ({"r": lora.r, "lora_alpha": lora.alpha, "target_modules": list(lora.target_modules)}
                if serves_adapters(cfg) else None)
-    return dict(dtype=cfg.model.dtype, gpu_memory_utilization=r.gpu_memory_utilization,
+    return dict(dtype=cfg.model.dtype, logprobs_mode=SCORED_LOGPROBS, gpu_memory_utilization=r.gpu_memory_utilization,
                 enable_prefix_caching=r.enable_prefix_caching, enable_sleep_mode=r.enable_sleep_mode, seed=cfg.seed,
                 lora_adapter=adapter,
                 # CUDA graphs pay off on a GPU; on a CPU, compiling costs more start-up than it saves

@@ -7,7 +7,9 @@ from hypothesis import strategies as st
 
 from torch import Tensor
 
-from rlvr.rollout.sampling import apply_top_k, apply_top_p, invert_cdf, process_logits, sample_next
+from rlvr.core import apply_top_k, apply_top_p, process_logits
+from rlvr.rollout.batch import scored_logprobs
+from rlvr.rollout.sampling import invert_cdf, sample_next
 
 NEG = float("-inf")
 
@@ -68,16 +70,16 @@ def test_top_k_keeps_exactly_k_distinct(values, k):
 def test_greedy_and_logprob_modes():
     logits = torch.tensor([[0.0, 2.0, 1.0]])
     raw = logits.log_softmax(-1)
-    tokens, lp = sample_next(logits, 0.0, 0, 1.0, None)
+    tokens, lp, _ = sample_next(logits, 0.0, 0, 1.0, None)
     assert tokens.tolist() == [1] and lp.item() == pytest.approx(raw[0, 1].item())
     gen = torch.Generator().manual_seed(0)
-    tokens, lp = sample_next(logits, 0.5, 1, 1.0, gen, "processed_logprobs")
+    tokens, lp, _ = sample_next(logits, 0.5, 1, 1.0, gen, "processed_logprobs")
     assert tokens.tolist() == [1] and lp.item() == 0.0  # top-1 leaves a single token of prob 1
-    tokens, lp = sample_next(logits, 0.5, 2, 1.0, gen, "processed_logprobs")
+    tokens, lp, _ = sample_next(logits, 0.5, 2, 1.0, gen, "processed_logprobs")
     t = tokens.item()
     expected = (logits / 0.5)[0, [1, 2]].log_softmax(-1)[[1, 2].index(t)].item()
     assert lp.item() == pytest.approx(expected)
-    tokens, lp = sample_next(logits, 0.5, 2, 1.0, gen, "raw_logprobs")
+    tokens, lp, _ = sample_next(logits, 0.5, 2, 1.0, gen, "raw_logprobs")
     assert lp.item() == pytest.approx(raw[0, tokens.item()].item())
     with pytest.raises(ValueError, match="logprobs_mode"):
         sample_next(logits, 1.0, 0, 1.0, gen, "logits")
@@ -86,7 +88,7 @@ def test_greedy_and_logprob_modes():
 def test_sampling_frequencies_follow_the_tempered_distribution():
     logits = torch.tensor([[0.0, 1.0, 2.0]]).expand(20000, 3)
     gen = torch.Generator().manual_seed(0)
-    tokens, _ = sample_next(logits, 2.0, 0, 1.0, gen)
+    tokens, _, _ = sample_next(logits, 2.0, 0, 1.0, gen)
     freq = torch.bincount(tokens, minlength=3).float() / tokens.numel()
     expected = torch.tensor([0.0, 0.5, 1.0]).softmax(-1)
     # 4 standard errors of a proportion with n = 20000
@@ -135,7 +137,7 @@ def test_chi_square_by_hand():
 def test_inverse_cdf_draws_pass_chi_square_on_a_hand_computed_case():
     # temperature 1, top-k 3 of probabilities (0.4, 0.3, 0.2, 0.1) -> (4/9, 3/9, 2/9, 0)
     logits = torch.log(torch.tensor([[0.4, 0.3, 0.2, 0.1]])).expand(40000, 4)
-    tokens, _ = sample_next(logits, 1.0, 3, 1.0, torch.Generator().manual_seed(0))
+    tokens, _, _ = sample_next(logits, 1.0, 3, 1.0, torch.Generator().manual_seed(0))
     stat, dof = chi_square(tokens, torch.tensor([4 / 9, 3 / 9, 2 / 9, 0.0]))
     assert dof == 2 and stat < chi_square_critical(dof)
 
@@ -148,7 +150,7 @@ def test_draws_follow_the_processed_distribution(values, temperature, top_k, top
     target = process_logits(logits, temperature, top_k, top_p).softmax(-1)[0]  # (V,)
     # merge tokens expected < 5 times into one cell, as Pearson's test requires
     draws = 20000
-    tokens, _ = sample_next(logits.expand(draws, -1), temperature, top_k, top_p,
+    tokens, _, _ = sample_next(logits.expand(draws, -1), temperature, top_k, top_p,
                             torch.Generator().manual_seed(seed))
     assert bool((target[tokens] > 0).all()), "a filtered token was drawn"
     rare = target * draws < 5
@@ -163,9 +165,9 @@ def test_draws_follow_the_processed_distribution(values, temperature, top_k, top
 
 def test_seeded_sampling_is_deterministic_and_seed_dependent():
     logits = torch.randn(256, 50, generator=torch.Generator().manual_seed(2))
-    a, _ = sample_next(logits, 1.0, 0, 1.0, torch.Generator().manual_seed(5))
-    b, _ = sample_next(logits, 1.0, 0, 1.0, torch.Generator().manual_seed(5))
-    c, _ = sample_next(logits, 1.0, 0, 1.0, torch.Generator().manual_seed(6))
+    a, _, _ = sample_next(logits, 1.0, 0, 1.0, torch.Generator().manual_seed(5))
+    b, _, _ = sample_next(logits, 1.0, 0, 1.0, torch.Generator().manual_seed(5))
+    c, _, _ = sample_next(logits, 1.0, 0, 1.0, torch.Generator().manual_seed(6))
     assert torch.equal(a, b) and not torch.equal(a, c)
 
 
@@ -177,3 +179,21 @@ def test_sampling_params_refuse_a_non_finite_float(name, value):
 
     with pytest.raises(ValueError, match=f"^{name} must be a finite number, got {value}$"):
         SamplingParams(**{name: value})
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.floats(-4, 4), min_size=3, max_size=30), st.floats(0.3, 2.0), st.integers(0, 6),
+       st.floats(0.3, 1.0), st.integers(0, 2**31))
+def test_the_learner_scores_what_the_sampler_reports(values, temperature, top_k, top_p, seed):
+    """At equal logits the learner's log q (keep = the sampled token) is the sampler's processed log-prob, so
+    the importance weight is 1; keeping a token that is in the support changes nothing; q sums to 1."""
+    logits = torch.tensor([values]).expand(8, -1)
+    tokens, sampled, _ = sample_next(logits, temperature, top_k, top_p, torch.Generator().manual_seed(seed),
+                                     "processed_logprobs")
+    scored, entropy = scored_logprobs(logits, tokens, temperature, top_k, top_p, with_entropy=True)
+    torch.testing.assert_close((scored - sampled).exp(), torch.ones(8), atol=1e-6, rtol=0)
+    assert torch.equal(process_logits(logits, temperature, top_k, top_p, keep=tokens),
+                       process_logits(logits, temperature, top_k, top_p))
+    q = process_logits(logits, temperature, top_k, top_p).softmax(-1)
+    torch.testing.assert_close(q.sum(-1), torch.ones(8))
+    assert bool((entropy >= -1e-6).all()) and bool((entropy <= math.log(len(values)) + 1e-5).all())

@@ -14,7 +14,7 @@ import torch
 from rlvr.config import LoRAConfig
 from rlvr.models import PRESETS, build_tiny_model, engine_weights, save_model
 from rlvr.rollout import HFEngine, RolloutEngine, SamplingParams
-from rlvr.rollout.sampling import process_logits
+from rlvr.core import process_logits
 
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM's default takes a share of all RAM
 os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")  # cores are shared with other jobs

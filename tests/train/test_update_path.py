@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from rlvr.config import load_config
-from rlvr.rollout.batch import completion_values
+from rlvr.rollout.batch import cached_logprobs, completion_values, policy_logprobs
 from rlvr.train.setup import prepare_run
 
 SEVERAL_STEPS = {"batch_size": 16, "group_size": 4, "mini_batch_size": 8}  # two optimizer steps per epoch
@@ -50,7 +50,7 @@ def test_sampler_logprobs_stand_in_for_the_old_pass(config_factory):
     mask = reuse.tensors(batch).mask
     assert torch.equal(sampled, completion_values(mask, batch.sampler_logprobs))  # no forward: the sampler's own
     delta = (sampled - recomputed)[mask].abs().max()
-    assert delta < 2e-5  # same weights, temperature 1, float32: only kernel rounding differs
+    assert delta < 2e-5  # same weights, float32: only kernel rounding differs
 
     # ratio = exp(logp - old) moves by at most ~delta, so the loss moves by at most |A| x delta per token
     advantages = reuse._prepare(batch).advantages
@@ -59,6 +59,30 @@ def test_sampler_logprobs_stand_in_for_the_old_pass(config_factory):
     bound = float(advantages.abs().max() * delta * 1.01) + 1e-7
     assert abs(metrics_reuse["loss"] - metrics_recompute["loss"]) <= bound
     _assert_same_adam_steps(_params(reuse), _params(recompute), grads, _lr(reuse), atol=1e-5)
+
+
+@pytest.mark.parametrize(("temperature", "top_k", "top_p"), [(0.7, 0, 0.9), (1.3, 5, 1.0)])
+def test_the_sampler_reports_what_the_learner_scores(config_factory, temperature, top_k, top_p):
+    """One rule (rlvr.core.process_logits, docs/core.md): the engine reports each token's log-prob under the
+    processed distribution it was drawn from, and the learner scores that distribution, so at equal weights the
+    importance weight pi_old / pi_sampler is 1 up to float32 kernel rounding (cached vs full attention; within
+    3.4e-6 of 1 at T = 0.7, top-p 0.9 on this model, log-probs of magnitude ~10 have an ulp of 1e-6). The raw
+    log-probs the engine reported before gave weights of 0.79-1.24; scoring the temperature alone still leaves
+    the nucleus's renormalisation. The sampler's entropies are the processed distribution's too."""
+    run = prepare_run(load_config(config_factory("scored", rollout={"temperature": temperature, "top_k": top_k,
+                                                                    "top_p": top_p, "max_new_tokens": 10})))
+    batch = run.rollout.collect(1)
+    learner = run.learner
+    assert learner.sampler_is_old  # the stand-in for the pi_old pass holds at any temperature and filter
+    rows = learner.tensors(batch)
+    sampled = completion_values(rows.mask, batch.sampler_logprobs)  # (N, W)
+    weights = (learner.logprobs(rows) - sampled)[rows.mask].exp()
+    assert float((weights - 1).abs().max()) < 1e-5
+    tempered = cached_logprobs(learner.policy, rows, temperature, 16)  # no filter: another distribution
+    assert float(((tempered - sampled)[rows.mask].exp() - 1).abs().max()) > 1e-2
+    _, entropy = policy_logprobs(learner.policy, rows, temperature, with_entropy=True, top_k=top_k, top_p=top_p)
+    sampler_entropy = completion_values(rows.mask, batch.sampler_entropies)
+    torch.testing.assert_close(entropy[rows.mask], sampler_entropy[rows.mask], atol=1e-5, rtol=0)
 
 
 def test_the_old_pass_runs_when_the_weights_differ(config_factory, monkeypatch):
