@@ -8,8 +8,11 @@ The three rewards show how reward design shapes what RL learns (CS336 lecture on
 - `positional`: the fraction of positions holding the right digit (denominator: the longer of answer
   and target, so extra digits cost credit). Dense and still maximised only by the right answer.
 - `inclusion`: half for covering the prompt's digits, half for adjacent pairs in order. Dense, but it
-  can be gamed: with repeated digits in the prompt, dropping the duplicates (`sort 3 3 1` -> `1 3`)
-  scores full marks while being wrong. Exact-match accuracy is logged beside it so gaming shows.
+  can be gamed, as its two halves never look at what else the answer holds: with repeated digits in the
+  prompt, dropping the duplicates (`sort 3 3 1` -> `1 3`) scores full marks while being wrong; and the
+  answer `0 1 2 ... max_digit` (every digit, in order) scores full marks on *any* prompt, a constant answer
+  that a policy can learn without reading the prompt. Exact-match accuracy is logged beside it so gaming
+  shows.
 
 Held-out examples are a fixed hash partition of all digit lists, so training never sees them.
 """
@@ -49,7 +52,10 @@ def positional_reward(answer: list[int] | None, digits: list[int]) -> RewardOutp
 
 
 def inclusion_reward(answer: list[int] | None, digits: list[int]) -> RewardOutput:
-    """0.5 * (share of distinct prompt digits present) + 0.5 * (share of adjacent pairs in order)."""
+    """0.5 * (share of distinct prompt digits present) + 0.5 * (share of adjacent pairs in order).
+
+    Blind spot (module docstring): neither half penalises digits the prompt does not hold, so
+    `0 1 2 ... max_digit` earns 1.0 on every prompt, and so do a prompt's distinct digits in order (repeats dropped)."""
     if not answer:
         return RewardOutput(0.0, {"inclusion": 0.0, "ordered_pairs": 0.0})
     wanted = set(digits)

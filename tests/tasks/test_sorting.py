@@ -58,6 +58,19 @@ def test_inclusion_reward_can_be_gamed_and_exact_match_shows_it():
 
 
 @settings(max_examples=60, deadline=None)
+@given(st.integers(2, 8), st.integers(1, 9), st.integers(0, 2**31))
+def test_inclusion_gives_every_digit_in_order_full_marks_on_any_prompt(length, max_digit, seed):
+    """The blind spot the docstring names: "0 1 ... max_digit" covers every prompt digit and is in order, so
+    `inclusion` scores it 1 whatever the prompt; `positional` counts the extra digits, exact match refuses it."""
+    task = SortTask(length=length, max_digit=max_digit, reward="inclusion")
+    every = " ".join(map(str, range(max_digit + 1)))
+    for example in task.train_examples(5, seed):
+        assert task.reward_fn()("", every, example.as_dict()).score == 1.0
+        assert not task.is_correct(every, example) or sorted(example.fields["digits"]) == list(range(max_digit + 1))
+        assert score("positional", every, example.fields["digits"]) < 1.0 or task.is_correct(every, example)
+
+
+@settings(max_examples=60, deadline=None)
 @given(digit_lists)
 def test_sorted_answer_is_optimal_for_every_design(digits):
     answer = " ".join(map(str, sorted(digits)))
