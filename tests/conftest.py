@@ -31,3 +31,12 @@ def sigint_at_step(monkeypatch):
         return real_save
 
     return arm
+
+
+@pytest.fixture(scope="session")
+def smollm2_folder():
+    """The embedded SmolLM2-135M-Instruct as a Hugging Face folder: converted from its GGUF once per machine (into
+    rlvr's cache, ~30 s) and reused by every test and test worker after that (`rlvr.models.resolve_model`)."""
+    from rlvr.models import resolve_model
+
+    return resolve_model("smollm2-135m-instruct")

@@ -33,8 +33,8 @@ def _k_list(text: str) -> list[int]:
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = subparsers.add_parser("eval", help="evaluate a model on a task (greedy and sampled)",
                               description=__doc__.split("\n")[0])
-    p.add_argument("--model", required=True, help="Hugging Face model folder, or the --out folder of an rlvr "
-                   "dpo / rft / sft run (its model)")
+    p.add_argument("--model", required=True, help="Hugging Face model folder, a .gguf file, an embedded "
+                   "model (smollm2-135m-instruct), or the --out folder of an rlvr dpo / rft / sft run (its model)")
     p.add_argument("--task", required=True, help="task name (rlvr.tasks.TASKS)")
     p.add_argument("--task-option", action="append", default=[], metavar="KEY=VALUE",
                    help="task option, repeatable (e.g. template=chat)")

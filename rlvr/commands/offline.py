@@ -165,8 +165,9 @@ def _rft(args: argparse.Namespace) -> int:
 
 
 def _common(parser: argparse.ArgumentParser, out: str) -> None:
-    parser.add_argument("--model", required=True, help="Hugging Face folder of the starting model, or the --out "
-                        "folder of an earlier rlvr dpo / reward-model / rft / sft run (to go on from its model)")
+    parser.add_argument("--model", required=True, help="Hugging Face folder of the starting model, a .gguf file, "
+                        "an embedded model (smollm2-135m-instruct), or the --out folder of an earlier rlvr dpo / "
+                        "reward-model / rft / sft run (to go on from its model)")
     parser.add_argument("--out", default=out, help="run folder: model/ and metrics.json are written here")
     parser.add_argument("--overwrite", action="store_true", help="replace model/ and metrics.json of an earlier run "
                         "in --out (without it such a folder is refused before any work)")

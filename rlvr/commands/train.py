@@ -146,8 +146,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("config", nargs="?", help="YAML config (read: seed, out_dir, model, task, sft, and rollout's "
                                              "max_new_tokens and engine settings for the held-out check; a "
                                              "model.lora with r > 0 is refused: SFT trains every weight)")
-    s.add_argument("--model", help="Hugging Face model folder, or the --out folder of an earlier rlvr sft / dpo / "
-                   "reward-model / rft run (to go on from its model); default: build the tiny model")
+    s.add_argument("--model", help="Hugging Face model folder, a .gguf file, an embedded model "
+                   "(smollm2-135m-instruct), or the --out folder of an earlier rlvr sft / dpo / reward-model / rft "
+                   "run (to go on from its model); default: build the tiny model")
     s.add_argument("--task", help="task for demonstrations and the held-out check (default: sort)")
     s.add_argument("--data", help="jsonl of {prompt, completion} pairs (default: task demonstrations)")
     s.add_argument("--steps", type=int, help="optimizer steps")

@@ -15,6 +15,7 @@ from typing import Any
 
 from rlvr.config.sections import (OLD_LOGPROBS, PACKING, TRACKERS, ZERO_ADVANTAGE_ROWS, Config, ConfigError,
                                   DistributedConfig, check_finite_number)
+from rlvr.config.sources import model_source
 
 
 # key: (low, high, low included, high included); None = unbounded. Every float must also be finite.
@@ -199,8 +200,9 @@ def _check_trackers(cfg: Config) -> None:
 def _check_files(cfg: Config) -> None:
     if not cfg.out_dir.strip():  # Path("") is the current folder: the run would be written into it
         raise ConfigError("out_dir must not be empty")
-    if cfg.model.path and not (Path(cfg.model.path) / "config.json").is_file():
-        raise ConfigError(f"model.path: no Hugging Face model folder at {cfg.model.path!r} (no config.json)")
+    for key, path in (("model.path", cfg.model.path), ("value.path", cfg.value.path)):
+        if path and model_source(path, key).is_dir() and not (Path(path) / "config.json").is_file():
+            raise ConfigError(f"{key}: no Hugging Face model folder at {path!r} (no config.json)")
     if cfg.sft.data and not Path(cfg.sft.data).is_file():
         what = "is a folder, not a jsonl file" if Path(cfg.sft.data).is_dir() else "does not exist"
         raise ConfigError(f"sft.data: file {cfg.sft.data!r} {what}")

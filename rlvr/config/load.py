@@ -21,6 +21,7 @@ import yaml
 
 from rlvr.config.checks import validate
 from rlvr.config.sections import Config, ConfigError
+from rlvr.config.sources import EMBEDDED_MODELS
 from rlvr.presets import deep_merge, get_preset, nested
 
 
@@ -118,11 +119,14 @@ def _with_preset(raw: dict, overrides: list[str]) -> dict:
 
 def with_absolute_paths(cfg: Config) -> Config:
     """A copy with every file or folder path made absolute (from the current folder): out_dir, model.path,
-    value.path, sft.data, and the `path` / `*_path` options of the task and its reward terms. A run's saved
+    value.path (not an embedded model's name), sft.data, and the `path` / `*_path` options of the task and its reward terms. A run's saved
     config.yaml holds these, so `rlvr train --resume RUN` works from any folder (relative paths were read
     from wherever the resume ran)."""
     def absolute(value: Any) -> Any:
         return os.path.abspath(value) if isinstance(value, (str, Path)) and str(value) else value
+
+    def model(value: Any) -> Any:  # an embedded model's name is a name, unless a path of that name exists
+        return value if value in EMBEDDED_MODELS and not Path(value).exists() else absolute(value)
 
     def options(opts: Any) -> Any:
         if not isinstance(opts, dict):
@@ -131,8 +135,7 @@ def with_absolute_paths(cfg: Config) -> Config:
 
     out = copy.deepcopy(cfg)
     out.out_dir = absolute(out.out_dir)
-    out.model.path, out.value.path, out.sft.data = absolute(out.model.path), absolute(out.value.path), \
-        absolute(out.sft.data)
+    out.model.path, out.value.path, out.sft.data = model(out.model.path), model(out.value.path), absolute(out.sft.data)
     out.task.options = options(out.task.options)
     out.task.rewards = [{**term, "options": options(term.get("options"))} if isinstance(term, dict)
                         and isinstance(term.get("options"), dict) else term for term in out.task.rewards]

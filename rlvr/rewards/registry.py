@@ -49,7 +49,7 @@ def _reward_model(path: str, batch_size: int = 32, shift: float = 0.0, scale: fl
     except ValueError as err:  # the checks speak of model.device / model.dtype
         raise ValueError(str(err).replace("model.", "reward_model ")) from None
     try:
-        folder = model_folder(path)
+        folder = model_folder(path, key="reward_model path")
     except FileNotFoundError as err:
         raise ValueError(f"reward_model path {err}") from None
     rm = load_placed_reward_model(folder, placed_on, compute)

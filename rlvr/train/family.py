@@ -6,7 +6,6 @@ estimators (`gae` = PPO, `reinforce_pp`) add `TokenAdvantages`, and `gae` a valu
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from rlvr.algorithms.dynamic_sampling import METRICS
 from rlvr.algorithms.ppo import TOKEN_ADVANTAGES, VALUE_MODELS, TokenAdvantages
@@ -91,8 +90,6 @@ def check_family_options(cfg: Config) -> None:
     check_inert_settings(cfg)
     if v.model not in VALUE_MODELS:
         raise ConfigError(f"value.model: unknown name {v.model!r}; choose from {list(VALUE_MODELS)}")
-    if v.path and not (Path(v.path) / "config.json").is_file():
-        raise ConfigError(f"value.path: no Hugging Face model folder at {v.path!r} (no config.json)")
     if v.lr is not None and not v.lr > 0:
         raise ConfigError(f"value.lr must be > 0, got {v.lr}")
 

@@ -20,7 +20,8 @@ from rlvr.algorithms.grpo import GroupPolicyGradient, accumulation_denominator
 from rlvr.algorithms.ppo import VALUE_MODEL_FILE, ValueModel, build_value_model, forward_with_values
 from rlvr.config import Config
 from rlvr.core import behaviour_is_weights, masked_mean
-from rlvr.models import engine_weights, load_policy, load_reference, load_tokenizer, resolve_placement, save_policy
+from rlvr.models import (engine_weights, load_policy, load_reference, load_tokenizer, resolve_model,
+                         resolve_placement, save_policy)
 from rlvr.models.tokenizer import pad_token_id
 from rlvr.rollout.batch import (RolloutBatch, build_batch, cached_logprobs, completion_values, micro_batches,
                                 policy_logprobs)
@@ -87,7 +88,8 @@ class Learner:
         if self.token_adv is None or not self.token_adv.needs_value_model:
             return None
         v = self.cfg.value
-        model = build_value_model(v.model, self.policy, v.path or init).to(self.device)
+        trunk = resolve_model(v.path, "value.path") if v.path else init
+        model = build_value_model(v.model, self.policy, trunk).to(self.device)
         self.optimizer.add_param_group({"params": list(model.parameters()), "lr": v.lr or self.cfg.optim.lr,
                                         "weight_decay": 0.0})
         return model

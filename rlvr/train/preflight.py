@@ -15,7 +15,7 @@ from typing import Any
 from rlvr.algorithms.common import max_positions
 from rlvr.algorithms.sft import encode_pairs, located_pairs_from_jsonl
 from rlvr.config import Config, ConfigError, check_out_dir, load_config, with_absolute_paths
-from rlvr.models import PRESETS, build_char_tokenizer, load_tokenizer, tiny_config
+from rlvr.models import PRESETS, build_char_tokenizer, load_tokenizer, resolve_model, tiny_config
 from rlvr.train.checkpoint import (CHECKPOINTS, LATEST, BadPointer, latest_checkpoint, load_state, step_folders,
                                    step_number)
 from rlvr.train.rollout import engine_name
@@ -116,18 +116,25 @@ def check_data(cfg: Config) -> None:
             raise ConfigError(f"sft.data: {err}") from None
 
 
+def model_path(cfg: Config) -> Path | None:
+    """The folder of the model the run starts from: model.path's (`rlvr.models.resolve_model`: a GGUF file's or an
+    embedded model's is converted once, into the cache); None for the tiny model built in the run folder."""
+    return resolve_model(cfg.model.path) if cfg.model.path else None
+
+
 def model_config(cfg: Config) -> Any:
     """The Hugging Face config of the model the run starts from: model.path's, or the tiny model's to be built."""
     from transformers import AutoConfig
 
-    m = cfg.model
-    return (AutoConfig.from_pretrained(m.path) if m.path else
+    m, path = cfg.model, model_path(cfg)
+    return (AutoConfig.from_pretrained(path) if path else
             tiny_config(build_char_tokenizer(), m.tiny_arch, **{**PRESETS[m.tiny_preset], **m.tiny_sizes}))
 
 
 def run_tokenizer(cfg: Config) -> Any:
     """The tokenizer of the model the run starts from: model.path's, or the tiny model's to be built."""
-    return load_tokenizer(cfg.model.path) if cfg.model.path else build_char_tokenizer()
+    path = model_path(cfg)
+    return load_tokenizer(path) if path else build_char_tokenizer()
 
 
 def check_context(cfg: Config, prompts: list[str]) -> None:
@@ -249,9 +256,9 @@ def preflight(cfg: Config, resume: bool, or_start: bool = False) -> Path | None:
     `or_start`: a resume that finds no checkpoint starts the run instead of failing."""
     check_out_dir(cfg.out_dir)
     if cfg.model.path:
-        check_model_folder(cfg.model.path, "model.path", causal_lm=True)
+        check_model_folder(model_path(cfg), "model.path", causal_lm=True)
     if cfg.value.path:
-        check_model_folder(cfg.value.path, "value.path", tokenizer=False)
+        check_model_folder(resolve_model(cfg.value.path, "value.path"), "value.path", tokenizer=False)
     check_data(cfg)
     if cfg.model.lora.r > 0:
         check_lora_targets(cfg)

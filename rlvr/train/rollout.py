@@ -15,7 +15,7 @@ import torch
 
 from rlvr.algorithms.dynamic_sampling import RolloutSampler
 from rlvr.config import Config, ConfigError
-from rlvr.models import load_model, load_tokenizer, resolve_placement
+from rlvr.models import load_model, load_tokenizer, resolve_model, resolve_placement
 from rlvr.rollout.base import RolloutEngine, SamplingParams
 from rlvr.rollout.hf_engine import HFEngine
 from rlvr.rollout.sampling import SCORED_LOGPROBS
@@ -88,7 +88,7 @@ def start_model(model: Any) -> Any:
     another folder of the same by loading its weights), else the tiny model's description or the hub name."""
     from rlvr.rollout.vllm_engine import folder_key  # reads files only; vllm itself is not imported
 
-    path = Path(model.path) if model.path else None
+    path = resolve_model(model.path) if model.path else None
     if path is not None and (path / "config.json").exists():
         return folder_key(path)
     return (model.path, model.tiny_arch, model.tiny_preset, model.tiny_sizes)

@@ -20,7 +20,7 @@ from rlvr.seeds import seed_everything
 from rlvr.tasks import Example, Task, TooFewExamples, get_task
 from rlvr.train.checkpoint import load_state, set_rng_state
 from rlvr.train.learner import Learner
-from rlvr.train.preflight import check_context, plain, preflight
+from rlvr.train.preflight import check_context, model_path, plain, preflight
 from rlvr.train.rollout import Rollout, build_engine
 from rlvr.train.validate import check_registries
 
@@ -70,7 +70,7 @@ def start_model(cfg: Config, run_dir: Path, task: Task, on_sft=None) -> Path:
     it instead of redoing it."""
     m = cfg.model
     tiny = {"tiny_arch": m.tiny_arch, "tiny_preset": m.tiny_preset, "tiny_sizes": m.tiny_sizes, "seed": cfg.seed}
-    path = Path(m.path) if m.path else run_dir / "init_model"
+    path = model_path(cfg) or run_dir / "init_model"
     if not m.path and not _reusable(path, plain(tiny)):
         make_tiny_model_dir(path, arch=m.tiny_arch, preset=m.tiny_preset, seed=cfg.seed, **m.tiny_sizes)
         (path / BUILT_WITH).write_text(json.dumps(plain(tiny)))
