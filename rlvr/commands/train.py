@@ -130,7 +130,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("train", help="run RL (GRPO family) from a YAML config",
                               description="Run the RL loop from a YAML config; see configs/ and docs/training.md.")
     p.add_argument("config", nargs="?", help="YAML config (sections: model, task, sft, rollout, algorithm, "
-                                             "train, optim, eval, checkpoint, log, reward, distributed, value)")
+                                             "train, guard, optim, eval, checkpoint, log, reward, distributed, value)")
     _overrides(p)
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
     p.add_argument("--resume-or-start", action="store_true",

@@ -241,6 +241,27 @@ class TrainConfig:
 
 
 @dataclass
+class GuardConfig:
+    collapse: bool = f(True, "Stop the run at the step where an update broke the policy (NaN/inf in the weights after "
+                             "the update, or one of the thresholds below crossed): one line naming the step, the "
+                             "signal and the likely cause, exit code 1, the checkpoints of the broken weights removed "
+                             "and `latest` on the last good one (docs/troubleshooting.md). false: the run goes on; "
+                             "`rlvr doctor` still names the collapse.")
+    max_entropy: float = f(0.99, "Token entropy at this share of its maximum, log V (a uniform policy over the "
+                                 "model's V logits), is a collapse: the policy samples noise (optim.lr=1e6 on "
+                                 "configs/sort.yaml reaches 1.000 after one update). Only in a run whose first step "
+                                 "was below it: a random-init model starts near it (0.995 for the tiny test model). "
+                                 "0 = off.")
+    max_kl: float = f(10.0, "KL to the reference (`kl`, nats per token; algorithm.beta > 0 or kl_reward_coef > 0) over "
+                            "this is a collapse: the policy's tokens are ~e^10 times less likely under the model it "
+                            "started from (the demo peaks at 1.6). 0 = off.")
+    max_policy_kl: float = f(0.5, "KL between the sampling policy and the policy being updated (`approx_kl`, the k3 "
+                                  "estimate from the importance ratios of the later minibatches and epochs; 0 with "
+                                  "mu = 1 and one minibatch) over this is a collapse: the ratio exploded within one "
+                                  "update (the demo peaks at 0.015; PPO's target_kl is 0.01-0.05). 0 = off.")
+
+
+@dataclass
 class OptimConfig:
     lr: float = f(1e-5, "Peak AdamW learning rate (Loshchilov & Hutter 2019).")
     betas: list = f([0.9, 0.99], "AdamW (beta1, beta2).")
@@ -336,6 +357,7 @@ class Config:
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     value: ValueConfig = field(default_factory=ValueConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    guard: GuardConfig = field(default_factory=GuardConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)

@@ -192,11 +192,11 @@ def start_settings(base: Config) -> dict[str, Any]:
 
 def stage_settings(recipe: Recipe, stage: Stage) -> dict[str, Any]:
     """What a stage's result depends on besides the stages before it (recorded in its stage.json): an RL
-    stage's config but for where and how it logs and checkpoints; another stage's options and the base
-    config's sections it reads."""
+    stage's config but for where and how it logs and checkpoints and when its guard stops it; another stage's
+    options and the base config's sections it reads."""
     if stage.kind == "rl":
         cfg = asdict(rl_config(recipe, stage, None, Path(stage.name), None))
-        return plain({"config": {k: v for k, v in cfg.items() if k not in ("out_dir", "log", "checkpoint")}})
+        return plain({"config": {k: v for k, v in cfg.items() if k not in ("out_dir", "log", "checkpoint", "guard")}})
     base = asdict(base_config(recipe))
     return plain({"options": stage.options, "base": {k: base[k] for k in ("seed", "model", "task", "rollout")}})
 

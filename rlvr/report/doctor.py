@@ -14,9 +14,11 @@ from typing import Any, Callable
 
 import yaml
 
-from rlvr.config import ConfigError
+from rlvr.config import ConfigError, OptimConfig
 from rlvr.jsonl import read_jsonl
 from rlvr.logging.sinks import METRICS, TIMINGS
+from rlvr.report.collapse import (Collapse, collapse_signal, first_entropy, guard_settings, likely_cause, number,
+                                  vocab_size)
 
 PROBLEM, WARNING = "problem", "warning"
 TRUNCATION_WARN, TRUNCATION_PROBLEM = 0.1, 0.5  # share of completions cut at max_new_tokens
@@ -48,18 +50,12 @@ class RunLog:
     metrics: list[dict[str, Any]]
     timings: list[dict[str, Any]]
     config: dict[str, Any] = field(default_factory=dict)  # the run's config.yaml ({} when it has none)
+    vocab: int | None = None  # the policy's number of logits (`rlvr.report.collapse.vocab_size`), None: unknown
 
     def series(self, key: str, rows: list[dict[str, Any]] | None = None) -> list[tuple[int, float]]:
         """(step, value) for each row that has `key` (step 0 holds only the evaluation before RL)."""
-        return [(int(row.get("step", 0)), _number(row[key])) for row in (self.metrics if rows is None else rows)
+        return [(int(row.get("step", 0)), number(row[key])) for row in (self.metrics if rows is None else rows)
                 if key in row]
-
-
-def _number(value: Any) -> float:
-    try:
-        return float(value)  # the sinks write NaN and inf as the strings "nan", "inf"
-    except (TypeError, ValueError):
-        return math.nan
 
 
 def step_ranges(steps: tuple[int, ...] | list[int], max_parts: int = 6) -> str:
@@ -81,11 +77,33 @@ def _early_median(points: list[tuple[int, float]]) -> float:
     return statistics.median(head) if head else math.nan
 
 
+COLLAPSE = "policy collapse"
+
+
+def find_collapse(log: RunLog) -> Collapse | None:
+    """The first step whose record shows that an update broke the policy (`rlvr.report.collapse`)."""
+    limits, entropy = guard_settings(log.config), first_entropy(log.metrics)
+    steps = (collapse_signal(row, entropy, log.vocab, limits) for row in log.metrics if row.get("step", 0) > 0)
+    return next((found for found in steps if found), None)
+
+
+def check_collapse(log: RunLog) -> list[Finding]:
+    """The collapse the run's guard stopped it with, or would have (guard.collapse: false), with its likely
+    cause from the run's optimizer settings."""
+    found, optim = find_collapse(log), log.config.get("optim") or {}
+    if found is None:
+        return []
+    cause = likely_cause(number(optim.get("lr", OptimConfig.lr)), number(optim.get("max_grad_norm",
+                                                                                 OptimConfig.max_grad_norm)))
+    return [Finding(PROBLEM, COLLAPSE, f"{found.signal}; the update of step {found.culprit} broke the policy, and what "
+                    "follows it in the run is its consequence", (found.step,), f"{cause} (the likely cause)")]
+
+
 def check_nonfinite(log: RunLog) -> list[Finding]:
     bad = {row["step"]: sorted(k for k, v in row.items() if v in ("nan", "inf", "-inf")
                                or isinstance(v, float) and not math.isfinite(v)) for row in log.metrics}
     bad = {s: keys for s, keys in bad.items() if keys}
-    skipped = {row["step"]: sum(_number(v) for k, v in row.items() if "skipped" in k)
+    skipped = {row["step"]: sum(number(v) for k, v in row.items() if "skipped" in k)
                for row in log.metrics}
     out = []
     if bad:
@@ -277,8 +295,8 @@ def check_throughput(log: RunLog) -> list[Finding]:
 
 
 CHECKS: list[Callable[[RunLog], list[Finding]]] = [
-    check_nonfinite, check_reward_errors, check_flat_groups, check_truncation, check_length, check_entropy,
-    check_spikes, check_reward_hacking, check_reward_collapse, check_throughput,
+    check_collapse, check_nonfinite, check_reward_errors, check_flat_groups, check_truncation, check_length,
+    check_entropy, check_spikes, check_reward_hacking, check_reward_collapse, check_throughput,
 ]
 
 
@@ -304,7 +322,8 @@ def load_run(run_dir: str | Path) -> RunLog:
             logs.append(read_jsonl(run_dir / name, missing_ok=True, growing=True))
         except ValueError as e:  # names the file and line
             raise ConfigError(str(e)) from None
-    return RunLog(*logs, _read_config(run_dir / CONFIG))
+    config = _read_config(run_dir / CONFIG)
+    return RunLog(*logs, config, vocab_size(run_dir, (config.get("model") or {}).get("path")))
 
 
 def _read_config(path: Path) -> dict[str, Any]:
@@ -318,7 +337,11 @@ def _read_config(path: Path) -> dict[str, Any]:
 
 
 def diagnose(run: str | Path | RunLog) -> list[Finding]:
-    """Every finding for a run folder (or its loaded logs), problems first."""
+    """Every finding for a run folder (or its loaded logs), problems first. After a policy collapse, what held
+    only at later steps (no learning signal, reward collapse, ...) is its consequence, not another cause: left out."""
     log = run if isinstance(run, RunLog) else load_run(run)
     findings = [f for check in CHECKS for f in check(log)]
+    collapse = find_collapse(log)
+    if collapse is not None:
+        findings = [f for f in findings if f.title == COLLAPSE or not f.steps or min(f.steps) <= collapse.culprit]
     return sorted(findings, key=lambda f: f.severity != PROBLEM)

@@ -1,24 +1,31 @@
 """What keeps a run from harming itself: non-finite updates skipped and counted, a stop after too
-many in a row, collapse warnings while the run goes on, write errors turned into one line, and
-SIGINT/SIGTERM handled at the next step boundary (with a checkpoint) instead of mid-write.
+many in a row, a stop at the step where an update broke the policy (collapse: `guard.*`), collapse
+warnings while the run goes on, write errors turned into one line, and SIGINT/SIGTERM handled at the
+next step boundary (with a checkpoint) instead of mid-write.
 
 The controller (`rlvr.train.loop`) asks the guard at fixed points; the Learner only reports whether
-its gradient was finite (`finite_step`)."""
+its gradient was finite (`finite_step`) and how many weight tensors are not (`nonfinite_weights`)."""
 
 from __future__ import annotations
 
 import errno
 import logging
+import math
+import shutil
 import signal
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import torch
 from torch import Tensor
 
+from rlvr.config import Config, GuardConfig
+from rlvr.report.collapse import (NONFINITE_WEIGHTS, collapse_signal, first_entropy, likely_cause, number,
+                                  vocab_size)
 from rlvr.report.doctor import RunLog, check_entropy, check_reward_collapse, check_spikes
-from rlvr.train.checkpoint import CHECKPOINTS, latest_checkpoint, step_folders
+from rlvr.train.checkpoint import CHECKPOINTS, LATEST, latest_checkpoint, step_folders, step_number, write_atomic_text
 
 logger = logging.getLogger(__name__)
 
@@ -76,11 +83,39 @@ def finite_step(losses: list[Tensor], norm: Tensor) -> bool:
     return bool(torch.isfinite(torch.stack([*losses, norm.reshape(())])).all())
 
 
-class RunGuard:
-    """`max_nonfinite`: updates in a row with a skipped step before the run stops."""
+def nonfinite_weights(params: Iterable[Tensor]) -> Tensor:
+    """How many of `params` hold a NaN or inf after an update (0-dim; a sharded parameter counts its own shard).
+    `finite_step` keeps NaN/inf gradients out, but a finite step can still overflow a weight (a huge optim.lr)."""
+    local = [p.to_local() if hasattr(p, "to_local") else p for p in params]
+    return torch.stack([~torch.isfinite(p.detach()).all() for p in local]).sum()
 
-    def __init__(self, run_dir: Path, max_nonfinite: int):
-        self.run_dir, self.max_nonfinite = Path(run_dir), max_nonfinite
+
+@dataclass
+class CollapseRule:
+    """`guard.*` applied to this run: its thresholds, the size of its policy's vocabulary, its optimizer settings
+    (for the likely cause) and its first step's entropy (read back from metrics.jsonl when resumed)."""
+
+    limits: GuardConfig
+    vocab: int | None
+    lr: float
+    max_grad_norm: float
+    first_entropy: float = math.nan
+
+    @classmethod
+    def from_config(cls, cfg: Config, history: list[dict[str, Any]]) -> "CollapseRule | None":
+        """None when guard.collapse is off. `history`: the records a resumed run logged before."""
+        if not cfg.guard.collapse:
+            return None
+        return cls(cfg.guard, vocab_size(cfg.out_dir, cfg.model.path), cfg.optim.lr, cfg.optim.max_grad_norm,
+                   first_entropy(history))
+
+
+class RunGuard:
+    """`max_nonfinite`: updates in a row with a skipped step before the run stops; `collapse`: when an update
+    broke the policy (None: never stop for it)."""
+
+    def __init__(self, run_dir: Path, max_nonfinite: int, collapse: CollapseRule | None = None):
+        self.run_dir, self.max_nonfinite, self.collapse = Path(run_dir), max_nonfinite, collapse
         self.nonfinite_in_a_row = 0
         self.signal: int | None = None
         self._rows: list[dict[str, Any]] = []
@@ -94,6 +129,45 @@ class RunGuard:
                              f"in a row (train.max_nonfinite_steps); nothing was applied, the last checkpoint in "
                              f"{self.run_dir / 'checkpoints'} is intact. Lower optim.lr, keep "
                              f"optim.max_grad_norm > 0, check the reward; `rlvr doctor {self.run_dir}` says more")
+
+    def collapsed(self, step: int, record: dict[str, Any]) -> RunStopped | None:
+        """The stop for a step whose record shows that an update broke the policy (`rlvr.report.collapse`), else
+        None. Checkpoints of the broken weights (the update it blames and later) are removed first and `latest`
+        put back on the newest one before them: a resume must not continue from noise."""
+        rule = self.collapse
+        if rule is None:
+            return None
+        if math.isnan(rule.first_entropy):
+            rule.first_entropy = number(record.get("entropy"))
+        found = collapse_signal({**record, "step": step}, rule.first_entropy, rule.vocab, rule.limits)
+        if found is None:
+            return None
+        with self.writing(self.run_dir / CHECKPOINTS):
+            kept = self._keep_checkpoints_before(found.culprit)
+        return RunStopped(f"step {step}: policy collapse: {found.signal}; the update of step {found.culprit} broke "
+                          f"the policy. Likely cause: {likely_cause(rule.lr, rule.max_grad_norm)}. {kept}. "
+                          f"`rlvr doctor {self.run_dir}` says more; guard.collapse=false lets such a run go on")
+
+    def _keep_checkpoints_before(self, culprit: int) -> str:
+        """Remove the step folders of step `culprit` and later, `latest` first moved to the newest one before
+        (or removed with none left); says what is kept, as a sentence."""
+        root = self.run_dir / CHECKPOINTS
+        folders = step_folders(root)
+        bad = [p for p in folders if step_number(p.name) >= culprit]
+        good = [p for p in folders if step_number(p.name) < culprit]
+        if good:
+            write_atomic_text(root / LATEST, good[0].name)
+        elif bad:
+            (root / LATEST).unlink(missing_ok=True)
+        for folder in bad:
+            shutil.rmtree(folder)
+        if not bad:
+            return f"The last good checkpoint, {root / good[0].name}, is kept" if good else \
+                "No checkpoint was written before it"
+        removed = f"The checkpoints of its weights ({', '.join(p.name for p in bad)}) were removed"
+        if good:
+            return f"{removed}; the last good one, {root / good[0].name}, is `latest`"
+        return f"{removed}; none from before it is left: start the run again"
 
     def collapse_warnings(self, step: int, record: dict[str, Any]) -> list[str]:
         """The doctor's entropy, KL/gradient spike and reward-collapse findings that hold at `step` and held at the

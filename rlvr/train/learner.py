@@ -26,7 +26,7 @@ from rlvr.models.tokenizer import pad_token_id
 from rlvr.rollout.batch import (RolloutBatch, build_batch, cached_logprobs, completion_values, micro_batches,
                                 policy_logprobs)
 from rlvr.rollout.scored import ScoredBatch
-from rlvr.train.guard import SKIPPED, finite_step
+from rlvr.train.guard import NONFINITE_WEIGHTS, SKIPPED, finite_step, nonfinite_weights
 from rlvr.train.family import token_advantages
 from rlvr.train.rollout import sampler_is_policy, serves_adapters
 from rlvr.algorithms.optim import build_optimizer, build_scheduler, clip_gradients
@@ -228,6 +228,7 @@ class Learner:
         self.version += 1
         if sampled_entropy is not None:
             stats.append(sampled_entropy)
+        stats.append({NONFINITE_WEIGHTS: nonfinite_weights(self.params)})  # the guard stops a run on any
         metrics = {**finish_metrics(*self._reduce_metrics(*partial_metrics(stats))),
                    "lr": self.scheduler.get_last_lr()[0], SKIPPED: float(skipped),
                    **{k: v.item() for k, v in self._is_metrics.items()}}

@@ -19,7 +19,7 @@ from rlvr.jsonl import read_jsonl
 from rlvr.logging.sinks import METRICS, SAMPLES, TIMINGS
 from rlvr.seeds import EVAL_SAMPLING, derive_seed
 from rlvr.train.checkpoint import CHECKPOINTS, LATEST, save_checkpoint, step_folders
-from rlvr.train.guard import RunGuard
+from rlvr.train.guard import CollapseRule, RunGuard
 from rlvr.train.setup import Run, prepare_run
 
 
@@ -46,11 +46,16 @@ def _floats(metrics: dict) -> dict[str, float]:
     return {k: v.item() if hasattr(v, "item") else v for k, v in metrics.items()}
 
 
-def _logged_evals(run_dir: Path) -> tuple[dict[str, float], dict[str, float]]:
-    """(first, last) held-out metrics in a run folder's metrics.jsonl: what a resumed run evaluated before."""
-    evals = [{k: v for k, v in r.items() if k.startswith("eval/")} for r in read_jsonl(run_dir / METRICS)]
+def _logged_evals(records: list[dict]) -> tuple[dict[str, float], dict[str, float]]:
+    """(first, last) held-out metrics in a run folder's metrics.jsonl records: what a resumed run evaluated before."""
+    evals = [{k: v for k, v in r.items() if k.startswith("eval/")} for r in records]
     evals = [e for e in evals if e]
     return (evals[0], evals[-1]) if evals else ({}, {})
+
+
+def _log(run: Run, guard: RunGuard, step: int, record: dict[str, float], timings: dict[str, float]) -> None:
+    with guard.writing(run.run_dir / METRICS):
+        run.logger.log(step, record, timings)
 
 
 def _plot(run: Run, guard: RunGuard) -> None:
@@ -64,15 +69,15 @@ def train(cfg: Config, resume: bool = False, run: Run | None = None, or_start: b
     `or_start`: a resume of a folder without a checkpoint starts the run."""
     run = run or prepare_run(cfg, resume, or_start=or_start)
     rollout, learner = run.rollout, run.learner
-    guard = RunGuard(run.run_dir, cfg.train.max_nonfinite_steps)
-    first_eval, last_eval = _logged_evals(run.run_dir) if run.start_step else ({}, {})
+    history = read_jsonl(run.run_dir / METRICS) if run.start_step else []  # what the resumed run logged before
+    guard = RunGuard(run.run_dir, cfg.train.max_nonfinite_steps, CollapseRule.from_config(cfg, history))
+    first_eval, last_eval = _logged_evals(history)
     label = cfg.algorithm.preset or cfg.algorithm.advantage  # what the bar names: kimi, ppo, ... or grpo, rloo
     with TrainProgress(cfg.train.steps, run.start_step, cfg.log.progress, description=label) as progress, \
             guard.signals():
         if run.start_step == 0:
             first_eval = last_eval = _evaluate(run, 0, guard)
-            with guard.writing(run.run_dir / METRICS):
-                run.logger.log(0, first_eval, {})
+            _log(run, guard, 0, first_eval, {})
             progress.update(0, first_eval)
         for step in range(run.start_step + 1, cfg.train.steps + 1):
             tic = time.perf_counter()
@@ -84,15 +89,22 @@ def train(cfg: Config, resume: bool = False, run: Run | None = None, or_start: b
             update = learner.update(batch)
             t_update = time.perf_counter() - tic - t_rollout
             guard.after_update(step, update)
+            record = {**_floats(batch.metrics()), **update}
+            timings = {"s_per_step": time.perf_counter() - tic, "rollout_s": t_rollout, "update_s": t_update}
+
+            # --- collapse: an update that broke the policy stops the run here, before a sync or a checkpoint ---
+            collapsed = guard.collapsed(step, record)
+            if collapsed is not None:  # its record and the curves show it
+                _log(run, guard, step, record, timings)
+                _plot(run, guard)
+                raise collapsed
 
             # --- sync: the engine samples the next batch from the new weights ---
             rollout.load_weights(learner.named_weights())
-            t_sync = time.perf_counter() - tic - t_rollout - t_update
+            timings["sync_s"] = time.perf_counter() - tic - t_rollout - t_update
+            timings["s_per_step"] = time.perf_counter() - tic
 
             # --- eval/log/checkpoint ---
-            record = {**_floats(batch.metrics()), **update}
-            timings = {"s_per_step": time.perf_counter() - tic, "rollout_s": t_rollout, "update_s": t_update,
-                       "sync_s": t_sync}
             if run.throughput is not None:  # tokens/s, samples/s, memory, MFU (rlvr.logging.throughput)
                 timings.update(run.throughput.measure([len(p) for p in batch.prompt_ids],
                                                       [len(c) for c in batch.completion_ids], timings))
@@ -101,8 +113,7 @@ def train(cfg: Config, resume: bool = False, run: Run | None = None, or_start: b
                 last_eval = _evaluate(run, step, guard)
                 record.update(last_eval)
                 timings["eval_s"] = time.perf_counter() - tic
-            with guard.writing(run.run_dir / METRICS):
-                run.logger.log(step, record, timings)
+            _log(run, guard, step, record, timings)
             progress.update(step, {**record, **timings})
             for warning in guard.collapse_warnings(step, record):
                 progress.warn(warning)
@@ -133,7 +144,7 @@ def train_to_end(cfg: Config, log=print, run_train=train) -> RunResult:
     run_dir = Path(cfg.out_dir)
     if (run_dir / METRICS).exists() and not (run_dir / CHECKPOINTS / LATEST).is_file():
         if (run_dir / "final_model").is_dir():  # finished, its checkpoints deleted since: kept as it is
-            return RunResult(run_dir, *_logged_evals(run_dir), cfg.train.steps)
+            return RunResult(run_dir, *_logged_evals(read_jsonl(run_dir / METRICS)), cfg.train.steps)
         if not step_folders(run_dir / CHECKPOINTS):  # step folders without `latest`: the preflight resumes
             log(f"{run_dir}: stopped before its first checkpoint; started again")
             for name in RUN_LOGS:
