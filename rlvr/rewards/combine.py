@@ -19,11 +19,17 @@ from rlvr.rewards.base import BatchContext, RewardBatch, RewardOutput
 from rlvr.rewards.safe import DEFAULT_TIMEOUT, SafeReward, as_mapping
 
 
+PROMPT_MESSAGES = "prompt_messages"  # an example field: the conversation its prompt text was rendered from
+
+
 class TRLReward:
     """Adapter for a TRL reward function `f(prompts, completions, **columns) -> list[float | None]`.
 
     The example fields (except `prompt`) are passed as columns, one list per field, as TRL passes
-    dataset columns. None means "not applicable" (see the module docstring).
+    dataset columns. None means "not applicable" (see the module docstring). Conversational examples (each with
+    its prompt's messages in the field `prompt_messages`, as `rlvr.tasks.dataset` keeps them) are passed in TRL's
+    conversational form: prompts as those message lists, each completion as `[{"role": "assistant",
+    "content": text}]`.
     """
 
     def __init__(self, fn: Callable[..., Sequence[float | None]], name: str | None = None) -> None:
@@ -35,9 +41,13 @@ class TRLReward:
     def score_batch(self, prompts: Sequence[str], completions: Sequence[str], examples: Sequence[Any],
                     ctx: BatchContext | None = None) -> RewardBatch:
         rows = [as_mapping(e) for e in examples]
-        keys = sorted({k for r in rows for k in r} - {"prompt", "prompts", "completions"})
+        keys = sorted({k for r in rows for k in r} - {"prompt", "prompts", "completions", PROMPT_MESSAGES})
         columns = {k: [r.get(k) for r in rows] for k in keys}
-        out = list(self.fn(prompts=list(prompts), completions=list(completions), **columns))
+        texts: list[Any] = list(completions)
+        if rows and all(isinstance(r.get(PROMPT_MESSAGES), list) for r in rows):
+            prompts = [r[PROMPT_MESSAGES] for r in rows]
+            texts = [[{"role": "assistant", "content": text}] for text in texts]
+        out = list(self.fn(prompts=list(prompts), completions=texts, **columns))
         if len(out) != len(completions):
             raise ValueError(f"{self.__name__} returned {len(out)} rewards for {len(completions)} completions")
         return RewardBatch([math.nan if v is None else float(v) for v in out])

@@ -4,5 +4,6 @@ from rlvr.tasks.base import TASKS, Example, Task, TaskOptionError, TooFewExample
 from rlvr.tasks import arithmetic, sorting  # noqa: F401  (registers "arithmetic", "sort")
 from rlvr.tasks import countdown, gym, math_tasks  # noqa: F401  (gsm8k, math500, math_file, reasoning_gym, countdown)
 from rlvr.tasks import subset  # noqa: F401  (subset: a task's saved training subset)
+from rlvr.tasks import dataset  # noqa: F401  (dataset: TRL-style rows, rlvr.GRPOTrainer's data)
 
 __all__ = ["TASKS", "Example", "Task", "TaskOptionError", "TooFewExamples", "get_task", "register_task"]

@@ -18,13 +18,14 @@ TEMPLATES = ("r1_zero", "chat", "plain")
 
 
 def load_tokenizer_option(tokenizer: Any) -> Any:
-    """A tokenizer object, or a folder to load one from (the model's own folder works)."""
+    """A tokenizer object, or a folder to load one from (the model's own folder works), or `char`: the character
+    tokenizer of the tiny model that a run builds when model.path is empty (its folder does not exist yet)."""
     if tokenizer is None or hasattr(tokenizer, "apply_chat_template"):
         return tokenizer
     # on use only: transformers takes seconds to import, and reward workers import the tasks
-    from rlvr.models import load_tokenizer
+    from rlvr.models import build_char_tokenizer, load_tokenizer
 
-    return load_tokenizer(str(tokenizer))
+    return build_char_tokenizer() if tokenizer == "char" else load_tokenizer(str(tokenizer))
 
 
 def check_template(template: str, tokenizer: Any) -> None:
