@@ -50,7 +50,8 @@ from rlvr.models import build_char_tokenizer, make_tiny_model_dir  # noqa: E402
 from rlvr.rollout.batch import encode_prompt_completion, policy_logprobs  # noqa: E402
 from rlvr.rollout.scored import ScoredBatch  # noqa: E402
 from rlvr.tasks.data import shared_file  # noqa: E402
-from rlvr.train.learner import Learner, optimizer_steps  # noqa: E402
+from rlvr.algorithms.objective import optimizer_steps  # noqa: E402
+from rlvr.train.learner import Learner  # noqa: E402
 
 # name: (preset, batch, group, minibatch, mu, prompt tokens, completion tokens, beta)
 SIZES = {

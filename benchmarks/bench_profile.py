@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 import rlvr.algorithms.dynamic_sampling as sampling_mod
-import rlvr.train.learner as learner_mod
+import rlvr.train.passes as passes_mod
 import rlvr.train.loop as loop
 from rlvr.config import load_config
 from rlvr.pipelines.demo import DEMO_CONFIG
@@ -94,24 +94,24 @@ class Profile:
 
 def instrument(prof: Profile, run) -> None:
     """Wrap what the roles call; every name must exist, or the profile would silently miss time."""
-    for module, names in ((learner_mod, ("cached_logprobs", "policy_logprobs", "forward_with_values", "build_batch")),
-                          (loop, ("_evaluate", "save_checkpoint")), (sampling_mod, ("score_completions",))):
+    for module, names in ((passes_mod, ("cached_logprobs", "build_batch")), (loop, ("_evaluate", "save_checkpoint")),
+                          (sampling_mod, ("score_completions",))):
         for name in names:
             if not hasattr(module, name):
                 raise SystemExit(f"bench_profile: {module.__name__} has no {name!r}; update this script's wrappers")
     learner, rollout = run.learner, run.rollout
-    learner_mod.cached_logprobs = prof.wrap(learner_mod.cached_logprobs, lambda model, *a, **k: (
+    passes_mod.cached_logprobs = prof.wrap(passes_mod.cached_logprobs, lambda model, *a, **k: (
         "reference log-prob pass" if model is learner.reference else "old log-prob pass"))
-    for name in ("policy_logprobs", "forward_with_values"):  # the latter with PPO's value model
-        setattr(learner_mod, name, prof.wrap(_count_padding(prof, learner.pad_id, getattr(learner_mod, name)),
-                                             "training forward: log-probs, entropy"))
-    learner_mod.build_batch = prof.wrap(learner_mod.build_batch, "batching")
+    objective = learner.objective  # its training forward: log-probs, entropy (and PPO's values)
+    objective.forward = prof.wrap(_count_padding(prof, learner.pad_id, objective.forward),
+                                  "training forward: log-probs, entropy")
+    passes_mod.build_batch = prof.wrap(passes_mod.build_batch, "batching")
     sampling_mod.score_completions = prof.wrap(sampling_mod.score_completions, "scoring")
     loop._evaluate = prof.wrap(loop._evaluate, "evaluation")
     loop.save_checkpoint = prof.wrap(loop.save_checkpoint, "checkpoint")
     learner.save = prof.wrap(learner.save, "end of run")
-    object.__setattr__(learner.objective, "advantages", prof.wrap(learner.objective.advantages, "advantages"))
-    object.__setattr__(learner.objective, "loss", prof.wrap(learner.objective.loss, "loss"))
+    objective.advantages = prof.wrap(objective.advantages, "advantages")
+    objective.loss = prof.wrap(objective.loss, "loss")
     torch.Tensor.backward = prof.wrap(torch.Tensor.backward, "backward")
     torch.nn.utils.clip_grad_norm_ = prof.wrap(torch.nn.utils.clip_grad_norm_, "grad clip")
     learner.optimizer.step = prof.wrap(learner.optimizer.step, "optimizer step")

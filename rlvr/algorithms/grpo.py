@@ -10,14 +10,18 @@ object with other names (see configs/ and docs/training.md), never another train
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-from rlvr.core import aggregate_loss, get_advantage_fn, get_kl_estimator, masked_mean, ratio_weighted_kl
-from rlvr.algorithms.ppo import TOKEN_ADVANTAGES
+from rlvr.algorithms.dynamic_sampling import overlong_filter, overlong_loss_mask
+from rlvr.core import (TOKEN_ADVANTAGES, aggregate_loss, behaviour_is_weights, get_advantage_fn, get_kl_estimator,
+                       masked_mean, ratio_weighted_kl)
 from rlvr.core.losses import get_policy_loss
+from rlvr.rollout.batch import RolloutBatch, policy_logprobs
+from rlvr.rollout.scored import ScoredBatch
 
 
 def accumulation_denominator(mode: str, mask: Tensor) -> Tensor | int:
@@ -97,3 +101,83 @@ class GroupPolicyGradient:
             metrics["kl"] = masked_mean(kl.detach(), mask)
         loss = aggregate_loss(per_token, mask, self.aggregation, self.loss_constant, denominator=denominator)
         return loss, {k: v.detach() for k, v in metrics.items()}
+
+
+class GroupObjective:
+    """The group family as an Objective (rlvr.algorithms.objective): advantages from each group's rewards, the
+    loss of `GroupPolicyGradient`, and what it needs: pi_old where the update takes more than one optimizer
+    step per rollout or corrects for the sampler (`is_cap`: behaviour importance weights), pi_ref for a KL
+    term, DAPO's overlong filter. `temperature`, `top_k`, `top_p` (the distribution scored, as sampled),
+    `packing` and `micro_batch_size` are how models are run (rollout.*, train.packing, train.micro_batch_size)."""
+
+    def __init__(self, pg: GroupPolicyGradient, temperature: float = 1.0, packing: str = "never",
+                 micro_batch_size: int = 1, single_step: bool = False, overlong_filter: bool = False,
+                 is_cap: float = 0.0, is_mode: str = "truncate", top_k: int = 0, top_p: float = 1.0) -> None:
+        self.pg, self.temperature, self.packing, self.micro_batch_size = pg, temperature, packing, micro_batch_size
+        self.scoring = dict(top_k=top_k, top_p=top_p)  # the sampler's processing of the logits
+        self.single_step, self.overlong_filter = single_step, overlong_filter
+        self.is_cap, self.is_mode = is_cap, is_mode
+        self.needs_reference = pg.needs_reference
+        # A row whose advantage is 0 adds exactly nothing to the gradient of a loss that is A x (a function of
+        # the ratio) and nothing else: no KL term, not Kimi's tau term (tau is Kimi's alone: rlvr.train.family).
+        self.zero_advantage_is_inert = not pg.needs_reference and not pg.tau
+
+    @property
+    def needs_old_logprobs(self) -> bool:
+        return not self.single_step or self.is_cap > 0  # inner steps; behaviour weights
+
+    def attach(self, policy: nn.Module, init_path: Path, device: torch.device) -> list[dict[str, Any]]:
+        return []
+
+    def prepare(self, rows: RolloutBatch, batch: ScoredBatch, passes: Any) -> dict[str, Tensor]:
+        """Advantages (N,) or (N, W), pi_old, behaviour weights, pi_ref and the overlong filter on `rows`."""
+        self.advantages(rows, batch)
+        if self.needs_old_logprobs:
+            rows.old_logprobs = passes.old_logprobs(rows, batch, every_row=self.is_cap > 0)
+        metrics: dict[str, Tensor] = {}
+        if self.is_cap:
+            rows.is_weights, metrics = behaviour_is_weights(rows.old_logprobs, passes.sampled_logprobs(rows, batch),
+                                                            rows.mask, self.is_cap, self.is_mode)
+        if self.needs_reference:
+            rows.ref_logprobs = passes.reference_logprobs(rows)
+        self.annotate(rows, passes)
+        if self.overlong_filter:  # DAPO: a truncated completion is unfinished, not wrong
+            truncated = batch.truncated.to(rows.mask.device)
+            rows.advantages = overlong_filter(rows.advantages, truncated)
+            if self.pg.aggregation != "seq_mean_token_mean":  # an empty row would be 0 / 0 there
+                rows.mask = overlong_loss_mask(rows.mask, truncated)
+        return metrics
+
+    def advantages(self, rows: RolloutBatch, batch: ScoredBatch) -> None:
+        """(N,) group-relative advantages from the rewards alone, before any pass (the Learner leaves rows of
+        advantage 0 out of the pi_old pass)."""
+        rows.advantages = self.pg.advantages(rows.rewards, batch.group_size)
+
+    def annotate(self, rows: RolloutBatch, passes: Any) -> None:
+        """What needs the passes' results (per-token advantages); nothing for group advantages."""
+
+    def denominator(self, mask: Tensor) -> Tensor | int:
+        return accumulation_denominator(self.pg.aggregation, mask)
+
+    def forward(self, policy: nn.Module, mb: RolloutBatch, with_entropy: bool
+                ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        return (*policy_logprobs(policy, mb, self.temperature, with_entropy=with_entropy, packing=self.packing,
+                                 **self.scoring), None)
+
+    def loss(self, mb: RolloutBatch, logprobs: Tensor, values: Tensor | None, denominator: Tensor | int
+             ) -> tuple[Tensor, dict[str, Tensor]]:
+        old = logprobs.detach() if self.single_step else mb.old_logprobs
+        return self.pg.loss(logprobs, old, mb.advantages, mb.mask, mb.ref_logprobs, denominator, mb.is_weights)
+
+    def zero_advantage_metrics(self, device: torch.device) -> dict[str, Tensor]:
+        """Clip fractions of 0: with no advantage no clipped branch is active."""
+        return {k: torch.zeros((), device=device) for k in self.pg.metric_names if k.startswith("clip_frac")}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+    def save(self, path: Path) -> None:
+        pass

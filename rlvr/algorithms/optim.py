@@ -52,6 +52,15 @@ def build_optimizer(model: nn.Module, lr: float, betas: tuple[float, float], eps
     return torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, betas=tuple(betas), eps=eps, fused=fused)
 
 
+def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict) -> None:
+    """`optimizer.load_state_dict(state)` keeping this process's AdamW kernel (fused or not), not the checkpoint's:
+    a checkpoint of one learner resumed by FSDP2 ranks must not turn the fused kernel on for their DTensors."""
+    kernels = [{k: group.get(k) for k in ("fused", "foreach")} for group in optimizer.param_groups]
+    optimizer.load_state_dict(state)
+    for group, kernel in zip(optimizer.param_groups, kernels):
+        group.update(kernel)
+
+
 def build_scheduler(optimizer: torch.optim.Optimizer, schedule: str, warmup: int, total: int,
                     min_ratio: float) -> torch.optim.lr_scheduler.LambdaLR:
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(schedule, warmup, total, min_ratio))

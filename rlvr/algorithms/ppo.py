@@ -25,11 +25,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import torch
+from safetensors.torch import save_file
 from torch import Tensor, nn
 
+from rlvr.algorithms.grpo import GroupPolicyGradient, GroupObjective
+from rlvr.config import Config
 from rlvr.core import (
+    TOKEN_ADVANTAGES,
     aggregate_loss,
     clipped_value_loss,
     gae,
@@ -38,10 +43,11 @@ from rlvr.core import (
     masked_mean,
     masked_whiten,
 )
-from rlvr.models import load_model
-from rlvr.rollout.batch import completion_index, packed_call, packs, policy_logprobs, scored_logprobs, to_completions
+from rlvr.models import load_model, resolve_model
+from rlvr.rollout.batch import (RolloutBatch, completion_index, packed_call, packs, policy_logprobs, scored_logprobs,
+                                to_completions)
+from rlvr.rollout.scored import ScoredBatch
 
-TOKEN_ADVANTAGES = ("gae", "reinforce_pp")  # per-token estimators of this module; the rest are group ones
 VALUE_MODELS = ("shared", "separate")
 
 
@@ -249,3 +255,76 @@ class TokenAdvantages:
         metrics["value_loss"] = masked_mean(per_token.detach(), batch.mask)  # per token, whatever the split
         metrics["value_mean"] = masked_mean(values.detach(), batch.mask)
         return self.value_coef * loss, metrics
+
+
+def token_advantages(cfg: Config) -> TokenAdvantages | None:
+    """The per-token estimator's settings of a config; None for a group estimator."""
+    a = cfg.algorithm
+    if a.advantage not in TOKEN_ADVANTAGES:
+        return None
+    return TokenAdvantages(a.advantage, a.gamma, a.lam, a.whiten_advantages, a.kl_reward_coef, a.kl_estimator,
+                           cfg.value.coef, cfg.value.clip, a.advantage_eps)
+
+
+class TokenObjective(GroupObjective):
+    """PPO (`gae`, with a value model) and REINFORCE++ as an Objective: the group family's loss on per-token
+    advantages computed after the passes (KL shaping reads pi_old and pi_ref), plus, with a value model, its
+    clipped value loss aggregated alike. `value_model` is `shared` or `separate` (from `value_path`, else the
+    start model), trained at `value_lr` in its own optimizer group."""
+
+    def __init__(self, pg: GroupPolicyGradient, token: TokenAdvantages, value_model: str = "shared",
+                 value_path: str | None = None, value_lr: float = 1e-5, **settings: Any) -> None:
+        super().__init__(pg, **settings)
+        self.token, self.value_kind, self.value_path, self.value_lr = token, value_model, value_path, value_lr
+        self.value_model: ValueModel | None = None
+        self.needs_reference = pg.needs_reference or token.kl_coef > 0
+        self.zero_advantage_is_inert = False  # the value loss and the KL-shaped rewards act on every row
+
+    @property
+    def needs_old_logprobs(self) -> bool:
+        return super().needs_old_logprobs or self.token.kl_coef > 0  # the KL-shaped rewards read pi_old
+
+    def attach(self, policy: nn.Module, init_path: Path, device: torch.device) -> list[dict[str, Any]]:
+        """PPO's critic when the estimator needs one, in an optimizer group of its own (no weight decay)."""
+        if not self.token.needs_value_model:
+            return []
+        trunk = resolve_model(self.value_path, "value.path") if self.value_path else init_path
+        self.value_model = build_value_model(self.value_kind, policy, trunk).to(device)
+        return [{"params": list(self.value_model.parameters()), "lr": self.value_lr, "weight_decay": 0.0}]
+
+    def advantages(self, rows: RolloutBatch, batch: ScoredBatch) -> None:
+        pass  # per token, once pi_old, pi_ref and the values are known (`annotate`)
+
+    def annotate(self, rows: RolloutBatch, passes: Any) -> None:
+        self.token.annotate(rows, passes.policy, self.value_model, self.micro_batch_size, self.packing)
+
+    def forward(self, policy: nn.Module, mb: RolloutBatch, with_entropy: bool
+                ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        if self.value_model is None:
+            return super().forward(policy, mb, with_entropy)
+        return forward_with_values(policy, self.value_model, mb, self.temperature, with_entropy=with_entropy,
+                                   packing=self.packing, **self.scoring)
+
+    def loss(self, mb: RolloutBatch, logprobs: Tensor, values: Tensor | None, denominator: Tensor | int
+             ) -> tuple[Tensor, dict[str, Tensor]]:
+        """The policy loss (its KL to the reference is in the rewards: logged here) + value.coef x the clipped
+        value loss."""
+        loss, metrics = super().loss(mb, logprobs, values, denominator)
+        metrics = {**self.token.kl_metrics(logprobs, mb), **metrics}
+        if values is not None:
+            value_loss, value_metrics = self.token.value_loss(values, mb, self.pg.aggregation, self.pg.loss_constant,
+                                                              denominator)
+            loss, metrics = loss + value_loss, {**metrics, **value_metrics}
+        return loss, metrics
+
+    def state_dict(self) -> dict[str, Any]:
+        return {} if self.value_model is None else {"value_model": self.value_model.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.value_model is not None:
+            self.value_model.load_state_dict(state["value_model"])
+
+    def save(self, path: Path) -> None:
+        """The critic (head, and trunk when separate) beside the policy."""
+        if self.value_model is not None:
+            save_file(self.value_model.state_dict(), path / VALUE_MODEL_FILE)

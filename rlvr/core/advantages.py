@@ -135,6 +135,8 @@ ADVANTAGES: dict[str, AdvantageFn] = {
 
 
 STD_SCALED = ("grpo", "whitened", "reinforce_pp_baseline")  # the estimators that divide by a std (+ eps)
+# the per-token estimators (`gae` below; rlvr.algorithms.ppo): not in ADVANTAGES, they need more than the rewards
+TOKEN_ADVANTAGES = ("gae", "reinforce_pp")
 
 
 def get_advantage_fn(name: str, eps: float = DEFAULT_EPS) -> AdvantageFn:

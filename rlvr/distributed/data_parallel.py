@@ -2,7 +2,7 @@
 
 Every rank prepares the whole batch (advantages need whole groups, the accumulation denominator the
 whole minibatch) and backpropagates its 1/M of the micro-batches (of the rows trained on: rows of advantage 0
-may be left out, `Learner._zero_advantage_split`). Each micro-batch loss is already
+may be left out, `Learner.skips_zero_advantage`; `RankShare`). Each micro-batch loss is already
 divided by the global denominator, so the sum of the ranks' gradients is the one-process minibatch
 gradient, exactly, whatever the aggregation mode.
 
@@ -34,13 +34,14 @@ from torch.distributed.tensor import DTensor
 
 from rlvr.config import Config
 from rlvr.models import load_policy, save_policy
+from rlvr.rollout.batch import RolloutBatch
 from rlvr.train.learner import Learner
 
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)  # whole tensors, on rank 0, in CPU memory
 
 
 def add_over_ranks(sums: dict[str, float], maxes: dict[str, float]) -> tuple[dict[str, float], dict[str, float]]:
-    """Every rank's partial metrics (`rlvr.train.learner.partial_metrics`) added up, maxima the largest: the
+    """Every rank's partial metrics (`rlvr.train.metrics.partial_metrics`) added up, maxima the largest: the
     metrics of the whole update, the same on every rank and equal to one process's. The ranks may hold different
     keys (a rank that trained on no row has no ratio metrics): each reduces the union, its missing ones as 0 and
     -inf."""
@@ -84,7 +85,52 @@ def by_name(state: dict[str, Any], names: list[str]) -> dict[str, Any]:
             "param_groups": [{**g, "params": [names[i] for i in g["params"]]} for g in state["param_groups"]]}
 
 
-class DataParallelLearner(Learner):
+class RankShare(Learner):
+    """A Learner that is rank `rank` of `world`: it runs every `world`-th micro-batch of each minibatch, counts
+    what is counted once per update on rank 0 only (`lead`) and adds its metrics to the other ranks'."""
+
+    rank, world = 0, 1
+    # whether ranks may run different numbers of forwards in a minibatch (they all-reduce once per minibatch), as
+    # they do where rows of advantage 0 are left out; not FSDP2's, which gather in every forward
+    uneven_micro_batches = True
+
+    @property
+    def lead(self) -> bool:
+        return self.rank == 0
+
+    def _micro_size(self, mini: int) -> int:
+        """Micro-batch size such that every rank gets as many micro-batches."""
+        micro = self.cfg.micro_batch_size
+        return micro if (mini // micro) % self.world == 0 else mini // self.world
+
+    def _parts(self, rows: RolloutBatch | None, micro: int) -> list[Tensor]:
+        """The micro-batches of the rows trained on (or of those left out, for their entropy). Where rows were
+        left out, so that no rank idles while another runs two, the rows are split in micro-batches of at most
+        len(rows) / world rows (rounded up): at least min(world, len(rows)) of them."""
+        if rows is not None and self.world > 1 and self.skips_zero_advantage:
+            micro = min(micro, -(-len(rows) // self.world))
+        return super()._parts(rows, micro)
+
+    def _share(self, parts: list[Tensor]) -> list[Tensor]:
+        return parts[self.rank :: self.world]
+
+    def _even_out(self, rows: RolloutBatch | None, parts: list[Tensor], backward: bool) -> None:
+        """FSDP2 ranks gather parameters in every forward and reduce-scatter gradients in every backward, so all
+        must run as many: a rank with fewer of `parts` (dealt out every `world`-th) than another runs the
+        difference on one row for nothing, a backward of zeros (`backward`), which adds a gradient of exactly 0
+        and no metric."""
+        if self.uneven_micro_batches or not parts:
+            return
+        for _ in range(-(-len(parts) // self.world) - len(parts[self.rank :: self.world])):
+            logprobs, _, _ = self._forward(rows.select(parts[0][:1]), with_entropy=False)
+            if backward:
+                logprobs.backward(torch.zeros_like(logprobs))
+
+    def _reduce_metrics(self, sums: dict[str, float], maxes: dict[str, float]) -> tuple[dict, dict]:
+        return add_over_ranks(sums, maxes)
+
+
+class DataParallelLearner(RankShare):
     """One rank of M holding the whole policy; gradients summed by one all-reduce per minibatch."""
 
     def __init__(self, cfg: Config, policy_path: Path, init_path: Path, rank: int, world: int) -> None:
@@ -102,11 +148,8 @@ class DataParallelLearner(Learner):
             p.grad = flat[offset : offset + g.numel()].view_as(p).clone()
             offset += g.numel()
 
-    def _reduce_metrics(self, sums: dict[str, float], maxes: dict[str, float]) -> tuple[dict, dict]:
-        return add_over_ranks(sums, maxes)
 
-
-class ShardedLearner(Learner):
+class ShardedLearner(RankShare):
     """One rank of M with an FSDP2-sharded policy (full parameters: no LoRA, no value model)."""
 
     uneven_micro_batches = False  # every forward gathers and every backward reduce-scatters: all ranks together
@@ -119,9 +162,6 @@ class ShardedLearner(Learner):
         for p in self.policy.parameters():  # identical start even if a head was initialised randomly
             dist.broadcast(p.data, src=0)
         shard_policy(self.policy, self.world, self.device.type)
-
-    def _reduce_metrics(self, sums: dict[str, float], maxes: dict[str, float]) -> tuple[dict, dict]:
-        return add_over_ranks(sums, maxes)
 
     def named_weights(self) -> Iterator[tuple[str, Tensor]]:
         """Whole tensors, gathered from the ranks' shards (every rank must iterate them)."""

@@ -52,6 +52,14 @@ class RolloutBatch:
                 picked[key] = value[:, :width]
         return replace(self, **picked)
 
+    def partition(self, where: Tensor) -> tuple["RolloutBatch | None", "RolloutBatch | None"]:
+        """(the rows where `where` (B,) bool is False, those where it is True), None for an empty side."""
+        if not where.any():
+            return self, None
+        if where.all():
+            return None, self
+        return self.select(torch.nonzero(~where).squeeze(-1)), self.select(torch.nonzero(where).squeeze(-1))
+
     def to(self, device: torch.device) -> "RolloutBatch":
         """Every tensor field on `device` (the policy's): the one place batch tensors leave the CPU."""
         moved = {f.name: getattr(self, f.name).to(device) for f in fields(self)

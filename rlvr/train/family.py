@@ -1,14 +1,15 @@
-"""Options of the policy-gradient family that must fit together, and the per-token estimator settings.
+"""Options of the policy-gradient family that must fit together.
 
 Group estimators (GRPO, Dr. GRPO, DAPO, RLOO, GSPO, Kimi, max-only) need nothing here; per-token
-estimators (`gae` = PPO, `reinforce_pp`) add `TokenAdvantages`, and `gae` a value model (the Learner's).
+estimators (`gae` = PPO, `reinforce_pp`) add `rlvr.algorithms.ppo.TokenAdvantages`, and `gae` a value model
+(the objective's, `rlvr.algorithms.ppo.TokenObjective`).
 """
 
 from __future__ import annotations
 
-
 from rlvr.algorithms.dynamic_sampling import METRICS
-from rlvr.algorithms.ppo import TOKEN_ADVANTAGES, VALUE_MODELS, TokenAdvantages
+from rlvr.algorithms.ppo import VALUE_MODELS, token_advantages
+from rlvr.core import TOKEN_ADVANTAGES
 from rlvr.config import Config, ConfigError
 from rlvr.presets import get_preset
 
@@ -93,10 +94,3 @@ def check_family_options(cfg: Config) -> None:
     if v.lr is not None and not v.lr > 0:
         raise ConfigError(f"value.lr must be > 0, got {v.lr}")
 
-
-def token_advantages(cfg: Config) -> TokenAdvantages | None:
-    a = cfg.algorithm
-    if a.advantage not in TOKEN_ADVANTAGES:
-        return None
-    return TokenAdvantages(a.advantage, a.gamma, a.lam, a.whiten_advantages, a.kl_reward_coef, a.kl_estimator,
-                           cfg.value.coef, cfg.value.clip, a.advantage_eps)

@@ -9,8 +9,7 @@ from typing import Any
 import torch
 
 from rlvr import core
-from rlvr.algorithms.grpo import GroupPolicyGradient
-from rlvr.algorithms.ppo import TOKEN_ADVANTAGES
+from rlvr.algorithms.objective import build_objective
 from rlvr.config import Config, ConfigError
 from rlvr.models import PRESETS, build_char_tokenizer, resolve_placement, tiny_config
 from rlvr.rewards.safe import worker_problem
@@ -51,7 +50,7 @@ def check_registries(cfg: Config) -> Config:
     """Raise ConfigError naming the key of the first unknown name or bad option; return cfg unchanged."""
     a = cfg.algorithm
     check_model(cfg)
-    if a.advantage not in TOKEN_ADVANTAGES:
+    if a.advantage not in core.TOKEN_ADVANTAGES:
         _check_name("algorithm.advantage", a.advantage, core.get_advantage_fn)
     _check_name("algorithm.policy_loss", a.policy_loss, core.get_policy_loss)
     _check_name("algorithm.kl_estimator", a.kl_estimator, core.get_kl_estimator)
@@ -70,7 +69,7 @@ def check_registries(cfg: Config) -> Config:
             raise ConfigError(f"model.tiny_sizes: {err}") from None
     _check_member("task.name", cfg.task.name, TASKS)
     try:
-        GroupPolicyGradient.from_config(cfg.algorithm, cfg.rollout.max_new_tokens)
+        build_objective(cfg)
     except ValueError as err:
         raise ConfigError(f"algorithm: {err}") from None
     try:
@@ -137,7 +136,7 @@ def check_advantage_batch(cfg: Config) -> None:
     group too small for it (grpo and rloo need >= 2) or a batch too small (whitened) fails here, before any
     work, not at step 1 after the run folder is written."""
     a, b, g = cfg.algorithm, cfg.train.batch_size, cfg.train.group_size
-    if a.advantage in TOKEN_ADVANTAGES:
+    if a.advantage in core.TOKEN_ADVANTAGES:
         if a.whiten_advantages and b < 2:  # core.masked_whiten: an unbiased variance needs 2 tokens
             raise ConfigError(f"train.batch_size={b}: algorithm.whiten_advantages whitens over the batch, which "
                               "needs at least 2 completions; raise train.batch_size or set "

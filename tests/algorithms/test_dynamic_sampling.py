@@ -213,21 +213,13 @@ def test_overlong_loss_mask_clears_truncated_rows_unless_all_are():
         overlong_loss_mask(mask, torch.tensor([0, 1, 0]))
 
 
-def _overlong_learner(aggregation):
-    """The parts of a Learner that `Learner._prepare` reads: one optimizer step per rollout, no
-    reference, group advantages, the overlong filter on."""
-    from types import SimpleNamespace
+def _overlong_objective(aggregation):
+    """The group objective with one optimizer step per rollout, no reference, the overlong filter on: its
+    `prepare` asks the Learner for no pass."""
+    from rlvr.algorithms.grpo import GroupPolicyGradient, GroupObjective
 
-    from rlvr.algorithms.grpo import GroupPolicyGradient
-    from rlvr.rollout.batch import build_batch
-
-    cfg = SimpleNamespace(micro_batch_size=4, rollout=SimpleNamespace(temperature=1.0),
-                          algorithm=SimpleNamespace(overlong_filter=True, aggregation=aggregation, kl_reward_coef=0.0,
-                                                  is_cap=0.0))
-    return SimpleNamespace(cfg=cfg, device=torch.device("cpu"), single_step=True, reference=None, token_adv=None,
-                           sampler_is_old=False, version=0,
-                           objective=GroupPolicyGradient(aggregation=aggregation, loss_constant=4.0),
-                           tensors=lambda b: build_batch(b.prompt_ids, b.completion_ids, None, b.rewards, 0))
+    return GroupObjective(GroupPolicyGradient(aggregation=aggregation, loss_constant=4.0), single_step=True,
+                          overlong_filter=True)
 
 
 @pytest.mark.parametrize("aggregation", ["token_mean", "seq_mean_token_sum", "seq_sum_constant"])
@@ -235,23 +227,23 @@ def test_overlong_filter_removes_truncated_tokens_from_the_loss(aggregation):
     """DAPO: the loss with a truncated completion equals the loss of the batch without its tokens, so a
     truncated completion no longer counts in token_mean's denominator (it did when only its advantage was 0)."""
     from rlvr.algorithms.grpo import accumulation_denominator
+    from rlvr.rollout.batch import build_batch
     from rlvr.rollout.scored import ScoredBatch
-    from rlvr.train.learner import Learner
 
     scored = ScoredBatch(prompts=["p", "p", "q", "q"], prompt_ids=[[1]] * 4,
                          completion_ids=[[5, 6], [5, 6, 7, 8], [5], [5, 6, 7]], sampler_logprobs=[[0.0]] * 4,
                          rewards=torch.tensor([1.0, 0.0, 1.0, 0.0]), correct=[True, False, True, False],
                          finish_reasons=["stop", "length", "stop", "stop"], group_size=2)
-    learner = _overlong_learner(aggregation)
-    batch = Learner._prepare(learner, scored)
+    objective = _overlong_objective(aggregation)
+    batch = build_batch(scored.prompt_ids, scored.completion_ids, None, scored.rewards, 0)
+    assert objective.prepare(batch, scored, passes=None) == {}
     adv = batch.advantages
     assert adv[1] == 0 and not batch.mask[1].any() and batch.mask.sum() == 6  # 2 + 1 + 3 tokens left
-    objective = learner.objective
     logp = torch.linspace(-2.0, -0.5, batch.mask.numel()).reshape(batch.mask.shape).requires_grad_()
-    loss, _ = objective.loss(logp, logp.detach(), adv, batch.mask, None,
+    loss, _ = objective.pg.loss(logp, logp.detach(), adv, batch.mask, None,
                              accumulation_denominator(aggregation, batch.mask))
     kept = torch.tensor([0, 2, 3])
-    ref, _ = objective.loss(logp[kept], logp.detach()[kept], adv[kept], batch.mask[kept], None,
+    ref, _ = objective.pg.loss(logp[kept], logp.detach()[kept], adv[kept], batch.mask[kept], None,
                             accumulation_denominator(aggregation, batch.mask[kept]))
     if aggregation == "token_mean":
         torch.testing.assert_close(loss, ref)  # same token count: the truncated row is out of the denominator

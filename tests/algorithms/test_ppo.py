@@ -57,7 +57,7 @@ def test_whitened_advantages_have_zero_mean_unit_variance_and_keep_unwhitened_re
 def test_whitening_uses_the_configured_advantage_eps():
     # it was a hard-coded 1e-8 whatever algorithm.advantage_eps said
     from rlvr.config import load_config
-    from rlvr.train.family import token_advantages
+    from rlvr.algorithms.ppo import token_advantages
 
     mask = torch.tensor([[1, 1, 0], [1, 1, 1]]).bool()
     adv, _ = token_level_advantages(torch.tensor([1.0, 3.0]), mask, whiten=True, eps=1.0)

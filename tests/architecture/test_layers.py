@@ -35,3 +35,13 @@ def test_no_function_level_import_dodges_a_layer():
                     and not line.strip().startswith(optional):
                 offenders.append(f"{rel}:{number}: {line.strip()}")
     assert offenders == []
+
+
+def test_the_learner_holds_no_algorithm_branch():
+    """The Learner runs models and the optimizer; what the loss is and what it needs is its objective's
+    (rlvr.algorithms.objective). No algorithm's name or option reaches learner.py, and it stays small."""
+    source = (ROOT / "rlvr" / "train" / "learner.py").read_text()
+    for word in ("algorithm.advantage", "policy_loss", "kimi", "gae", "token_adv", "value_model", "algorithm.beta",
+                 "is_cap", "overlong", "GroupPolicyGradient", "TOKEN_ADVANTAGES", "self.rank", "self.world"):
+        assert word not in source, word
+    assert len(source.splitlines()) < 200

@@ -22,6 +22,30 @@ def test_policy_logprobs_recompute_the_sampler_logprobs(flat):
         torch.testing.assert_close(got, torch.tensor(c.logprobs), atol=2e-5, rtol=0)
 
 
+def test_partition_splits_the_rows_and_trims_each_side():
+    batch = build_batch([[5], [5], [6]], [[1, 2, 3], [4], [7, 8]], torch.tensor([0.5, 0.0, -1.0]),
+                        torch.zeros(3), pad_id=0)
+    kept, flat = batch.partition(batch.advantages == 0)
+    assert kept.advantages.tolist() == [0.5, -1.0] and flat.advantages.tolist() == [0.0]
+    assert flat.input_ids.tolist() == [[5, 4]] and flat.mask.tolist() == [[True]]  # padding trimmed to its row
+    assert batch.partition(torch.zeros(3, dtype=torch.bool)) == (batch, None)
+    assert batch.partition(torch.ones(3, dtype=torch.bool)) == (None, batch)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.booleans(), min_size=1, max_size=8))
+def test_partition_puts_every_row_on_exactly_one_side(where):
+    n = len(where)
+    batch = build_batch([[9]] * n, [[1 + i] * (1 + i % 3) for i in range(n)], torch.arange(n, dtype=torch.float32),
+                        torch.zeros(n), pad_id=0)
+    sides = batch.partition(torch.tensor(where))
+    rows = [side.advantages.tolist() if side is not None else [] for side in sides]
+    assert rows == [[i for i in range(n) if not where[i]], [i for i in range(n) if where[i]]]
+    for side in sides:
+        if side is not None:
+            assert side.mask.any(0)[-1] and side.attention_mask.any(0)[-1]  # no all-padding column left
+
+
 def test_completion_values_by_hand():
     # prompts of 2 and 1 tokens, completions of 2 and 3: start = 0, W = 3
     _, _, mask, _ = pack([[5, 6], [7]], [[1, 2], [3, 4, 9]], pad_id=0)

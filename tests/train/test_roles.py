@@ -62,24 +62,22 @@ def test_state_dicts_round_trip(config_factory):
     learner2.load_state_dict(pickle.loads(pickle.dumps(state)))
     rollout2.load_state_dict(data)
     assert learner2.scheduler.state_dict() == learner.scheduler.state_dict()
-    for key, value in learner.value_model.state_dict().items():
-        torch.testing.assert_close(learner2.value_model.state_dict()[key], value)
+    for key, value in learner.objective.value_model.state_dict().items():  # PPO's objective owns its value model
+        torch.testing.assert_close(learner2.objective.value_model.state_dict()[key], value)
 
 
 def test_entropy_is_measured_in_the_first_epoch_only(config_factory, monkeypatch):
-    import rlvr.train.learner as learner_mod
-
     # every row through the micro-steps; the forwards measure it (the sampler's entropies stand in under 'auto':
     # tests/train/test_update_path.py)
     rollout, learner = _roles(config_factory, "entropy", algorithm={"mu": 3},
                               train={"zero_advantage_rows": "train", "old_logprobs": "recompute"})
-    calls, policy_logprobs = [], learner_mod.policy_logprobs
+    calls, forward = [], learner.objective.forward
 
-    def recorded(model, batch, temperature, with_entropy=False, **kwargs):
+    def recorded(policy, mb, with_entropy):
         calls.append(with_entropy)
-        return policy_logprobs(model, batch, temperature, with_entropy, **kwargs)
+        return forward(policy, mb, with_entropy)
 
-    monkeypatch.setattr(learner_mod, "policy_logprobs", recorded)
+    monkeypatch.setattr(learner.objective, "forward", recorded)
     batch = rollout.collect(1)
     metrics = learner.update(batch)
     steps_per_epoch = len(calls) // 3  # micro-steps per epoch (no-grad passes do not go through here)

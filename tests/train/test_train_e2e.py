@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 
 from rlvr.config import load_config
 from rlvr.jsonl import read_jsonl
-from rlvr.train import learner as learner_module
+from rlvr.train import passes as passes_module
 from rlvr.train.loop import train
 from rlvr.train.setup import prepare_run
 
@@ -58,8 +58,8 @@ def test_gradient_accumulation_does_not_change_the_update(config_factory):
 
 def test_old_logprobs_cost_no_forward_pass_at_mu_1_and_one_pass_otherwise(config_factory, monkeypatch):
     calls = []
-    real = learner_module.cached_logprobs
-    monkeypatch.setattr(learner_module, "cached_logprobs", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = passes_module.cached_logprobs
+    monkeypatch.setattr(passes_module, "cached_logprobs", lambda *a, **k: calls.append(1) or real(*a, **k))
     train(load_config(config_factory("mu1", train={"steps": 2}, eval={"every": 0})))
     assert calls == []
     train(load_config(config_factory("mu2", train={"steps": 2}, algorithm={"mu": 2}, eval={"every": 0})))

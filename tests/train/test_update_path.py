@@ -18,6 +18,13 @@ def _learner(config_factory, name, **train):
     return run.rollout, run.learner
 
 
+def _prepared(learner, batch):
+    """The batch's rows with the objective's loss inputs (advantages, pi_old), as `Learner.update` trains on them."""
+    rows = learner.tensors(batch)
+    learner.objective.prepare(rows, batch, learner)
+    return rows
+
+
 def _weights(learner):
     return {k: v.detach().clone() for k, v in learner.named_weights()}
 
@@ -46,14 +53,14 @@ def test_sampler_logprobs_stand_in_for_the_old_pass(config_factory):
     # every row through the pass (rows at their group's mean reward have advantage 0 and would be left out)
     _, recompute = _learner(config_factory, "recompute", old_logprobs="recompute", zero_advantage_rows="train")
     batch = rollout.collect(1)
-    sampled, recomputed = reuse._prepare(batch).old_logprobs, recompute._prepare(batch).old_logprobs  # (N, W)
+    sampled, recomputed = _prepared(reuse, batch).old_logprobs, _prepared(recompute, batch).old_logprobs  # (N, W)
     mask = reuse.tensors(batch).mask
     assert torch.equal(sampled, completion_values(mask, batch.sampler_logprobs))  # no forward: the sampler's own
     delta = (sampled - recomputed)[mask].abs().max()
     assert delta < 2e-5  # same weights, float32: only kernel rounding differs
 
     # ratio = exp(logp - old) moves by at most ~delta, so the loss moves by at most |A| x delta per token
-    advantages = reuse._prepare(batch).advantages
+    advantages = _prepared(reuse, batch).advantages
     grads = _record_gradients(reuse)
     metrics_reuse, metrics_recompute = reuse.update(batch), recompute.update(batch)
     bound = float(advantages.abs().max() * delta * 1.01) + 1e-7
@@ -188,7 +195,7 @@ def test_zero_advantage_rows_are_left_out_of_the_backward_and_the_update_is_the_
     _, train = _learner(config_factory, "train", zero_advantage_rows="train", old_logprobs=old_logprobs)
     assert skip.skips_zero_advantage and not train.skips_zero_advantage
     batch = _flatten_groups(rollout.collect(1), [0, 2])  # 8 of 16 rows flat
-    zero = int((skip._prepare(batch).advantages == 0).sum())  # the 8, and any row at its group's mean reward
+    zero = int((_prepared(skip, batch).advantages == 0).sum())  # the 8, and any row at its group's mean reward
     assert 8 <= zero < 16
     old_pass, original = [], skip.logprobs
     skip.logprobs = lambda rows: old_pass.append(len(rows)) or original(rows)

@@ -1,0 +1,71 @@
+"""The no-grad passes of the Learner that an objective asks for (rlvr.algorithms.objective.Passes): pi_old, pi_ref,
+the sampler's log-probs, each run as the Learner runs models and with its shortcuts: the sampler's log-probs stand
+in for pi_old where they are the same quantity, and rows the update leaves out are not run."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from rlvr.config import Config
+from rlvr.rollout.batch import RolloutBatch, build_batch, cached_logprobs, completion_values
+from rlvr.rollout.scored import ScoredBatch
+
+
+class NoGradPasses:
+    """The passes, over the Learner's `policy`, `reference`, `device` and `version` (optimizer updates so far)."""
+
+    cfg: Config
+    policy: nn.Module
+    reference: nn.Module | None
+    device: torch.device
+    pad_id: int
+    version: int
+    sampler_is_old: bool  # the engine's log-probs and entropies are the training forward's (at these weights)
+    skips_zero_advantage: bool  # rows of advantage 0 are left out of the update
+
+    def tensors(self, batch: ScoredBatch) -> RolloutBatch:
+        """prompt + completion rows, right-padded, with the batch's rewards, on the policy's device."""
+        return build_batch(batch.prompt_ids, batch.completion_ids, None, batch.rewards, self.pad_id).to(self.device)
+
+    def logprobs(self, batch: ScoredBatch | RolloutBatch) -> Tensor:
+        """log pi (N, W) of every completion token under the current policy, without gradient."""
+        rows = self.tensors(batch) if isinstance(batch, ScoredBatch) else batch
+        return self._no_grad_pass(self.policy, rows)
+
+    def _no_grad_pass(self, model: nn.Module, rows: RolloutBatch) -> Tensor:
+        r = self.cfg.rollout  # the distribution the sampler drew from: logits / T, top-k, top-p
+        return cached_logprobs(model, rows, r.temperature, self.cfg.micro_batch_size, self.cfg.train.packing,
+                               r.top_k, r.top_p)
+
+    def stands_in(self, batch: ScoredBatch) -> bool:
+        """Whether the sampler's log-probs and entropies are the training forward's: the same quantity
+        (`sampler_is_old`: rlvr's in-process engine in float32, its processed log-probs, up to kernel rounding)
+        and sampled at these weights."""
+        return self.sampler_is_old and batch.version == self.version
+
+    def sampled_entropies(self, rows: RolloutBatch, batch: ScoredBatch) -> Tensor | None:
+        """The sampler's entropies (N, W) where they stand in for the training forward's (None elsewhere)."""
+        if not self.stands_in(batch) or batch.sampler_entropies is None:
+            return None
+        return completion_values(rows.mask, batch.sampler_entropies)
+
+    def sampled_logprobs(self, rows: RolloutBatch, batch: ScoredBatch) -> Tensor:
+        return completion_values(rows.mask, batch.sampler_logprobs)
+
+    def reference_logprobs(self, rows: RolloutBatch) -> Tensor:
+        return self._no_grad_pass(self.reference, rows)
+
+    def old_logprobs(self, rows: RolloutBatch, batch: ScoredBatch, every_row: bool = False) -> Tensor:
+        """pi_old (N, W): the sampler's where they stand in, else a no-grad pass; rows that the update leaves out
+        (advantage 0, `skips_zero_advantage`) are not run and hold 0, unless `every_row`."""
+        if self.stands_in(batch):
+            return self.sampled_logprobs(rows, batch)
+        if not self.skips_zero_advantage or every_row:
+            return self.logprobs(rows)
+        keep = torch.nonzero(rows.advantages != 0).squeeze(-1)
+        old = torch.zeros(rows.mask.shape, dtype=torch.float32, device=self.device)
+        if len(keep):
+            values = self.logprobs(rows.select(keep))  # (k, W'), W' <= W: select trims the padding
+            old[keep, : values.shape[1]] = values
+        return old
