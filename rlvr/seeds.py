@@ -7,7 +7,7 @@ import random
 import numpy as np
 import torch
 
-ROLLOUT, EVAL_SAMPLING, SHUFFLE = 0, 1, 2  # purposes of derived seeds
+ROLLOUT, EVAL_SAMPLING, SHUFFLE, EPISODE_TURN = 0, 1, 2, 3  # purposes of derived seeds
 
 
 def derive_seed(seed: int, step: int, purpose: int, *more: int) -> int:

@@ -42,6 +42,7 @@ from rlvr.core.losses import (
 from rlvr.core.masking import (
     AGGREGATION_MODES,
     aggregate_loss,
+    keep_tokens,
     masked_count,
     masked_mean,
     masked_normalize,
@@ -77,6 +78,7 @@ __all__ = [
     "POLICY_LOSSES",
     "PREFERENCE_LOSSES",
     "aggregate_loss",
+    "keep_tokens",
     "centered_advantages",
     "clipped_surrogate_loss",
     "clipped_value_loss",

@@ -49,6 +49,24 @@ def masked_normalize(x: Tensor, mask: Tensor, constant: float, dim: int | None =
     return masked_sum(x, mask, dim) / constant
 
 
+def keep_tokens(mask: Tensor, keep: Tensor) -> Tensor:
+    """The loss mask of episodes whose completions interleave the model's tokens with an environment's.
+
+    `mask` (B, T) marks each row's completion positions; `keep` (M,), M = mask.sum(), says for each of them, in
+    row-major order (row by row, left to right: the order the tokens were produced in), whether the model wrote
+    it. Returns `mask` with the environment's positions cleared: (B, T) bool, True exactly where a completion
+    token was the model's. Every masked reduction, `aggregate_loss` and the KL and importance-weight functions
+    then leave the environment's tokens out, of the numerators and of the token counts alike (verl's
+    `response_mask`, TRL's `tool_mask`).
+    """
+    m = mask if mask.dtype == torch.bool else as_bool_mask(mask, mask)
+    keep = keep if keep.dtype == torch.bool else keep != 0
+    if keep.dim() != 1 or keep.numel() != int(m.sum()):
+        raise ValueError(f"keep must be a flat (M,) tensor with one entry per True of mask (M = {int(m.sum())}), "
+                         f"got shape {tuple(keep.shape)}")
+    return torch.zeros_like(m).masked_scatter(m, keep.to(m.device))
+
+
 def masked_var(x: Tensor, mask: Tensor, unbiased: bool = True) -> Tensor:
     """Variance over all valid elements; Bessel-corrected (n - 1) by default, as `torch.var`."""
     mean = masked_mean(x, mask)

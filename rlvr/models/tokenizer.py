@@ -26,11 +26,13 @@ DEFAULT_ALPHABET = string.digits + string.ascii_letters + string.punctuation + "
 # The prompt template: <bos>, optional system line, the user text verbatim (tasks format their own
 # prompts, e.g. "37+85="), and each assistant turn closed by <eos>. Nothing is added for the
 # generation prompt: the completion starts right after the user text, which keeps sequences short.
+# An environment's observation (role user or tool) is written verbatim too, so a multi-turn episode is
+# prompt, answer <eos>, observation, answer <eos>, ... (`rlvr.rollout.chat`).
 CHAT_TEMPLATE = (
     "{{ bos_token }}"
     "{% for message in messages %}"
     "{% if message['role'] == 'system' %}{{ message['content'] + '\n' }}"
-    "{% elif message['role'] == 'user' %}{{ message['content'] }}"
+    "{% elif message['role'] in ('user', 'tool') %}{{ message['content'] }}"
     "{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token }}"
     "{% else %}{{ raise_exception('unknown role: ' + message['role']) }}"
     "{% endif %}"

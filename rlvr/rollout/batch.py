@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedTokenizerBase
 
-from rlvr.core import entropy_from_logits, process_logits, token_logprobs
+from rlvr.core import entropy_from_logits, keep_tokens, process_logits, token_logprobs
 from rlvr.models.varlen import forward_packed, uses_varlen
 from rlvr.rollout.prefix import (PrefixPlan, full_attention_only, plan_shared_prefix, shared_prefix_logits,
                                  shares_prefix)
@@ -26,7 +26,7 @@ from rlvr.rollout.prefix import (PrefixPlan, full_attention_only, plan_shared_pr
 class RolloutBatch:
     input_ids: Tensor  # (B, L) prompt + completion, right-padded
     attention_mask: Tensor  # (B, L) bool, True on real tokens
-    mask: Tensor  # (B, W) bool, True on completion tokens; W = L - 1 - start label positions
+    mask: Tensor  # (B, W) bool, True on the completion tokens that train (the model's); W = L - 1 - start
     start: int  # logits of positions start .. L-2 predict the W labels
     advantages: Tensor | None  # (B,) per sequence, or (B, W) per token
     rewards: Tensor  # (B,)
@@ -108,17 +108,23 @@ def pack(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
 
 
 def build_batch(prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]],
-                advantages: Tensor | None, rewards: Tensor, pad_id: int) -> RolloutBatch:
-    """Token ids of prompts and completions (n samples of a prompt contiguous) -> a right-padded RolloutBatch."""
+                advantages: Tensor | None, rewards: Tensor, pad_id: int,
+                loss_masks: Sequence[Sequence[int]] | None = None) -> RolloutBatch:
+    """Token ids of prompts and completions (n samples of a prompt contiguous) -> a right-padded RolloutBatch.
+    `loss_masks` (one 0/1 per completion token; episodes of an environment, `rlvr.rollout.episode`) clears the
+    environment's tokens from `mask`, so that only the model's tokens train (`rlvr.core.keep_tokens`)."""
     ids, attn, mask, start = pack(prompt_ids, completion_ids, pad_id)
+    if loss_masks is not None:
+        mask = keep_tokens(mask, torch.tensor([k for row in loss_masks for k in row], dtype=torch.bool))
     return RolloutBatch(ids, attn, mask, start, advantages, rewards)
 
 
 def completion_values(mask: Tensor, values: Sequence[Sequence[float]]) -> Tensor:
-    """Per-completion-token values (N lists) -> (B, W) float32 on the completion positions of `mask`, 0 elsewhere.
+    """Per-completion-token values (N lists, one per token `mask` keeps) -> (B, W) float32 on those positions of
+    `mask`, 0 elsewhere.
 
-    A row's completion occupies one contiguous run of `mask`, in token order, so a row-major
-    assignment lines each value up with its label column.
+    A row's kept tokens lie in `mask` in token order (one contiguous run, or a run with the environment's
+    tokens cleared), so a row-major assignment lines each value up with its label column.
     """
     lengths = mask.sum(-1).tolist()
     if [len(v) for v in values] != lengths:

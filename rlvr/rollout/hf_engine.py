@@ -30,7 +30,7 @@ from torch import Tensor
 from torch.func import functional_call
 
 from rlvr.core import entropy_from_logits
-from rlvr.rollout.base import Completion, SamplingParams, encode_prompts
+from rlvr.rollout.base import Completion, Prompt, SamplingParams, encode_prompts, prompt_text
 from rlvr.rollout.cascade import CASCADE, SharedPrefix, decoding_kernel
 from rlvr.rollout.kv_cache import PreallocatedKVCache, cache_kwarg
 from rlvr.rollout.prefix import KERNELS, full_attention_only
@@ -97,7 +97,7 @@ class HFEngine:
 
     # --- public API -------------------------------------------------------------------------------
 
-    def generate(self, prompts: list[str], n: int, sampling: SamplingParams) -> list[Completion]:
+    def generate(self, prompts: list[Prompt], n: int, sampling: SamplingParams) -> list[Completion]:
         """len(prompts) * n completions; those of prompt i are [i*n, (i+1)*n)."""
         prompt_ids = encode_prompts(self.tokenizer, prompts, n, sampling, self.add_special_tokens,
                                     self.max_positions)
@@ -118,7 +118,8 @@ class HFEngine:
             self._casts = {}
         owners = [i for i in range(len(prompts)) for _ in range(n)]
         texts = self.tokenizer.batch_decode([row[0] for row in rows], skip_special_tokens=True)
-        return [self._completion(prompts[i], prompt_ids[i], row, text, sampling)
+        shown = [prompt_text(self.tokenizer, p) for p in prompts]
+        return [self._completion(shown[i], prompt_ids[i], row, text, sampling)
                 for i, row, text in zip(owners, rows, texts)]
 
     def load_weights(self, named_tensors: Iterable[tuple[str, Tensor]]) -> None:

@@ -35,7 +35,7 @@ import torch
 from torch import Tensor
 
 from rlvr.models import load_tokenizer
-from rlvr.rollout.base import Completion, SamplingParams, encode_prompts
+from rlvr.rollout.base import Completion, Prompt, SamplingParams, encode_prompts, prompt_text
 from rlvr.rollout.sampling import LOGPROBS_MODES
 from rlvr.rollout.stops import cut_at_stop
 
@@ -126,7 +126,7 @@ class VLLMEngine:
 
     # --- RolloutEngine ----------------------------------------------------------------------------
 
-    def generate(self, prompts: list[str], n: int, sampling: SamplingParams) -> list[Completion]:
+    def generate(self, prompts: list[Prompt], n: int, sampling: SamplingParams) -> list[Completion]:
         """len(prompts) * n completions; those of prompt i are [i*n, (i+1)*n)."""
         prompt_ids = encode_prompts(self.tokenizer, prompts, n, sampling, self.add_special_tokens,
                                     self.max_positions)
@@ -144,7 +144,7 @@ class VLLMEngine:
         ) for i in range(len(prompts))]
         requests = [{"prompt_token_ids": ids} for ids in prompt_ids]
         outputs = self.llm.generate(requests, params, use_tqdm=False, lora_request=self.lora_request)
-        return [self._completion(prompt, ids, sample, sampling)
+        return [self._completion(prompt_text(self.tokenizer, prompt), ids, sample, sampling)
                 for prompt, ids, out in zip(prompts, prompt_ids, outputs)
                 for sample in sorted(out.outputs, key=lambda o: o.index)]
 

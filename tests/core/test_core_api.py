@@ -4,7 +4,7 @@ import pytest
 
 import rlvr.core
 
-PROMISED = """masked_sum masked_mean masked_normalize masked_whiten aggregate_loss token_logprobs
+PROMISED = """masked_sum masked_mean masked_normalize masked_whiten aggregate_loss keep_tokens token_logprobs
 entropy_from_logits raw_advantages centered_advantages grpo_advantages max_only_advantages
 rloo_advantages whitened_advantages gae pg_loss clipped_surrogate_loss sequence_clipped_surrogate_loss
 kimi_loss clipped_value_loss kl_k1 kl_k2 kl_k3 kl_shaped_rewards ratio_weighted_kl dpo_loss ipo_loss simpo_loss
