@@ -90,12 +90,20 @@ def pass_fraction(code: str, example: Mapping[str, Any], limits: SandboxLimits =
                   isolation: str = "auto") -> float:
     """Fraction of the example's tests passed by `code` (0.0 when it crashes, hangs or cheats); the tests
     after one that runs out of time fail unrun. Raises RewardConfigError for an example of the wrong shape."""
-    return _graded(code, example, check_example(example), limits, isolation)
+    passed = passed_tests(code, example, limits, isolation)
+    return sum(passed) / len(passed)
 
 
-def _graded(code: str, example: Mapping[str, Any], splits: list[SplitTest], limits: SandboxLimits,
-            isolation: str) -> float:
-    """`pass_fraction` of an example `check_example` passed, given the tests it split."""
+def passed_tests(code: str, example: Mapping[str, Any], limits: SandboxLimits = SandboxLimits(),
+                  isolation: str = "auto") -> list[bool]:
+    """Whether `code` passes each of the example's tests (`tests` or `test_cases`, in order), as
+    `pass_fraction` counts them: what the `code` environment tells the model it got wrong."""
+    return _verdicts(code, example, check_example(example), limits, isolation)
+
+
+def _verdicts(code: str, example: Mapping[str, Any], splits: list[SplitTest], limits: SandboxLimits,
+              isolation: str) -> list[bool]:
+    """`passed_tests` of an example `check_example` passed, given the tests it split."""
     if splits:
         tests = example["tests"]
         values: list[list[str | None] | None] = []
@@ -105,14 +113,15 @@ def _graded(code: str, example: Mapping[str, Any], splits: list[SplitTest], limi
             if _out_of_time(result):
                 break
         values += [None] * (len(tests) - len(values))
-        return sum(verdicts(tests, values, limits.cpu_seconds, limits.memory_mb, limits.wall_seconds)) / len(tests)
-    cases, passed = example["test_cases"], 0
-    for case in cases:
+        return verdicts(tests, values, limits.cpu_seconds, limits.memory_mb, limits.wall_seconds)
+    passed: list[bool] = []
+    for case in example["test_cases"]:
         result = run_python(code, stdin=str(case["input"]), limits=limits, isolation=isolation)
-        passed += not result.timed_out and result.exit_code == 0 and _same_output(result.stdout, str(case["output"]))
+        passed.append(not result.timed_out and result.exit_code == 0
+                      and _same_output(result.stdout, str(case["output"])))
         if _out_of_time(result):
             break
-    return passed / len(cases)
+    return passed + [False] * (len(example["test_cases"]) - len(passed))
 
 
 @bounded
@@ -140,5 +149,5 @@ class CodeReward:
         # every example checked before any sandbox starts: a wrong shape stops the run at once
         jobs = [(extract_code(c), e, check_example(e)) for c, e in zip(completions, map(as_mapping, examples))]
         with ThreadPoolExecutor(self.max_workers or os.cpu_count() or 1) as ex:
-            scores = list(ex.map(lambda job: _graded(*job, self.limits, self.isolation), jobs))
-        return RewardBatch(scores)
+            passed = list(ex.map(lambda job: _verdicts(*job, self.limits, self.isolation), jobs))
+        return RewardBatch([sum(p) / len(p) for p in passed])

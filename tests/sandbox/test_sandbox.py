@@ -146,6 +146,18 @@ def test_hostile_program(case):
         host.close()
 
 
+@pytest.mark.parametrize("name", hostile_programs.THROUGH_THE_TOOL)
+def test_hostile_program_through_the_python_tool(name):
+    """The `python` tool runs a model's program in the same sandbox as the code reward: a hostile program sent as a
+    tool call is contained as one sent as an answer (a representative share of the cases above)."""
+    host = hostile_programs.Host()
+    try:
+        assert hostile_programs.run_case_as_tool(next(c for c in hostile_programs.CASES if c.name == name), host) \
+            is None
+    finally:
+        host.close()
+
+
 @contextlib.contextmanager
 def _traversable(paths):
     """The unprivileged uid must reach the checkout and the venv: a checkout in a private folder
