@@ -8,19 +8,16 @@ problems, so training never sees them.
 
 from __future__ import annotations
 
-import random
 import re
-import zlib
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 from rlvr.rewards.base import RewardOutput, bounded
-from rlvr.tasks.base import Example, TooFewExamples, register_task
+from rlvr.tasks.base import HELD_OUT_SHARE, Example, TooFewExamples, draw_partition, register_task
 
 REWARDS = ("exact", "digits")
 OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
 _INT = re.compile(r"0|-?[1-9]\d*")  # canonical integers only: no leading zeros, no "-0"
-_EVAL_BUCKETS = 10
 
 
 def parse_int(completion: str) -> str | None:
@@ -73,28 +70,20 @@ class ArithmeticTask:
         answer = str(OPS[op](a, b))
         return Example(prompt=f"{a}{op}{b}=", answer=answer, fields={"a": a, "b": b, "op": op})
 
-    def _sample(self, n: int, seed: int, held_out: bool) -> list[Example]:
-        rng = random.Random(seed)
+    def _sample(self, n: int, seed: int, held: bool) -> list[Example]:
         hi = 10**self.digits - 1
-        out: list[Example] = []
-        seen: set[str] = set()
-        for _ in range(n * _EVAL_BUCKETS * 20 + 1000):
-            ex = self._example(rng.randint(0, hi), rng.choice(self.ops), rng.randint(0, hi))
-            bucket = zlib.crc32(ex.prompt.encode()) % _EVAL_BUCKETS == 0
-            if bucket != held_out or (held_out and ex.prompt in seen):
-                continue
-            seen.add(ex.prompt)
-            out.append(ex)
-            if len(out) == n:
-                return out
-        raise TooFewExamples(f"arithmetic: could not draw {n} distinct held-out problems of {self.digits} digit(s) "
-                             f"(one problem in {_EVAL_BUCKETS} is held out)")
+        out = draw_partition(lambda rng: self._example(rng.randint(0, hi), rng.choice(self.ops), rng.randint(0, hi)),
+                             n, seed, held, n * HELD_OUT_SHARE * 20 + 1000)
+        if out is None:
+            raise TooFewExamples(f"arithmetic: could not draw {n} distinct held-out problems of {self.digits} "
+                                 f"digit(s) (one problem in {HELD_OUT_SHARE} is held out)")
+        return out
 
     def train_examples(self, n: int, seed: int) -> list[Example]:
-        return self._sample(n, seed, held_out=False)
+        return self._sample(n, seed, held=False)
 
     def eval_examples(self, n: int, seed: int) -> list[Example]:
-        return self._sample(n, seed, held_out=True)
+        return self._sample(n, seed, held=True)
 
     def reward_fn(self) -> ArithmeticReward:
         return ArithmeticReward(self.reward)

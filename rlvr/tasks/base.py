@@ -6,7 +6,9 @@ Tasks are chosen by name in a config: `get_task("sort", **options)`.
 from __future__ import annotations
 
 import inspect
+import random
 import types
+import zlib
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +45,30 @@ class Task(Protocol):
     def is_correct(self, completion: str, example: Example) -> bool:
         """Exact correctness, reported beside the training reward so reward gaming shows."""
         ...
+
+
+HELD_OUT_SHARE = 10  # procedural tasks hold out one problem in this many, by a hash of its prompt
+
+
+def held_out(prompt: str) -> bool:
+    """Whether a procedural task's problem is in its held-out partition (a fixed hash of the prompt text)."""
+    return zlib.crc32(prompt.encode()) % HELD_OUT_SHARE == 0
+
+
+def draw_partition(make: Callable[[random.Random], Example], n: int, seed: int, held: bool,
+                   tries: int) -> list[Example] | None:
+    """`n` problems `make(rng)` draws in one partition (`held_out`), the held-out ones distinct so that none counts
+    twice; None when `tries` draws did not find them (the caller names the task and why)."""
+    rng, out, seen = random.Random(seed), [], set()
+    for _ in range(tries):
+        ex = make(rng)
+        if held_out(ex.prompt) != held or (held and ex.prompt in seen):
+            continue
+        seen.add(ex.prompt)
+        out.append(ex)
+        if len(out) == n:
+            return out
+    return None
 
 
 TASKS: dict[str, Callable[..., Task]] = {}

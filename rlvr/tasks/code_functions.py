@@ -14,14 +14,12 @@ text) is held out.
 from __future__ import annotations
 
 import random
-import zlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from rlvr.rewards.code import CodeReward, extract_code, pass_fraction
-from rlvr.tasks.base import Example, TooFewExamples, register_task
+from rlvr.tasks.base import HELD_OUT_SHARE, Example, TooFewExamples, draw_partition, register_task
 
-_EVAL_BUCKETS = 10
 ANSWER_FORMAT = "Answer with the function alone in a ```python block."
 
 
@@ -86,24 +84,18 @@ class FunctionTask:
         tests = [f"assert f({a!r}) == {ref(a)!r}" for a in args]
         return Example(prompt=question, answer=solution, fields={"question": question, "tests": tests})
 
-    def _sample(self, n: int, seed: int, held_out: bool) -> list[Example]:
-        rng, out, seen = random.Random(seed), [], set()
-        for _ in range(n * _EVAL_BUCKETS * 50 + 1000):
-            ex = self._example(rng)
-            if (zlib.crc32(ex.prompt.encode()) % _EVAL_BUCKETS == 0) != held_out or (held_out and ex.prompt in seen):
-                continue
-            seen.add(ex.prompt)
-            out.append(ex)
-            if len(out) == n:
-                return out
-        raise TooFewExamples(f"py_functions: could not draw {n} distinct held-out problems (about "
-                             f"{len(seen)} exist; one in {_EVAL_BUCKETS} is held out)")
+    def _sample(self, n: int, seed: int, held: bool) -> list[Example]:
+        out = draw_partition(self._example, n, seed, held, n * HELD_OUT_SHARE * 50 + 1000)
+        if out is None:
+            raise TooFewExamples(f"py_functions: could not draw {n} distinct held-out problems of families "
+                                 f"{self.chosen} (one problem in {HELD_OUT_SHARE} is held out)")
+        return out
 
     def train_examples(self, n: int, seed: int) -> list[Example]:
-        return self._sample(n, seed, held_out=False)
+        return self._sample(n, seed, held=False)
 
     def eval_examples(self, n: int, seed: int) -> list[Example]:
-        return self._sample(n, seed, held_out=True)
+        return self._sample(n, seed, held=True)
 
     def reward_fn(self) -> CodeReward:
         return CodeReward()
