@@ -37,13 +37,42 @@ def reward_terms(records: list[dict[str, Any]]) -> list[tuple[str, str]]:
     return [(k, k.removeprefix("reward/")) for k in keys]
 
 
-def plot_metrics(records: list[dict[str, Any]], out_dir: Path) -> list[Path]:
-    """Draw every plot of PLOTS that has data; return the written paths."""
+def chart(title: str, ylabel: str, series: list[tuple[str, list[int], list[float]]],
+          ylim: tuple[float, float] | None = None, size: tuple[float, float] = (6.4, 4.0)) -> Any:
+    """One matplotlib figure: a line per (label, steps, values) against the RL step, with axis titles, a grid and
+    a legend (line samples) when there are several; markers on sparse series (held-out points)."""
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
+    fig = Figure(figsize=size, dpi=100)
+    ax = fig.add_subplot()
+    for i, (label, steps, values) in enumerate(series):
+        marker = "o" if len(steps) <= 30 else None
+        ax.plot(steps, values, _STYLES[i % len(_STYLES)], label=label, marker=marker, markersize=3,
+                linewidth=1.5, clip_on=ylim is None)  # markers on a pinned 0 or 1 are drawn whole
+    if ylim is not None:
+        ax.set_ylim(*ylim)
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel("RL step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole: no tick at 2.5
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    if len(series) > 1:
+        ax.legend(loc="best", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def series_of(records: list[dict[str, Any]], keys: list[tuple[str, str]]) -> list[tuple[str, list[int], list[float]]]:
+    """(label, steps, values) of each (metric key, label) that the records hold."""
+    return [(label, *_series(records, key)) for key, label in keys if _series(records, key)[0]]
+
+
+def plot_metrics(records: list[dict[str, Any]], out_dir: Path) -> list[Path]:
+    """Draw every plot of PLOTS that has data; return the written paths."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     plots = dict(PLOTS)
@@ -51,26 +80,11 @@ def plot_metrics(records: list[dict[str, Any]], out_dir: Path) -> list[Path]:
         plots[TERMS[0]] = (*TERMS[1:], [("reward", "reward (weighted sum)"), *terms], None)
     written = []
     for name, (title, ylabel, keys, ylim) in plots.items():
-        series = [(label, *_series(records, key)) for key, label in keys]
-        series = [s for s in series if s[1]]
+        series = series_of(records, keys)
         if not series:
             continue
-        fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
-        for i, (label, steps, values) in enumerate(series):
-            marker = "o" if len(steps) <= 30 else None
-            ax.plot(steps, values, _STYLES[i % len(_STYLES)], label=label, marker=marker, markersize=3,
-                    linewidth=1.5, clip_on=ylim is None)  # markers on a pinned 0 or 1 are drawn whole
-        if ylim is not None:
-            ax.set_ylim(*ylim)
-        ax.set_title(title, fontsize=10)
-        ax.set_xlabel("RL step")
-        ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.3)
-        if len(series) > 1:
-            ax.legend(loc="best", fontsize=9)
-        fig.tight_layout()
+        fig = chart(title, ylabel, series, ylim)
         path = out_dir / name
         fig.savefig(path)
-        plt.close(fig)
         written.append(path)
     return written

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
-from run_folders import planted
+from run_folders import healthy_rows, planted, write_run
 
 from rlvr.cli import main
-from rlvr.report.html import build_report, svg_panel, write_report
+from rlvr.report.doctor import load_run
+from rlvr.report.html import SAMPLES_PER_STEP, build_report, charts, svg_chart, write_report
 
 CURVE_BLUE = (0x1F, 0x77, 0xB4)
 
@@ -32,25 +33,40 @@ def dump_dom(tmp_path: Path, page: Path) -> str:
     return out.stdout
 
 
-def test_svg_panel_maps_points_into_the_box():
-    svg = svg_panel("r", [("a", [(1, 0.0), (3, 1.0)]), ("b", [])])
-    assert 'points="44.0,156.0 316.0,44.0"' in svg and ">a</text>" in svg and ">b</text>" not in svg
-    assert svg_panel("empty", [("a", [])]) == ""
+def test_a_chart_has_axis_titles_ticks_a_grid_and_a_legend_with_line_samples():
+    """The curves had min/max labels only: no axis titles, no grid, a legend of coloured words."""
+    svg = svg_chart("Accuracy", "share correct", [("train batch", [1, 2, 3], [0.1, 0.2, 0.4]),
+                                                  ("held-out greedy", [0, 3], [0.0, 0.3])], (0.0, 1.0))
+    assert svg.startswith("<svg") and "<?xml" not in svg
+    texts = re.findall(r"<text[^>]*>([^<]*)</text>", svg)
+    assert {"Accuracy", "RL step", "share correct", "train batch", "held-out greedy"} <= set(texts)
+    assert {"0.0", "0.2", "0.4", "0.6", "0.8", "1.0"} <= set(texts)  # y ticks over the pinned 0..1
+    assert "2.5" not in texts and {"0", "1", "2", "3"} <= set(texts)  # whole steps on the x axis
+    assert svg.count('id="legend_1"') == 1 and re.search(r'id="line2d_\d+"', svg)  # legend with line samples
+    assert len(re.findall(r'id="(?:x|y)tick_\d+"', svg)) >= 8 and 'id="patch_1"' in svg
+    grid = re.findall(r'<path d="M [^"]*" clip-path="[^"]*" style="fill: none; stroke: #b0b0b0; stroke-opacity: 0\.3', svg)
+    assert len(grid) >= 8  # a grid line at each tick
+    assert svg_chart("empty", "y", []) == ""
+    assert svg == svg_chart("Accuracy", "share correct", [("train batch", [1, 2, 3], [0.1, 0.2, 0.4]),
+                                                          ("held-out greedy", [0, 3], [0.0, 0.3])], (0.0, 1.0))
 
 
-def test_accuracy_panels_span_zero_to_one_and_the_reward_is_split_by_term(tmp_path):
-    """A held-out accuracy flat at 0 was drawn from -0.5 to 0.5; the reward's terms had no panel."""
-    flat = svg_panel("acc", [("greedy", [(0, 0.0), (20, 0.0)])], (0.0, 1.0))
-    assert '>1</text>' in flat and '>0</text>' in flat and "-0.5" not in flat
+def test_reward_and_accuracy_are_apart_the_held_out_curves_overlaid_and_the_reward_split_by_term(tmp_path):
+    """Reward and accuracy shared one chart; the held-out evaluations were a chart apart; a term had no chart."""
     run = planted(tmp_path / "run", "hacking")
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     for row in rows[1:]:
         row.update({"reward/task": row["reward"], "reward/task/inclusion": 1.0, "reward/task/ordered_pairs": 0.1})
+        if "eval/greedy_accuracy" in row:
+            row["eval/greedy_reward"] = 0.05
     (run / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
-    page = build_report(run)
-    assert "Reward by term (before weights)" in page and ">task/ordered_pairs</text>" in page
-    held = page[page.index(">Held-out accuracy</text>"):]
-    assert held[:held.index("</svg>")].count('font-size="10">0</text>') == 1
+    svgs = dict(charts(load_run(run)))
+    assert list(svgs)[:3] == ["Reward", "Reward by term (before weights)", "Exact-match accuracy"]
+    legend = lambda title: re.findall(r"<text[^>]*>([^<]*)</text>", svgs[title])  # noqa: E731
+    assert {"train batch", "held-out greedy"} <= set(legend("Reward")) and "accuracy" not in legend("Reward")
+    assert {"train batch", "held-out greedy"} <= set(legend("Exact-match accuracy"))
+    assert {"task", "task/inclusion", "task/ordered_pairs"} <= set(legend("Reward by term (before weights)"))
+    assert "Time per step" in svgs  # from timings.jsonl
 
 
 def test_report_is_self_contained_and_escapes_what_it_shows(tmp_path):
@@ -60,8 +76,26 @@ def test_report_is_self_contained_and_escapes_what_it_shows(tmp_path):
     page = build_report(run)
     assert "&lt;script&gt;alert(1)" in page and "<script>alert(1)" not in page
     assert "reward/format 1" in page and "entropy collapse" in page and "seed: 0" in page
-    assert not re.search(r'(src|href)="(https?:)?//', page)  # nothing fetched from anywhere
-    assert page.count("<svg") == 6
+    assert not re.search(r'(src|href|xlink:href)="(https?:)?//', page)  # nothing fetched from anywhere
+    assert page.count("<svg") == 8
+
+
+def test_the_config_is_collapsed_and_every_evaluation_is_a_section(tmp_path):
+    """Half the page was the config dump; only the last evaluation's samples were shown."""
+    samples = [{"step": s, "mode": m, "prompt": f"p{s}", "completion": "c", "answer": "a", "reward": r,
+                "correct": r == 1.0, "finish_reason": "stop"} for s in (0, 10, 20) for m, r in
+               (("greedy", 1.0), ("sampled", 0.0))]
+    run = write_run(tmp_path / "run", healthy_rows(), samples=samples)
+    page = build_report(run)
+    assert re.search(r"<details><summary>config.yaml \(\d+ lines\)</summary><pre>", page)
+    sections = re.findall(r'<details( open)? data-step="(\d+)"><summary>([^<]*)</summary>', page)
+    assert [(opened, step) for opened, step, _ in sections] == [(" open", "20"), ("", "10"), ("", "0")]
+    assert sections[0][2] == "step 20: 2 samples, mean reward 0.5, 1 correct"
+    many = [{**samples[0], "step": 30}] * (SAMPLES_PER_STEP + 5)
+    (run / "samples.jsonl").write_text("".join(json.dumps(row) + "\n" for row in many))
+    page = build_report(run)
+    assert f"{SAMPLES_PER_STEP + 5} samples (the first {SAMPLES_PER_STEP} shown)" in page
+    assert page.count("<td class=completion>") == SAMPLES_PER_STEP
 
 
 def test_the_hook_reports_script_errors(tmp_path):
@@ -78,7 +112,8 @@ def test_report_of_a_real_run_in_chromium(tmp_path, tiny_run, capsys):
     assert f"wrote {out}" in capsys.readouterr().out
     dom = dump_dom(tmp_path, out)
     assert 'data-loaded="report.html"' in dom and '<div id="page-errors"></div>' in dom
-    assert dom.count("<polyline") >= 6
+    assert dom.count("<svg") >= 8 and dom.count('id="legend_1"') >= 4 and dom.count(">RL step</text>") >= 8
+    assert re.search(r'<details open="" data-step="8">', dom) and '<details data-step="0">' in dom
     shot = tmp_path / "shot.png"
     result = chromium(tmp_path, f"--screenshot={shot}", "--window-size=1280,900", out.as_uri())
     assert result.returncode == 0 and shot.is_file(), result.stderr[-2000:]
@@ -87,6 +122,9 @@ def test_report_of_a_real_run_in_chromium(tmp_path, tiny_run, capsys):
     assert len(colours) > 50  # not a blank page
     blue = sum(n for n, rgb in colours if all(abs(a - b) < 40 for a, b in zip(rgb, CURVE_BLUE)))
     assert blue > 500  # the curves are drawn
+    left, top = image.getbbox()[:2]
+    grid = sum(n for n, rgb in colours if all(abs(c - 0xE6) < 12 for c in rgb))  # the light grey grid lines
+    assert grid > 500 and (left, top) == (0, 0)
 
 
 def test_report_refuses_a_non_run(tmp_path, capsys):
