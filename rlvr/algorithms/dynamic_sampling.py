@@ -35,10 +35,11 @@ from torch import Tensor
 from rlvr.core import informative_groups
 from rlvr.rollout.base import Completion, RolloutEngine, SamplingParams
 from rlvr.seeds import derive_seed
+from rlvr.rewards.base import COUNTS
 from rlvr.rewards.scoring import Scores, score_completions
 
 METRICS = ("reward", "accuracy")  # what must vary within a group for it to be kept
-ERRORS = "reward/errors"  # a count, not a mean
+COUNTED = tuple(f"reward/{count}" for count in COUNTS)  # counts, not means
 
 
 def next_round_size(missing: int, kept: int, sampled: int, cap: int) -> int:
@@ -77,12 +78,12 @@ class Rollout:
 
     @staticmethod
     def concat(parts: Sequence["Rollout"]) -> "Rollout":
-        """Rounds joined; component means weighted by completions, the error count summed."""
+        """Rounds joined; component means weighted by completions, the error and timeout counts summed."""
         sizes = [len(p.completions) for p in parts]
         components = {}
         for key in sorted({k for p in parts for k in p.scores.components}):
             seen = [(p.scores.components[key], n) for p, n in zip(parts, sizes) if key in p.scores.components]
-            components[key] = (sum(v for v, _ in seen) if key == ERRORS
+            components[key] = (sum(v for v, _ in seen) if key in COUNTED
                                else sum(v * n for v, n in seen) / sum(n for _, n in seen))
         values = {key: [v for p, n in zip(parts, sizes) for v in p.scores.values.get(key, [math.nan] * n)]
                   for key in sorted({k for p in parts for k in p.scores.values})}

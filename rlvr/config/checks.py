@@ -29,6 +29,7 @@ _RANGES = {
     "algorithm.loss_constant": (0, None, 0, 0), "model.lora.alpha": (0, None, 0, 0),
     "rollout.top_p": (0, 1, 0, 1), "optim.min_lr_ratio": (0, 1, 1, 1), "algorithm.gamma": (0, 1, 1, 1),
     "algorithm.lam": (0, 1, 1, 1), "model.lora.dropout": (0, 1, 1, 0), "guard.max_entropy": (0, 1, 1, 1),
+    "reward.max_timeout_share": (0, 1, 1, 1),
     **{key: (0, None, 1, 0) for key in (
         "sft.steps", "eval.every", "checkpoint.every", "threads", "eval.samples", "eval.temperature",
         "optim.warmup_steps", "optim.weight_decay", "optim.max_grad_norm", "algorithm.beta",
@@ -36,6 +37,7 @@ _RANGES = {
         "algorithm.tau", "algorithm.dynamic_sampling_rounds",
         "value.coef", "rollout.temperature", "rollout.top_k", "model.lora.r", "log.samples_per_eval",
         "train.mini_batch_size", "train.micro_batch_size", "train.micro_batch_tokens", "reward.timeout",
+        "reward.step_timeout", "reward.max_timeouts_in_a_row",
         "reward.workers", "distributed.rollout_cpus", "distributed.rollout_gpus", "distributed.learner_cpus",
         "distributed.learner_gpus", "log.peak_tflops", "guard.max_kl", "guard.max_policy_kl")},
     "distributed.rollout_workers": (1, None, 1, 0), "distributed.learners": (1, None, 1, 0),

@@ -86,6 +86,16 @@ class RewardConfig:
                              "sample scores 0 and counts in reward/errors, so a hung reward cannot hang the run "
                              "(0 = no limit). A batched one gets timeout x batch size per call. rlvr's own rewards "
                              "are exempt: fast pure functions, or their own timeouts (math grader, code sandbox).")
+    step_timeout: float = f(0.0, "Seconds the rewards of one batch (a step's, or a dynamic-sampling round's) may take "
+                                 "in all, whatever reward.timeout allows each sample: samples not scored by then score "
+                                 "0 and count in reward/timeouts (0 = no limit beyond reward.timeout per sample).")
+    max_timeouts_in_a_row: int = f(5, "A reward that ran past reward.timeout on this many samples in a row (across "
+                                      "steps) stops the run with one line naming it, exit code 1: a hung reward costs "
+                                      "this many timeouts, not one per sample of every step (64 x 10 s a step). "
+                                      "0 = never.")
+    max_timeout_share: float = f(0.5, "A batch in which this share of the samples or more timed out (reward.timeout "
+                                      "or reward.step_timeout) stops the run the same way: its rewards would be "
+                                      "mostly fallbacks. 0 = never.")
     workers: int = f(0, "0: such rewards run in the training process, stopped by a SIGALRM timer (Python code and "
                         "blocking calls; not C code that never returns to the interpreter). N >= 1: they run in N "
                         "worker processes, killed and replaced when stuck in anything; the reward must be "

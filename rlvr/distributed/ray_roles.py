@@ -53,6 +53,13 @@ def _cause(err: Exception) -> str:
     return type(err).__name__ + (f": {raised[-1]}" if raised else "")
 
 
+def _own_stop(err: Exception) -> Exception:
+    """What an actor raised when its role stopped the run itself (an exception with an `exit_code`: a reward that
+    keeps timing out), to be raised as itself: its one line, not Ray's traceback around it; else `err`."""
+    cause = getattr(err, "cause", None)
+    return cause if isinstance(getattr(cause, "exit_code", None), int) else err
+
+
 class LearnerFailed(RunStopped):
     """A learner actor died: its optimizer state and (sharded) weights are gone, so the run stops;
     the last checkpoint resumes it (the CLI prints this one line, exit code 1)."""
@@ -177,6 +184,8 @@ class RayRollout:
                 return ray.get(self._pending[step].batch)
             except (ray.exceptions.RayActorError, WrongWeights):
                 self._resubmit(step)
+            except ray.exceptions.RayTaskError as err:
+                raise _own_stop(err) from None
 
     def _resubmit(self, step: int) -> None:
         """A worker died: request `step` and every later pending step again, each from the weights and
@@ -213,7 +222,10 @@ class RayRollout:
         self._broadcast()
 
     def evaluate(self, examples: list[Example], seed: int) -> tuple[dict[str, float], list[dict]]:
-        return ray.get(self.actors[0].evaluate.remote(examples, seed))
+        try:
+            return ray.get(self.actors[0].evaluate.remote(examples, seed))
+        except ray.exceptions.RayTaskError as err:
+            raise _own_stop(err) from None
 
     def state_dict(self) -> dict[str, Any]:
         """The prompt stream after the last step the loop consumed and, asynchronous, the batches already

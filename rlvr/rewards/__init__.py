@@ -2,6 +2,7 @@
 
 from rlvr.rewards.base import (BatchContext, BatchRewardFn, RewardBatch, RewardConfigError, RewardFn,
                                RewardOutput, bounded)
+from rlvr.rewards.breaker import RewardTimingOut, TimeoutLimits
 from rlvr.rewards.code import CodeReward, extract_code, pass_fraction
 from rlvr.rewards.combine import CombinedReward, TRLReward
 from rlvr.rewards.countdown import CountdownReward, countdown_equal, evaluate_countdown
@@ -17,8 +18,8 @@ from rlvr.rewards.safe import SafeReward
 __all__ = [
     "BatchContext", "BatchRewardFn", "CodeReward", "CombinedReward", "CountdownReward",
     "KimiLengthReward", "LanguageConsistencyReward", "MathGrader", "MathReward", "OverlongPenalty",
-    "REWARDS", "RewardBatch", "RewardConfigError", "RewardFn", "RewardOutput", "SafeReward",
-    "StepGated", "TRLReward", "countdown_equal",
+    "REWARDS", "RewardBatch", "RewardConfigError", "RewardFn", "RewardOutput", "RewardTimingOut", "SafeReward",
+    "StepGated", "TimeoutLimits", "TRLReward", "countdown_equal",
     "dapo_overlong_penalty", "evaluate_countdown", "extract_answer", "extract_choice", "extract_code",
     "extract_last_number", "format_ok", "get_grader", "kimi_length_reward", "last_boxed", "math_equal",
     "math_equal_batch", "r1_format_reward", "r1_format_reward_strict", "reward_from_name",

@@ -50,16 +50,20 @@ class RewardBatch:
     scores: list[float]
     components: dict[str, list[float]] = field(default_factory=dict)
     errors: int = 0  # samples whose reward raised or timed out and got the fallback score
+    timeouts: int = 0  # of those, the samples that timed out (reward.timeout, reward.step_timeout)
 
     def metrics(self, prefix: str = "reward/") -> dict[str, float]:
-        """Mean of each component over the samples where it applies, plus the error count."""
+        """Mean of each component over the samples where it applies, plus the error and timeout counts."""
         out: dict[str, float] = {}
         for name, values in self.components.items():
             seen = [v for v in values if v == v]  # drop NaN
             if seen:
                 out[prefix + name] = sum(seen) / len(seen)
-        out[prefix + "errors"] = float(self.errors)
+        out[prefix + "errors"], out[prefix + "timeouts"] = float(self.errors), float(self.timeouts)
         return out
+
+
+COUNTS = ("errors", "timeouts")  # the metrics of a RewardBatch that count samples (the others are means)
 
 
 @runtime_checkable

@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from rlvr.config import check_finite_number
 from rlvr.rewards.base import BatchContext, RewardBatch, RewardOutput
+from rlvr.rewards.breaker import TimeoutLimits
 from rlvr.rewards.safe import DEFAULT_TIMEOUT, SafeReward, as_mapping
 
 
@@ -58,11 +59,12 @@ class CombinedReward:
 
     parts: (reward, weight, name) triples; a reward is a per-sample `RewardFn`, or anything with
         `score_batch` (`TRLReward`, `MathReward`, `CodeReward`, length rewards, ...).
-    timeout, n_workers: of each part's `SafeReward` (a part given as a SafeReward keeps its own).
+    timeout, n_workers, limits: of each part's `SafeReward` (a part given as a SafeReward keeps its own).
     """
 
     def __init__(self, parts: Sequence[tuple[Any, float, str]], fallback: float = 0.0,
-                 timeout: float | None = DEFAULT_TIMEOUT, n_workers: int = 0) -> None:
+                 timeout: float | None = DEFAULT_TIMEOUT, n_workers: int = 0,
+                 limits: TimeoutLimits = TimeoutLimits()) -> None:
         if not parts:
             raise ValueError("CombinedReward needs at least one (reward, weight, name) part")
         self.parts: list[tuple[SafeReward, float, str]] = []
@@ -73,7 +75,8 @@ class CombinedReward:
             if not isinstance(name, str) or not name or "/" in name:
                 raise ValueError(f"a part name must be a non-empty string without '/', got {name!r}")
             weight = check_finite_number(f"weight of {name!r}", weight)
-            safe = fn if isinstance(fn, SafeReward) else SafeReward(fn, fallback, timeout, name, n_workers)
+            safe = fn if isinstance(fn, SafeReward) else SafeReward(fn, fallback, timeout, name, n_workers,
+                                                                    limits=limits)
             self.parts.append((safe, weight, name))
         names = [n for _, _, n in self.parts]
         if len(set(names)) != len(names):
@@ -92,16 +95,16 @@ class CombinedReward:
                     examples: Sequence[Any], ctx: BatchContext | None = None) -> RewardBatch:
         total = [0.0] * len(completions)
         components: dict[str, list[float]] = {}
-        errors = 0
+        errors = timeouts = 0
         for fn, weight, name in self.parts:
             part = fn.score_batch(prompts, completions, examples, ctx)
-            errors += part.errors
+            errors, timeouts = errors + part.errors, timeouts + part.timeouts
             components[name] = part.scores
             for sub, values in part.components.items():
                 components[f"{name}/{sub}"] = values
             # TRL semantics: nansum over parts, no renormalisation.
             total = [t + weight * s if s == s else t for t, s in zip(total, part.scores)]
-        return RewardBatch(total, components, errors)
+        return RewardBatch(total, components, errors, timeouts)
 
     def __call__(self, prompt: str, completion: str, example: Mapping[str, Any]) -> RewardOutput:
         batch = self.score_batch([prompt], [completion], [example])

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any, Callable
 
-OK, ERROR, TIMEOUT = "ok", "error", "timeout"
+OK, ERROR, TIMEOUT, LATE = "ok", "error", "timeout", "late"  # LATE: not answered by the map's deadline
 _MAX_START_FAILURES = 3
 
 
@@ -64,6 +64,7 @@ class WorkerPool:
         except (pickle.PicklingError, AttributeError, TypeError) as e:
             raise ValueError(f"{fn!r} must be picklable (a module-level function): {e}") from None
         self._lock = threading.Lock()
+        self._on_result: Callable[[int, str], None] | None = None
         self._start_failures = 0
         self.restarts = 0
         self._workers = [self._spawn() for _ in range(n_workers)]
@@ -88,21 +89,46 @@ class WorkerPool:
         self.restarts += 1
         self._workers[i] = self._spawn()
 
-    def map(self, items: list[Any]) -> list[tuple[str, Any]]:
+    def map(self, items: list[Any], deadline: float | None = None,
+            on_result: Callable[[int, str], None] | None = None) -> list[tuple[str, Any]]:
+        """Every item's (status, value), the workers scoring them concurrently. `deadline`: the `time.monotonic()`
+        by which all must be answered; those that are not get (LATE, ...). `on_result(index, status)` hears of
+        each result as it arrives; what it raises ends the map. Either way the workers still busy are replaced,
+        so that no late answer reaches a later map."""
         with self._lock:
-            return self._map(list(items))
+            self._on_result = on_result
+            try:
+                return self._map(list(items), deadline)
+            except BaseException:
+                self._abandon()
+                raise
 
-    def _map(self, items: list[Any]) -> list[tuple[str, Any]]:
+    def _map(self, items: list[Any], deadline: float | None) -> list[tuple[str, Any]]:
         results: list[tuple[str, Any] | None] = [None] * len(items)
         pending = deque(enumerate(items))
         remaining = len(items)
         while remaining:
+            if deadline is not None and time.monotonic() >= deadline:
+                self._abandon()
+                return [r or (LATE, "past the deadline of the batch") for r in results]
             self._dispatch(pending)
             conns = {w.rx: i for i, w in enumerate(self._workers)}
-            for conn in wait(list(conns), timeout=self._next_deadline()):
+            for conn in wait(list(conns), timeout=self._next_deadline(deadline)):
                 remaining -= self._receive(conns[conn], results, pending)
             remaining -= self._watchdog(results, pending)
         return results  # type: ignore[return-value]
+
+    def _settle(self, results: list, index: int, outcome: tuple[str, Any]) -> None:
+        results[index] = outcome
+        if self._on_result is not None:
+            self._on_result(index, outcome[0])
+
+    def _abandon(self) -> None:
+        """Replace every worker still on an item: its answer would come too late."""
+        for i, w in enumerate(self._workers):
+            if w.inflight:
+                w.inflight.clear()
+                self._replace(i)
 
     def _dispatch(self, pending: deque) -> None:
         idle = [w for w in self._workers if w.ready and not w.inflight]
@@ -118,8 +144,10 @@ class WorkerPool:
             except (OSError, ValueError):  # died since: the receive side reports it
                 pass
 
-    def _next_deadline(self) -> float:
-        return max(0.01, min(0.5, self.timeout))
+    def _next_deadline(self, deadline: float | None) -> float:
+        """How long to wait for a message: short enough for the watchdog, and not past the map's deadline."""
+        step = max(0.01, min(0.5, self.timeout))
+        return step if deadline is None else max(0.0, min(step, deadline - time.monotonic()))
 
     def _receive(self, i: int, results: list, pending: deque) -> int:
         """Read one message from worker i; returns how many items got their final result."""
@@ -132,8 +160,8 @@ class WorkerPool:
             w.ready, self._start_failures = True, 0
             return 0
         index, _ = w.inflight.popleft()
-        results[index] = msg
         w.last_progress = time.monotonic()
+        self._settle(results, index, msg)
         return 1
 
     def _watchdog(self, results: list, pending: deque) -> int:
@@ -155,14 +183,13 @@ class WorkerPool:
                 raise RuntimeError(f"reward worker failed to start {_MAX_START_FAILURES} times "
                                    f"(exit code {w.process.poll()}); is {self.fn!r} importable?")
         blamed = 0
-        if w.inflight:
-            index, _ = w.inflight.popleft()
-            results[index] = outcome
-            blamed = 1
-        pending.extendleft(reversed(w.inflight))
+        pending.extendleft(reversed(list(w.inflight)[1:]))
+        blamed = w.inflight.popleft()[0] if w.inflight else None
         w.inflight.clear()
         self._replace(i)
-        return blamed
+        if blamed is not None:
+            self._settle(results, blamed, outcome)
+        return int(blamed is not None)
 
     def close(self) -> None:
         for w in self._workers:

@@ -1,8 +1,9 @@
-"""Rewards never stop training: `SafeReward` turns an exception or a timeout into a fallback score.
+"""Rewards never hang training: `SafeReward` turns an exception or a timeout into a fallback score.
 
-Each failure is counted (`RewardBatch.errors`, logged by the trainer as `reward/errors`) and the
-first traceback (and the first timeout) of each wrapped function is logged once, so a broken reward
-is loud but not fatal.
+Each failure is counted (`RewardBatch.errors` and `.timeouts`, logged by the trainer as `reward/errors` and
+`reward/timeouts`) and the first traceback (and the first timeout) of each wrapped function is logged once,
+so a broken reward is loud but not fatal. A run adds a deadline for each batch and a circuit breaker that
+stops it when the reward keeps timing out (`limits`, `rlvr.rewards.breaker`).
 
 Which path a reward takes:
 - marked `bounded` (rlvr's own: format, language, countdown, the sort/arithmetic verifiers, length
@@ -29,8 +30,9 @@ from typing import Any, Callable, Mapping, Sequence
 from rlvr.config import RewardConfig, check_finite_number
 from rlvr.rewards.base import (BatchContext, BatchRewardFn, RewardBatch, RewardConfigError, RewardOutput,
                                is_bounded)
-from rlvr.sandbox.deadline import DeadlineExceeded, call_with_deadline, can_interrupt
-from rlvr.rewards.pool import OK, TIMEOUT, WorkerPool
+from rlvr.rewards.breaker import Breaker, TimeoutLimits
+from rlvr.sandbox.deadline import Budget, DeadlineExceeded, call_with_deadline, can_interrupt
+from rlvr.rewards.pool import LATE, OK, TIMEOUT, WorkerPool
 
 logger = logging.getLogger("rlvr.rewards")
 DEFAULT_TIMEOUT: float = RewardConfig.timeout  # seconds per sample, the config's default (reward.timeout)
@@ -98,10 +100,13 @@ class SafeReward:
     warn_after: a call in this process still running after this many seconds (with a timeout: twice
         the timeout plus one) is logged once per batch, naming the reward and the sample, so a reward
         that even the deadline cannot stop is never silent.
+    limits: a deadline for each batch, and when to stop the run rather than go on scoring fallbacks
+        (`rlvr.rewards.breaker`; off by default: then it never raises).
     """
 
     def __init__(self, fn: Any, fallback: float = 0.0, timeout: float | None = DEFAULT_TIMEOUT,
-                 name: str | None = None, n_workers: int = 0, warn_after: float = 60.0) -> None:
+                 name: str | None = None, n_workers: int = 0, warn_after: float = 60.0,
+                 limits: TimeoutLimits = TimeoutLimits()) -> None:
         if not callable(fn) and not isinstance(fn, BatchRewardFn):
             raise TypeError(f"a reward must be callable or have score_batch, got {type(fn).__name__}")
         if timeout is not None and check_finite_number("timeout", timeout) < 0:
@@ -120,16 +125,19 @@ class SafeReward:
         problem = worker_problem(fn) if self.n_workers else None
         if problem:
             raise ValueError(f"reward {self.name!r} {problem}")
+        self.limits, self.breaker = limits, Breaker(self.name, limits, self.timeout)
 
     def _record(self, n_failed: int, kind: str, detail: str) -> None:
+        """Count `n_failed` samples of outcome `kind` (TIMEOUT, LATE: past the batch's deadline, or an error);
+        the first of each kind is logged."""
         self.errors += n_failed
-        self.timeouts += n_failed if kind == TIMEOUT else 0
+        self.timeouts += n_failed if kind in (TIMEOUT, LATE) else 0
         if kind in self._logged:
             return
         self._logged.add(kind)
-        if kind == TIMEOUT:
-            logger.warning("reward %r timed out (%s); scoring %s instead (logged once, counted in reward/errors)",
-                           self.name, detail, self.fallback)
+        if kind in (TIMEOUT, LATE):
+            logger.warning("reward %r timed out (%s); scoring %s instead (logged once, counted in reward/errors "
+                           "and reward/timeouts)", self.name, detail, self.fallback)
         else:
             logger.warning("reward %r failed; scoring %s instead (logged once, counted in reward/errors):\n%s",
                            self.name, self.fallback, detail)
@@ -144,40 +152,50 @@ class SafeReward:
         if not len(prompts) == n == len(examples):
             raise ValueError(f"got {len(prompts)} prompts, {n} completions, {len(examples)} examples")
         examples = [as_mapping(e) for e in examples]
+        budget, timeouts = Budget(self.limits.step), self.timeouts
         if isinstance(self.fn, BatchRewardFn):
-            return self._batched(list(prompts), list(completions), examples, ctx)
-        if self.n_workers:
-            outs = self._pooled(list(zip(prompts, completions, examples)))
+            batch = self._batched(list(prompts), list(completions), examples, ctx, budget)
         else:
-            outs = self._in_process(prompts, completions, examples)
-        errors = sum(o is None for o in outs)
-        outs = [o or RewardOutput(self.fallback) for o in outs]
-        names = sorted({k for o in outs for k in o.components})
-        comps = {k: [o.components.get(k, math.nan) for o in outs] for k in names}
-        return RewardBatch([o.score for o in outs], comps, errors)
+            outs = (self._pooled(list(zip(prompts, completions, examples)), budget) if self.n_workers
+                    else self._in_process(prompts, completions, examples, budget))
+            errors = sum(o is None for o in outs)
+            outs = [o or RewardOutput(self.fallback) for o in outs]
+            names = sorted({k for o in outs for k in o.components})
+            comps = {k: [o.components.get(k, math.nan) for o in outs] for k in names}
+            batch = RewardBatch([o.score for o in outs], comps, errors)
+        batch.timeouts = self.timeouts - timeouts
+        self.breaker.batch(batch.timeouts, n)
+        return batch
 
-    def _deadline(self, seconds: float | None) -> Callable[..., Any] | None:
-        """How to call under a deadline of `seconds` here, or None when there is none to enforce."""
+    def _deadline(self, seconds: float | None, quiet: bool = False) -> Callable[..., Any] | None:
+        """How to call under a deadline of `seconds` here, or None when there is none to enforce (off the main
+        thread, said once unless `quiet`)."""
         if seconds is None:
             return None
         if can_interrupt():
             return lambda fn, *args: call_with_deadline(fn, seconds, *args)
-        if "unenforced" not in self._logged:
+        if "unenforced" not in self._logged and not quiet:
             self._logged.add("unenforced")
             logger.warning("reward %r: its %g s timeout cannot be enforced off the main thread (signals); it runs "
                            "without one here (reward.workers >= 1 runs it in worker processes)", self.name,
                            self.timeout)
         return None
 
-    def _in_process(self, prompts, completions, examples) -> list[RewardOutput | None]:
-        deadline = self._deadline(self.timeout)
+    def _in_process(self, prompts, completions, examples, budget: Budget) -> list[RewardOutput | None]:
+        """One sample after another, each under its timeout cut to what is left of the batch's `budget`; once
+        that is spent, the samples left are not called (LATE)."""
         current = [0, time.monotonic()]  # the sample being scored, since when
-        stop = self._watchdog(current, deadline is not None)
-        outs = []
+        stop = self._watchdog(current, self._deadline(self.timeout, quiet=True) is not None)
+        outs: list[RewardOutput | None] = []
         try:
             for i, item in enumerate(zip(prompts, completions, examples)):
+                seconds = budget.limit(self.timeout)
+                if seconds is not None and seconds <= 0:
+                    self._record(len(completions) - i, LATE, f"the batch ran past reward.step_timeout="
+                                 f"{self.limits.step:g} s; its {len(completions) - i} samples left were not scored")
+                    return outs + [None] * (len(completions) - i)
                 current[:] = [i, time.monotonic()]
-                outs.append(self._one(i, item, deadline))
+                outs.append(self._one(i, item, self._deadline(seconds), cut=seconds != self.timeout))
         finally:
             stop.set()
         return outs
@@ -204,24 +222,33 @@ class SafeReward:
         threading.Thread(target=watch, name=f"reward-watchdog-{self.name}", daemon=True).start()
         return stop
 
-    def _one(self, index: int, item: tuple, deadline: Callable[..., Any] | None) -> RewardOutput | None:
+    def _one(self, index: int, item: tuple, deadline: Callable[..., Any] | None, cut: bool) -> RewardOutput | None:
+        """One sample; `cut`: its deadline is what was left of the batch's, shorter than its own timeout."""
         try:
-            return to_output(deadline(self.fn, *item) if deadline else self.fn(*item))
+            out = to_output(deadline(self.fn, *item) if deadline else self.fn(*item))
         except DeadlineExceeded:
-            self._record(1, TIMEOUT, f"sample {index} of a batch took longer than {self.timeout:g} s")
+            if cut:
+                self._record(1, LATE, f"sample {index} of a batch ran past reward.step_timeout={self.limits.step:g} s")
+            else:
+                self._record(1, TIMEOUT, f"sample {index} of a batch took longer than {self.timeout:g} s")
+            self.breaker.sample(timed_out=not cut)
             return None
         except RewardConfigError:
             raise
         except Exception:  # noqa: BLE001 - the point of this class
             self._record(1, "error", traceback.format_exc())
-            return None
+            out = None
+        self.breaker.sample(timed_out=False)
+        return out
 
-    def _pooled(self, items: list) -> list[RewardOutput | None]:
+    def _pooled(self, items: list, budget: Budget) -> list[RewardOutput | None]:
+        """In the workers, concurrently; the breaker hears of each sample as it ends."""
         if self._pool is None:
             self._pool = WorkerPool(functools.partial(_apply, self.fn), n_workers=self.n_workers,
                                     timeout=self.timeout)
         outs: list[RewardOutput | None] = []
-        for status, value in self._pool.map(items):
+        ended = self._pool.map(items, budget.end, lambda index, status: self.breaker.sample(status == TIMEOUT))
+        for status, value in ended:
             if status == OK:
                 outs.append(value)
             else:
@@ -229,18 +256,31 @@ class SafeReward:
                 outs.append(None)
         return outs
 
-    def _batched(self, prompts, completions, examples, ctx) -> RewardBatch:
+    def _batched(self, prompts, completions, examples, ctx, budget: Budget) -> RewardBatch:
+        """One call for the batch, under timeout x batch size cut to the batch's `budget`."""
         n = len(completions)
-        deadline = self._deadline(None if self.timeout is None else self.timeout * max(1, n))
+        own = None if self.timeout is None else self.timeout * max(1, n)
+        seconds = budget.limit(own)
         call = functools.partial(self.fn.score_batch, prompts, completions, examples, ctx)
         try:
-            return _check_lengths(deadline(call) if deadline else call(), n, self.name)
+            if seconds is not None and seconds <= 0:
+                raise DeadlineExceeded
+            deadline = self._deadline(seconds)
+            batch = _check_lengths(deadline(call) if deadline else call(), n, self.name)
         except DeadlineExceeded:
-            self._record(n, TIMEOUT, f"a batch of {n} took longer than {n} x {self.timeout:g} s")
+            cut = seconds != own
+            self._record(n, LATE if cut else TIMEOUT, f"a batch of {n} took longer than "
+                         + (f"reward.step_timeout={self.limits.step:g} s" if cut else f"{n} x {self.timeout:g} s"))
+            for _ in range(n):
+                self.breaker.sample(timed_out=not cut)
         except RewardConfigError:
             raise
         except Exception:  # noqa: BLE001
             self._record(n, "error", traceback.format_exc())
+            self.breaker.sample(timed_out=False)
+        else:
+            self.breaker.sample(timed_out=False)
+            return batch
         return RewardBatch([self.fallback] * n, {}, n)
 
     def close(self) -> None:

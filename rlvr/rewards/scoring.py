@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from rlvr.rewards.base import BatchContext, RewardBatch
+from rlvr.rewards.base import COUNTS, BatchContext, RewardBatch
+from rlvr.rewards.breaker import TimeoutLimits
 from rlvr.rewards.combine import CombinedReward
 from rlvr.rewards.registry import reward_from_name
 from rlvr.rewards.safe import DEFAULT_TIMEOUT
@@ -19,11 +20,11 @@ from rlvr.rollout.base import Completion
 
 
 def build_reward(task: Any, extra: Sequence[dict[str, Any]] = (), timeout: float | None = DEFAULT_TIMEOUT,
-                 n_workers: int = 0) -> CombinedReward:
+                 n_workers: int = 0, limits: TimeoutLimits = TimeoutLimits()) -> CombinedReward:
     """The task's verifier (the first part, component `task`, weight 1 unless a term {name: task,
     weight: w} says otherwise) plus `extra` terms, each a dict {name: registry name, weight: float,
-    options: {...}} (see rlvr.rewards.REWARDS); `timeout` and `n_workers` as in `SafeReward`
-    (reward.timeout, reward.workers)."""
+    options: {...}} (see rlvr.rewards.REWARDS); `timeout`, `n_workers` and `limits` as in `SafeReward`
+    (reward.timeout, reward.workers, reward.step_timeout and the breaker's reward.max_timeout*)."""
     task_weight, parts = 1.0, []
     for term in extra:
         unknown = set(term) - {"name", "weight", "options"}
@@ -34,7 +35,8 @@ def build_reward(task: Any, extra: Sequence[dict[str, Any]] = (), timeout: float
             continue
         parts.append((reward_from_name(term["name"], **term.get("options", {})), float(term.get("weight", 1.0)),
                       term["name"]))
-    return CombinedReward([(task.reward_fn(), task_weight, "task"), *parts], timeout=timeout, n_workers=n_workers)
+    return CombinedReward([(task.reward_fn(), task_weight, "task"), *parts], timeout=timeout, n_workers=n_workers,
+                          limits=limits)
 
 
 @dataclass
@@ -50,10 +52,12 @@ class Scores:
 
     def select(self, rows: Sequence[int]) -> "Scores":
         """The scores of completions `rows`, each term's mean taken over those rows alone, so that it
-        describes the same completions as their rewards; counts (reward/errors) are kept as they are."""
+        describes the same completions as their rewards; counts (reward/errors, reward/timeouts) are kept as they
+        are."""
         values = {k: [v[r] for r in rows] for k, v in self.values.items()}
         means = RewardBatch([], values).metrics(prefix="")
-        means.pop("errors")
+        for count in COUNTS:
+            means.pop(count)
         counts = {k: v for k, v in self.components.items() if k not in self.values}
         return Scores([self.rewards[r] for r in rows], [self.correct[r] for r in rows], {**counts, **means}, values)
 

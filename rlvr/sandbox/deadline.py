@@ -23,6 +23,21 @@ class DeadlineExceeded(BaseException):
     """BaseException so that a reward's `except Exception` cannot swallow it."""
 
 
+class Budget:
+    """A deadline shared by several calls (a batch's rewards: reward.step_timeout): `left()` seconds, None for
+    none, and `limit(own)`, the deadline of one call in it: the shorter of its own limit and what is left."""
+
+    def __init__(self, seconds: float | None) -> None:
+        self.end = time.monotonic() + seconds if seconds else None
+
+    def left(self) -> float | None:
+        return None if self.end is None else self.end - time.monotonic()
+
+    def limit(self, own: float | None) -> float | None:
+        left = self.left()
+        return own if left is None else left if own is None else min(own, left)
+
+
 def can_interrupt() -> bool:
     """Whether `call_with_deadline` can stop a call here: POSIX timers, on the main thread only."""
     return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()

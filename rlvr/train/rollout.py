@@ -20,6 +20,7 @@ from rlvr.rollout.base import RolloutEngine, SamplingParams
 from rlvr.rollout.hf_engine import HFEngine
 from rlvr.rollout.sampling import SCORED_LOGPROBS
 from rlvr.rollout.scored import ScoredBatch
+from rlvr.rewards.breaker import TimeoutLimits
 from rlvr.rewards.combine import CombinedReward
 from rlvr.rewards.scoring import build_reward
 from rlvr.seeds import ROLLOUT
@@ -133,7 +134,8 @@ class Rollout:
         r, a, G = cfg.rollout, cfg.algorithm, cfg.train.group_size
         sampling = SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
                                   max_new_tokens=r.max_new_tokens)
-        self.reward = build_reward(task, cfg.task.rewards, cfg.reward.timeout, cfg.reward.workers)
+        self.reward = build_reward(task, cfg.task.rewards, cfg.reward.timeout, cfg.reward.workers,
+                                   TimeoutLimits.from_config(cfg.reward))
         # held-out grading: the task's verifier alone, the same SafeReward (one set of reward workers)
         self.eval_reward = CombinedReward.single(self.reward.parts[0][0])
         self.sampler = RolloutSampler(engine, self.stream, task, self.reward, sampling, G,

@@ -99,3 +99,31 @@ def test_worker_start_up_is_not_the_first_steps_rollout_time(ray_cluster, tmp_pa
     assert rollout.collect(1) == 1
     assert built >= 4.0 and time.perf_counter() - tic < 2.0
     ray_cluster.kill(rollout.actors[0])
+
+
+def _stopping_worker() -> type:
+    """A rollout worker whose reward keeps timing out (by value, as `_slow_start_worker`)."""
+    from rlvr.rewards.breaker import RewardTimingOut
+
+    class Stopping(_slow_start_worker()):
+        def collect(self, step: int, stream_state: dict, version: int) -> tuple[int, dict]:
+            raise RewardTimingOut("reward 'judge' timed out on 5 samples in a row")
+
+        def evaluate(self, examples: list, seed: int) -> tuple[dict, list]:
+            raise RewardTimingOut("reward 'judge' timed out on 4 of a batch's 4 samples")
+
+    return Stopping
+
+
+def test_a_worker_whose_reward_stops_the_run_stops_the_driver_with_its_own_line(ray_cluster, tmp_path):
+    """The worker's RewardTimingOut reached the driver inside Ray's task error: the CLI printed Ray's traceback."""
+    from rlvr.rewards.breaker import RewardTimingOut
+
+    cfg = load_config(None, [f"out_dir={tmp_path / 'run'}", "distributed.backend=ray"])
+    rollout = RayRollout(cfg, [ray_cluster.remote(_stopping_worker()).options(num_cpus=0.1).remote(0.0)], {})
+    with pytest.raises(RewardTimingOut) as stopped:
+        rollout.collect(1)
+    assert str(stopped.value) == "reward 'judge' timed out on 5 samples in a row" and stopped.value.exit_code == 1
+    with pytest.raises(RewardTimingOut, match="^reward 'judge' timed out on 4 of a batch's 4 samples$"):
+        rollout.evaluate([], 0)
+    ray_cluster.kill(rollout.actors[0])

@@ -43,7 +43,7 @@ def test_weighted_sum_and_components_by_hand():
     assert batch.components["len"] == [2.0, 1.0, 4.0]
     assert batch.components["match"][0] == 1.0 and math.isnan(batch.components["match"][1])
     metrics = batch.metrics()
-    assert metrics == {"reward/len": 7 / 3, "reward/match": 0.5, "reward/errors": 0.0}
+    assert metrics == {"reward/len": 7 / 3, "reward/match": 0.5, "reward/errors": 0.0, "reward/timeouts": 0.0}
 
 
 def test_sample_with_no_applicable_part_scores_zero():
@@ -164,7 +164,7 @@ def test_registry_names_and_errors():
 def test_batch_context_validation():
     with pytest.raises(ValueError):
         BatchContext(group_size=0)
-    assert RewardBatch([1.0]).metrics() == {"reward/errors": 0.0}
+    assert RewardBatch([1.0]).metrics() == {"reward/errors": 0.0, "reward/timeouts": 0.0}
 
 
 def test_a_slow_reward_without_timeout_is_logged_not_silent(caplog):

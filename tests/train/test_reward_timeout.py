@@ -1,5 +1,6 @@
 """A reward that hangs cannot hang the run: every sample past `reward.timeout` scores the fallback and
-counts in reward/errors, and the step completes; `reward.workers` is checked before any work."""
+counts in reward/errors and reward/timeouts; a reward that keeps timing out stops the run fast with one line
+(the circuit breaker), reward.step_timeout bounds a step's rewards; `reward.workers` is checked before any work."""
 
 import json
 import time
@@ -14,7 +15,8 @@ from rlvr.tasks.sorting import SortTask
 from rlvr.train.loop import train
 from rlvr.train.validate import check_registries
 
-HANGING, LOCAL = "sort_hanging_reward", "sort_local_reward"
+HANGING, LOCAL, SLOW = "sort_hanging_reward", "sort_local_reward", "sort_slow_reward"
+NO_BREAKER = ["reward.max_timeouts_in_a_row=0", "reward.max_timeout_share=0"]
 TINY = ["model.tiny_preset=test", "task.options={length: 3}", "task.train_size=64", "task.eval_size=4",
         "train.steps=1", "train.batch_size=8", "train.group_size=4", "rollout.max_new_tokens=6",
         "eval.samples=0", "eval.every=0", "log.progress=false", "log.report_to=[]", "log.plots=false",
@@ -35,6 +37,21 @@ class HangingSort(SortTask):
         return sleeps_forever
 
 
+def sleeps_a_while(prompt, completion, example):
+    time.sleep(0.3)
+    return 1.0
+
+
+@dataclass
+class SlowSort(SortTask):
+    """A custom task whose verifier takes 0.3 s a sample."""
+
+    name: str = SLOW
+
+    def reward_fn(self):
+        return sleeps_a_while
+
+
 @dataclass
 class LocalRewardSort(SortTask):
     """A custom task whose verifier is a closure: it runs in the trainer, never in worker processes."""
@@ -45,7 +62,7 @@ class LocalRewardSort(SortTask):
         return lambda prompt, completion, example: 1.0
 
 
-for _name, _task in [(HANGING, HangingSort), (LOCAL, LocalRewardSort)]:
+for _name, _task in [(HANGING, HangingSort), (LOCAL, LocalRewardSort), (SLOW, SlowSort)]:
     if _name not in TASKS:
         register_task(_name)(_task)
 
@@ -57,13 +74,38 @@ def _config(tmp_path, *sets):
 @pytest.mark.slow
 @pytest.mark.parametrize("workers", [0, 1])
 def test_a_reward_that_sleeps_forever_ends_as_errors_and_the_step_completes(tmp_path, workers):
-    cfg = _config(tmp_path, f"task.name={HANGING}", "reward.timeout=0.2", f"reward.workers={workers}")
+    """With the circuit breaker off, every sample scores the fallback and the step completes."""
+    cfg = _config(tmp_path, f"task.name={HANGING}", "reward.timeout=0.2", f"reward.workers={workers}", *NO_BREAKER)
     start = time.monotonic()
     result = train(cfg)
     assert result.steps == 1 and time.monotonic() - start < 240
     rows = {r["step"]: r for r in map(json.loads, (tmp_path / "run/metrics.jsonl").read_text().splitlines())}
-    assert rows[1]["reward/errors"] == cfg.train.batch_size and rows[1]["reward"] == 0.0  # the fallback
+    assert rows[1]["reward/errors"] == rows[1]["reward/timeouts"] == cfg.train.batch_size
+    assert rows[1]["reward"] == 0.0  # the fallback
     assert rows[1]["eval/greedy_reward"] == 0.0 and (tmp_path / "run/final_model").is_dir()
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_reward_that_hangs_on_every_sample_stops_the_run_fast_with_one_line(tmp_path, capsys, workers):
+    """The breaker's defaults: the first evaluation's 4 samples all time out (at least half a batch), and the run
+    stops there, naming the reward, exit code 1; without it, 0.2 s per sample of every step."""
+    save_config(_config(tmp_path, f"task.name={HANGING}", "reward.timeout=0.2", f"reward.workers={workers}",
+                        "train.steps=50"), tmp_path / "c.yaml")
+    start = time.monotonic()
+    assert main(["train", str(tmp_path / "c.yaml")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("rlvr train: stopped: reward 'task' timed out on 4 of a batch's 4 "
+                                                   "samples (100%, reward.max_timeout_share=0.5; reward.timeout=0.2 s")
+    assert time.monotonic() - start < 60 and not (tmp_path / "run" / "final_model").exists()
+
+
+def test_a_step_deadline_bounds_a_slow_rewards_step_and_counts_its_timeouts(tmp_path):
+    cfg = _config(tmp_path, f"task.name={SLOW}", "reward.timeout=5", "reward.step_timeout=0.5", *NO_BREAKER)
+    start = time.monotonic()
+    train(cfg)
+    assert time.monotonic() - start < 60  # 8 samples x 0.3 s for step 1 and 4 for the evaluations without it
+    rows = {r["step"]: r for r in map(json.loads, (tmp_path / "run/metrics.jsonl").read_text().splitlines())}
+    assert 4 <= rows[1]["reward/timeouts"] <= 8 and rows[1]["reward/timeouts"] == rows[1]["reward/errors"]
 
 
 def test_reward_workers_need_an_importable_reward(tmp_path):
