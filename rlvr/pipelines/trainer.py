@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from rlvr.config import Config, ConfigError, validate
+from rlvr.config import Config, ConfigError, check_finite_number, validate
 from rlvr.distributed.run import train_distributed
 from rlvr.models import PRESETS, load_model, load_tokenizer, resolve_model, save_model
 from rlvr.rewards import REWARDS, TRLReward
@@ -114,22 +114,26 @@ class GRPOTrainer:
             raise ConfigError(f"verifier must be one of {VERIFIER}, got {verifier!r}")
         funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else \
             [reward_funcs] if reward_funcs is not None else []
-        weights = list(reward_weights) if reward_weights is not None else [1.0] * len(funcs)
+        try:
+            weights = [check_finite_number("reward_weights", w) for w in reward_weights] \
+                if reward_weights is not None else [1.0] * len(funcs)
+        except (TypeError, ValueError) as err:
+            raise ConfigError(str(err)) from None
         if len(weights) != len(funcs):
             raise ConfigError(f"reward_weights has {len(weights)} weights for {len(funcs)} reward functions")
         if train_dataset is None and eval_dataset is not None:
             raise ConfigError("eval_dataset needs a train_dataset (without one, the config's task brings its data)")
+        names = [getattr(fn, "__name__", type(fn).__name__) for fn in funcs]
+        if len(set(names)) < len(names):
+            raise ConfigError(f"reward_funcs: two functions share a name ({names}); the name is the reward's key in "
+                              "the logs (reward/<name>): rename one")
+        terms = [{"name": register_reward(fn), "weight": w} for fn, w in zip(funcs, weights)]
         loaded = model is not None and not isinstance(model, (str, Path))
         cfg = self._named_model(cfg, None if loaded else model)
         validate(cfg)  # before anything is written in the run folder
         self.run_dir, self.args = Path(cfg.out_dir), cfg
         if loaded:
             self._save_loaded(cfg, model, processing_class)
-        names = [getattr(fn, "__name__", type(fn).__name__) for fn in funcs]
-        if len(set(names)) < len(names):
-            raise ConfigError(f"reward_funcs: two functions share a name ({names}); the name is the reward's key in "
-                              "the logs (reward/<name>): rename one")
-        terms = [{"name": register_reward(fn), "weight": float(w)} for fn, w in zip(funcs, weights)]
         if verifier == "replace":
             terms.insert(0, {"name": "task", "weight": 0.0})
         listed = {term.get("name") for term in cfg.task.rewards}  # a run's saved config (a resume) lists them

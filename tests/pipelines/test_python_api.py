@@ -186,6 +186,7 @@ def _bad_rows():
     ({"reward_funcs": "exact"}, "reward_funcs: 'exact' is not callable"),
     ({"reward_funcs": [exact, exact]}, "reward_funcs: two functions share a name (['exact', 'exact'])"),
     ({"reward_funcs": [exact], "reward_weights": [1.0, 2.0]}, "reward_weights has 2 weights for 1 reward functions"),
+    ({"reward_funcs": [exact], "reward_weights": [float("nan")]}, "reward_weights must be a finite number, got nan"),
     ({"verifier": "drop"}, "verifier must be one of ('add', 'replace'), got 'drop'"),
     ({"model": "no/such/folder"}, "model.path: no Hugging Face model folder at 'no/such/folder' (no config.json)"),
     ({"model": "Qwen/Qwen2.5-0.5B"}, "model.path: 'Qwen/Qwen2.5-0.5B' looks like a Hugging Face Hub id"),
