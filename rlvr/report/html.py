@@ -58,7 +58,7 @@ def svg_chart(title: str, ylabel: str, series: list[tuple[str, list[int], list[f
         return ""
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": title}):
         buffer = io.StringIO()
-        chart(title, ylabel, series, ylim, size=(4.1, 2.9)).savefig(buffer, format="svg", metadata={"Date": None})
+        chart(title, ylabel, series, ylim, size=(3.9, 2.8)).savefig(buffer, format="svg", metadata={"Date": None})
     text = buffer.getvalue()
     return text[text.index("<svg"):]
 
