@@ -47,7 +47,8 @@ from rlvr.algorithms.optim import build_scheduler  # noqa: E402
 from rlvr.config import load_config  # noqa: E402
 from rlvr.jsonl import read_jsonl  # noqa: E402
 from rlvr.models import build_char_tokenizer, make_tiny_model_dir  # noqa: E402
-from rlvr.rollout.batch import encode_prompt_completion, policy_logprobs  # noqa: E402
+from rlvr.models.forward import policy_logprobs  # noqa: E402
+from rlvr.rollout.batch import encode_prompt_completion  # noqa: E402
 from rlvr.rollout.scored import ScoredBatch  # noqa: E402
 from rlvr.tasks.data import shared_file  # noqa: E402
 from rlvr.algorithms.objective import optimizer_steps  # noqa: E402

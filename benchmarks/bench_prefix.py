@@ -1,4 +1,4 @@
-"""The training forward with shared prompts (`rlvr.rollout.prefix`) against the plain one, interleaved.
+"""The training forward with shared prompts (`rlvr.models.prefix`) against the plain one, interleaved.
 
     .venv/bin/python benchmarks/bench_prefix.py                                  # the demo's shapes
     .venv/bin/python benchmarks/bench_prefix.py --preset bench20m --prompts 2 --n 8 --prompt-len 96 --completion-len 128
@@ -20,8 +20,9 @@ import time
 import torch
 
 from rlvr.models import PRESETS, build_char_tokenizer, build_tiny_model
-from rlvr.rollout.batch import build_batch, policy_logprobs
-from rlvr.rollout.prefix import plan_shared_prefix
+from rlvr.models.forward import policy_logprobs
+from rlvr.rollout.batch import build_batch
+from rlvr.models.prefix import plan_shared_prefix
 
 
 def batch_of(prompts: int, n: int, prompt_len: int, completion_len: int, seed: int = 0):

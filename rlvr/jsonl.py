@@ -1,10 +1,10 @@
-"""The one jsonl reader: every error names the file, the line and what is wrong with it."""
+"""The one jsonl reader (every error names the file, the line and what is wrong with it) and the one writer."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 
 def read_jsonl(path: str | Path, required: Sequence[str] = (), what: str = "jsonl", *, missing_ok: bool = False,
@@ -65,3 +65,23 @@ def check_fields(row: Any, required: Sequence[str], where: str) -> dict[str, Any
     if wrong:
         raise ValueError(f"{where}: field(s) {wrong} must be strings")
     return row
+
+
+def write_jsonl(path: str | Path, rows: Iterable[Any], *, append: bool = False) -> Path:
+    """`rows` as one JSON object per line, UTF-8 with non-ASCII text kept, the folder made if needed; `append` adds
+    them to an existing file. Dataclasses (e.g. `Example`) are written as their fields (`as_dict` where they
+    have one); anything else JSON cannot hold is a TypeError naming its type."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a" if append else "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False, default=_jsonable) + "\n")
+    return path
+
+
+def _jsonable(obj: Any) -> Any:
+    if hasattr(obj, "as_dict"):
+        return obj.as_dict()
+    if hasattr(obj, "__dataclass_fields__"):
+        return {k: getattr(obj, k) for k in obj.__dataclass_fields__}
+    raise TypeError(f"cannot write {type(obj).__name__} to JSON")

@@ -1,12 +1,13 @@
-"""The one jsonl reader: rows back as written, and every error names the file and line."""
+"""The one jsonl reader and writer: rows back as written, and every error names the file and line."""
 
 import json
+from dataclasses import dataclass
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlvr.jsonl import read_jsonl, read_jsonl_located
+from rlvr.jsonl import read_jsonl, read_jsonl_located, write_jsonl
 
 
 def _write(path, lines):
@@ -64,6 +65,30 @@ rows_strategy = st.lists(st.dictionaries(st.text(min_size=1, max_size=5),
 def test_round_trip(tmp_path_factory, rows):
     path = _write(tmp_path_factory.mktemp("j") / "r.jsonl", [json.dumps(r, ensure_ascii=False) for r in rows])
     assert read_jsonl(path) == rows
+
+
+@settings(max_examples=50, deadline=None)
+@given(rows_strategy, rows_strategy)
+def test_written_rows_read_back_and_append_adds(tmp_path_factory, first, more):
+    path = tmp_path_factory.mktemp("w") / "sub" / "r.jsonl"  # the folder is made
+    assert write_jsonl(path, first) == path and read_jsonl(path) == first
+    write_jsonl(path, more, append=True)
+    assert read_jsonl(path) == first + more
+    write_jsonl(path, more)  # not appending: the file holds these rows alone
+    assert read_jsonl(path) == more
+
+
+@dataclass
+class _Point:
+    x: int
+    label: str
+
+
+def test_the_writer_keeps_text_writes_dataclasses_and_refuses_the_rest(tmp_path):
+    path = write_jsonl(tmp_path / "r.jsonl", [{"q": "éα", "p": _Point(1, "a")}])
+    assert path.read_text(encoding="utf-8") == '{"q": "éα", "p": {"x": 1, "label": "a"}}\n'  # not \u escapes
+    with pytest.raises(TypeError, match="cannot write set to JSON"):
+        write_jsonl(tmp_path / "bad.jsonl", [{"s": {1, 2}}])
 
 
 def test_rows_come_with_their_lines_and_a_folder_is_named(tmp_path):

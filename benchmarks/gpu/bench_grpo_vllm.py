@@ -40,7 +40,8 @@ from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen2Con
 from rlvr.core import aggregate_loss, clipped_surrogate_loss, grpo_advantages
 from rlvr.models import PRESETS, build_char_tokenizer, build_tiny_model, load_model, load_tokenizer, save_model
 from rlvr.rollout import HFEngine, SamplingParams
-from rlvr.rollout.batch import RolloutBatch, build_batch, policy_logprobs
+from rlvr.models.forward import policy_logprobs
+from rlvr.rollout.batch import RolloutBatch, build_batch
 
 QWEN25_05B = dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
                   intermediate_size=4864, vocab_size=151936, max_position_embeddings=32768,

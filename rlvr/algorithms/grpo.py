@@ -20,7 +20,8 @@ from rlvr.algorithms.dynamic_sampling import overlong_filter, overlong_loss_mask
 from rlvr.core import (TOKEN_ADVANTAGES, aggregate_loss, behaviour_is_weights, get_advantage_fn, get_kl_estimator,
                        masked_mean, ratio_weighted_kl)
 from rlvr.core.losses import get_policy_loss
-from rlvr.rollout.batch import RolloutBatch, policy_logprobs
+from rlvr.models.forward import policy_logprobs
+from rlvr.rollout.batch import RolloutBatch
 from rlvr.rollout.scored import ScoredBatch
 
 

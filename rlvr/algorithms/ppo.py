@@ -31,7 +31,7 @@ import torch
 from safetensors.torch import save_file
 from torch import Tensor, nn
 
-from rlvr.algorithms.grpo import GroupPolicyGradient, GroupObjective
+from rlvr.algorithms.grpo import GroupObjective, GroupPolicyGradient
 from rlvr.config import Config
 from rlvr.core import (
     TOKEN_ADVANTAGES,
@@ -44,8 +44,8 @@ from rlvr.core import (
     masked_whiten,
 )
 from rlvr.models import load_model, resolve_model
-from rlvr.rollout.batch import (RolloutBatch, completion_index, packed_call, packs, policy_logprobs, scored_logprobs,
-                                to_completions)
+from rlvr.models.forward import completion_index, packed_call, packs, policy_logprobs, scored_logprobs, to_completions
+from rlvr.rollout.batch import RolloutBatch
 from rlvr.rollout.scored import ScoredBatch
 
 VALUE_MODELS = ("shared", "separate")
@@ -158,8 +158,8 @@ def forward_with_values(policy: nn.Module, value_model: ValueModel, batch, tempe
     """(log pi (B, W), entropy (B, W) or None, V (B, W)) of a `RolloutBatch`.
 
     Shared: one pass through the policy trunk feeds both the LM head and the value head. Separate:
-    the policy as `rlvr.rollout.batch.policy_logprobs` computes it, then the critic's own pass.
-    `packing` (`train.packing`): each without padding where `rlvr.rollout.batch.packs` says so, 0 off the
+    the policy as `rlvr.models.forward.policy_logprobs` computes it, then the critic's own pass.
+    `packing` (`train.packing`): each without padding where `rlvr.models.forward.packs` says so, 0 off the
     completions.
     """
     if not value_model.shared:

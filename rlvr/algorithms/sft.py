@@ -15,7 +15,8 @@ from torch import Tensor
 from rlvr.core import masked_sum
 from rlvr.jsonl import read_jsonl_located
 from rlvr.tasks.base import Task
-from rlvr.rollout.batch import RolloutBatch, encode_prompt_completion, pack, policy_logprobs
+from rlvr.models.forward import policy_logprobs
+from rlvr.rollout.batch import RolloutBatch, encode_prompt_completion, pack
 from rlvr.algorithms.common import check_fits, length_checked, max_positions
 from rlvr.algorithms.offline import OfflineConfig, train_offline
 from rlvr.models.tokenizer import pad_token_id

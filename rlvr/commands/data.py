@@ -30,7 +30,7 @@ from rlvr.config import check_out_dir
 from rlvr.data.decontaminate import DEFAULT_MIN_WORDS, decontaminate
 from rlvr.data.dedup import deduplicate
 from rlvr.data.report import CurationResult
-from rlvr.data.text import write_jsonl
+from rlvr.jsonl import write_jsonl
 from rlvr.jsonl import read_jsonl_located
 from rlvr.thinking.fusion import build_fusion_data, write_fusion_jsonl
 

@@ -8,8 +8,8 @@ from rlvr.data.dedup import MinHasher, choose_bands, deduplicate, jaccard, shing
 from rlvr.data.difficulty import best_of_n_filter, difficulty_filter, solve_counts
 from rlvr.data.report import CurationResult, Removal
 from rlvr.data.sampler import FailureRateSampler, PromptSampler
-from rlvr.data.text import get_text, ngrams, normalize_text, words, write_jsonl
-from rlvr.jsonl import read_jsonl
+from rlvr.data.text import get_text, ngrams, normalize_text, words
+from rlvr.jsonl import read_jsonl, write_jsonl
 
 __all__ = [
     "CurationResult", "CurriculumSampler", "FailureRateSampler", "MinHasher", "PromptSampler", "Removal",

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlvr.data.text import write_jsonl
+from rlvr.jsonl import write_jsonl
 
 _MD_EXAMPLES = 10  # removed items shown per reason in the markdown summary
 # evidence that names an item by index, and the key of its place: the markdown shows the place alone

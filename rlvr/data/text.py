@@ -8,10 +8,8 @@ whitespace collapsed. Digits survive, so "12 apples" and "13 apples" stay differ
 
 from __future__ import annotations
 
-import json
 import re
 import unicodedata
-from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 TextKey = str | Callable[[Any], str]
@@ -83,21 +81,3 @@ def comparable_texts(items: Sequence[Any], key: TextKey, where: Sequence[str] | 
         raise ValueError(f"{empty[0]}: {field} has no words (empty, blank or punctuation only): nothing to "
                          f"compare{others}; remove such rows first")
     return pairs
-
-
-def write_jsonl(path: str | Path, rows: Sequence[Any]) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False, default=_jsonable) + "\n")
-    return path
-
-
-def _jsonable(obj: Any) -> Any:
-    """Dataclasses such as `Example` are written as their fields."""
-    if hasattr(obj, "as_dict"):
-        return obj.as_dict()
-    if hasattr(obj, "__dataclass_fields__"):
-        return {k: getattr(obj, k) for k in obj.__dataclass_fields__}
-    raise TypeError(f"cannot write {type(obj).__name__} to JSON")

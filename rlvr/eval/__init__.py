@@ -1,7 +1,6 @@
 """Evaluation: accuracy, unbiased pass@k, maj@k, lengths, format errors, truncation."""
 
-from rlvr.eval.evaluate import answer_votes, evaluate, grade, summarize, write_jsonl
+from rlvr.eval.evaluate import answer_votes, evaluate, grade, summarize
 from rlvr.eval.metrics import maj_at_k, majority_correct, pass_at_k, vote_keys
 
-__all__ = ["answer_votes", "evaluate", "grade", "maj_at_k", "majority_correct", "pass_at_k", "summarize", "vote_keys",
-           "write_jsonl"]
+__all__ = ["answer_votes", "evaluate", "grade", "maj_at_k", "majority_correct", "pass_at_k", "summarize", "vote_keys"]

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rlvr.eval.metrics import maj_at_k, mean, pass_at_k, vote_keys
+from rlvr.jsonl import write_jsonl
 from rlvr.rewards.base import BatchContext
 from rlvr.rewards.combine import CombinedReward
 from rlvr.rollout.base import RolloutEngine, SamplingParams
@@ -80,7 +81,7 @@ def summarize(records: Sequence[dict[str, Any]], n: int, k_list: Sequence[int] =
     return out
 
 
-# The keys of every row `write_jsonl` writes of `grade`'s records: how `rlvr eval --out` knows an earlier output of
+# The keys of every row `evaluate` writes of `grade`'s records: how `rlvr eval --out` knows an earlier output of
 # its own (a run's samples.jsonl has `step` and none of index, length, answer_key).
 ROW_KEYS = frozenset({"mode", "index", "prompt", "completion", "answer", "correct", "reward", "length",
                       "finish_reason", "answer_key"})
@@ -88,22 +89,13 @@ _FIRST_LINE_LIMIT = 1 << 24  # bytes: a binary file (weights) without a newline 
 
 
 def is_eval_jsonl(path: str | Path) -> bool:
-    """Whether the file's first line is a graded sample as `write_jsonl` writes them (an earlier `rlvr eval`)."""
+    """Whether the file's first line is a graded sample as `evaluate` writes them (an earlier `rlvr eval`)."""
     try:
         with Path(path).open("rb") as f:
             row = json.loads(f.readline(_FIRST_LINE_LIMIT).decode("utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return False
     return isinstance(row, dict) and ROW_KEYS <= row.keys() and row["mode"] in ("greedy", "sampled")
-
-
-def write_jsonl(records: Sequence[dict[str, Any]], path: str | Path, mode: str) -> None:
-    """Append graded samples, one JSON object per line, tagged with the sampling `mode`."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as f:
-        for r in records:
-            f.write(json.dumps({"mode": mode, **r}, ensure_ascii=False, default=str) + "\n")
 
 
 def evaluate(engine: RolloutEngine, task: Task, examples: Sequence[Example], n: int,
@@ -115,5 +107,6 @@ def evaluate(engine: RolloutEngine, task: Task, examples: Sequence[Example], n: 
         raise ValueError(f"every k in k_list must be <= n={n}, got {list(k_list)}")
     records = grade(engine, task, examples, n, sampling)
     if out is not None:
-        write_jsonl(records, out, mode or ("greedy" if sampling.temperature == 0 else "sampled"))
+        mode = mode or ("greedy" if sampling.temperature == 0 else "sampled")
+        write_jsonl(out, [{"mode": mode, **r} for r in records], append=True)  # graded samples, tagged
     return summarize(records, n, k_list)

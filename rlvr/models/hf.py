@@ -6,6 +6,7 @@ ordinary HF folders (config.json, model.safetensors, tokenizer files) that any H
 
 from __future__ import annotations
 
+import inspect
 import os
 import shutil
 import tempfile
@@ -138,3 +139,9 @@ def disable_dropout(model: torch.nn.Module) -> torch.nn.Module:
         if isinstance(value, float) and ("dropout" in name or "pdrop" in name):
             setattr(config, name, 0.0)
     return model
+
+
+def cache_kwarg(model) -> str:
+    """The forward's name for the cache argument: transformers 5.x renamed `past_key_values` to `cache`."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a PEFT wrapper passes it on
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"

@@ -8,7 +8,7 @@ off. This module registers the same varlen semantics with transformers' `Attenti
 causal `scaled_dot_product_attention` call per document, no mask tensor at all.
 
 Used by packed SFT (`rlvr.algorithms.packing.packed_logits(route="varlen")`) and the packed RL forward
-(`rlvr.rollout.batch.packed_call`); the model's configured attention is swapped in only for that
+(`rlvr.models.forward.packed_call`); the model's configured attention is swapped in only for that
 forward pass and restored afterwards.
 """
 
@@ -38,7 +38,7 @@ def varlen_sdpa_attention(module: torch.nn.Module, query: Tensor, key: Tensor, v
     if bounds is None:
         raise ValueError(f"{VARLEN_ATTENTION} needs `{SEGMENTS_KWARG}` (segment boundaries); "
                          "call the model through rlvr.algorithms.packing.packed_logits or "
-                         "rlvr.rollout.batch.packed_call")
+                         "rlvr.models.forward.packed_call")
     if query.shape[0] != 1:
         raise ValueError(f"{VARLEN_ATTENTION} takes one flattened row, got batch size {query.shape[0]}")
     longest = max(e - s for s, e in zip(bounds[:-1], bounds[1:]))

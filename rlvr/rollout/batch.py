@@ -1,4 +1,5 @@
-"""Rollout batches as tensors, and the policy forward that turns them into per-token log-probs.
+"""Rollout batches as tensors: the one prompt + completion layout the Learner trains on (its forward over them:
+`rlvr.models.forward`).
 
 Layout: each row is prompt + completion, right-padded to the longest row (B, L). Per-token tensors
 (log-probs, masks, old/reference log-probs) cover label positions `start+1 .. L-1`, where `start + 1`
@@ -16,10 +17,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedTokenizerBase
 
-from rlvr.core import entropy_from_logits, keep_tokens, process_logits, token_logprobs
-from rlvr.models.varlen import forward_packed, uses_varlen
-from rlvr.rollout.prefix import (PrefixPlan, full_attention_only, plan_shared_prefix, shared_prefix_logits,
-                                 shares_prefix)
+from rlvr.core import keep_tokens
 
 
 @dataclass
@@ -156,149 +154,3 @@ def micro_batches(attention_mask: Tensor, rows: int, tokens: int) -> list[Tensor
             groups.append([i])
             longest = int(lengths[i])
     return [torch.tensor(g) for g in groups]
-
-
-def scored_logprobs(logits: Tensor, labels: Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0,
-                    with_entropy: bool = False) -> tuple[Tensor, Tensor | None]:
-    """The learner's one rule (docs/core.md): log q(label) (...) under the processed distribution q the
-    completions were sampled from (`rlvr.core.process_logits`: logits / T, then top-k, then top-p, the label
-    always kept), and optionally q's entropy (...) without gradient. logits (..., V), labels (...)."""
-    logits = process_logits(logits, temperature, top_k, top_p, keep=labels)
-    logprobs = token_logprobs(logits, labels)
-    entropy = None
-    if with_entropy:
-        with torch.no_grad():
-            entropy = entropy_from_logits(logits.detach())
-    return logprobs, entropy
-
-
-def policy_logprobs(model, batch: RolloutBatch, temperature: float, with_entropy: bool = False,
-                    share_prefix: bool = True, packing: str = "never", top_k: int = 0, top_p: float = 1.0
-                    ) -> tuple[Tensor, Tensor | None]:
-    """log pi(label) per position (B, W) and, optionally, the entropy (B, W) without gradient.
-
-    pi is the distribution the completions were sampled from, processed by the sampling temperature,
-    top-k and top-p (`scored_logprobs`), which is what the engines report (`SCORED_LOGPROBS`): the
-    importance ratio then compares the trained policy with the sampler like for like. Rows that
-    share a prompt (a GRPO group) have it computed once (`rlvr.rollout.prefix`) where that saves work
-    and `share_prefix` allows it. `packing` (`train.packing`: auto, always, never) runs the rows without
-    padding instead (`packed_logprobs`), always or where that costs less (`packs`). With either,
-    positions outside the completions (`batch.mask` False) hold 0.
-    """
-    plan = plan_shared_prefix(batch.input_ids, batch.attention_mask, batch.mask, batch.start) \
-        if share_prefix and packing != "always" and shares_prefix(model) else None
-    if packs(model.config, batch, packing, plan):
-        return packed_logprobs(model, batch, temperature, with_entropy, top_k, top_p)
-    if plan is None:
-        keep = batch.input_ids.shape[1] - batch.start  # positions start .. L-1
-        out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask.long(),
-                    logits_to_keep=keep, use_cache=False)
-        logits = out.logits[:, :-1]  # (B, W, V): drop the last position, it predicts past the end
-        labels = batch.input_ids[:, batch.start + 1 :]  # (B, W)
-    else:
-        logits = shared_prefix_logits(model, plan)  # (B, S - 1, V)
-        labels = plan.suffix_ids[:, 1:]  # (B, S - 1)
-    logprobs, entropy = scored_logprobs(logits, labels, temperature, top_k, top_p, with_entropy)
-    if plan is not None:  # suffix label positions -> the batch's (B, W) label columns
-        logprobs = _to_columns(logprobs, plan.columns, batch.mask)
-        entropy = None if entropy is None else _to_columns(entropy, plan.columns, batch.mask)
-    return logprobs, entropy
-
-
-def packed_logprobs(model, batch: RolloutBatch, temperature: float, with_entropy: bool = False, top_k: int = 0,
-                    top_p: float = 1.0) -> tuple[Tensor, Tensor | None]:
-    """`policy_logprobs` without padding (`packed_call`): logits only at the positions that predict a
-    completion token, so the forward costs the batch's real tokens, not B x its longest row."""
-    keep = completion_index(batch)  # (M,)
-    logits = packed_call(model, batch, logits_to_keep=keep).logits[0]  # (M, V)
-    labels = batch.input_ids[:, batch.start + 1 :][batch.mask]  # (M,)
-    logprobs, entropy = scored_logprobs(logits, labels, temperature, top_k, top_p, with_entropy)
-    return to_completions(logprobs, batch.mask), None if entropy is None else to_completions(entropy, batch.mask)
-
-
-PACKING_MARGIN = 0.8  # "auto" packs when that costs under this share of the layout it replaces
-
-
-def packs(config, batch: RolloutBatch, packing: str, plan: PrefixPlan | None = None) -> bool:
-    """Whether to run `batch` packed under `train.packing`: never without a completion token, nor for a model
-    with recurrent or sliding-window layers (`full_attention_only`; "always" raises there); "auto"
-    when the packed forward's estimated FLOPs are under PACKING_MARGIN x those of the layout it replaces
-    (the shared-prompt one of `plan`, else the padded one). The margin covers what FLOPs miss, e.g. one
-    attention call per sequence. Attention scores are counted as the kernels compute them: every one of a
-    masked (padded or shared-prompt) layout, the causal half of a packed sequence."""
-    if packing == "never" or not bool(batch.mask.any()):
-        return False
-    lengths = batch.attention_mask.sum(-1).double()  # (B,)
-    window = getattr(config, "sliding_window", None)
-    if not full_attention_only(config) or (window is not None and int(lengths.max()) > window):
-        if packing == "always":
-            raise ValueError(f"train.packing=always: this {getattr(config, 'model_type', '')} model has recurrent or "
-                             "sliding-window layers, which packed rows would let see across sequences; use auto or never")
-        return False  # auto: the padded or shared-prompt forward
-    if packing == "always":
-        return True
-    packed = forward_flops(config, float(lengths.sum()), float((lengths * (lengths + 1) / 2).sum()))
-    B, L = batch.input_ids.shape
-    if plan is None:
-        other = forward_flops(config, B * L, B * L * L)
-    else:
-        (U, P), S = plan.prefix_ids.shape, plan.suffix_ids.shape[1]
-        other = forward_flops(config, U * P + B * S, U * P * P + B * S * (P + S))
-    return packed < PACKING_MARGIN * other
-
-
-def forward_flops(config, tokens: float, scores: float) -> float:
-    """Rough forward FLOPs of a decoder: per layer, 2 x its projection weights per token (q and o: d x the
-    heads' width; k and v: d x the kv heads' width; the MLP's three d x f) and 4 x the heads' width per
-    attention score (q.k and p.v). `config`: a transformers config."""
-    d, layers, heads = config.hidden_size, config.num_hidden_layers, config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None) or d // heads
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    ffn = getattr(config, "intermediate_size", None) or 4 * d
-    per_token = 2 * (2 * d * heads * head_dim + 2 * d * kv_heads * head_dim + 3 * d * ffn)
-    return layers * (tokens * per_token + scores * 4 * heads * head_dim)
-
-
-def packed_call(model, batch: RolloutBatch, **kwargs):
-    """`model` (a causal LM or its base model) on the batch's real tokens as one row of B packed sequences.
-
-    Right padding puts every real token at its row's column, so the column is its position id. The
-    attention stays inside each sequence: varlen sdpa (`rlvr.models.varlen`, one causal call per
-    sequence) for eager / sdpa models, flash-attention's own varlen path (from the position ids) otherwise.
-    """
-    B, L = batch.input_ids.shape
-    real = batch.attention_mask  # (B, L) bool
-    positions = torch.arange(L, device=real.device).expand(B, L)[real]  # (N,)
-    return forward_packed(model, batch.input_ids[real][None], positions[None], uses_varlen(model), **kwargs)
-
-
-def completion_index(batch: RolloutBatch) -> Tensor:
-    """(M,) the packed-row index (`packed_call`) of the position predicting each completion token, in
-    `batch.mask`'s row-major order: row b starts at the sum of the earlier rows' lengths, and its
-    position start + w predicts label column w."""
-    lengths = batch.attention_mask.sum(-1)  # (B,)
-    offsets = torch.cumsum(lengths, 0) - lengths  # (B,)
-    columns = torch.arange(batch.mask.shape[1], device=lengths.device)  # (W,)
-    return (offsets[:, None] + batch.start + columns)[batch.mask]
-
-
-def to_completions(values: Tensor, mask: Tensor) -> Tensor:
-    """values (M,) of the completion tokens in row-major order -> (B, W) on `mask`, 0 elsewhere."""
-    return values.new_zeros(mask.shape).masked_scatter(mask, values)
-
-
-def _to_columns(values: Tensor, columns: Tensor, mask: Tensor) -> Tensor:
-    """values (B, S - 1) at suffix label positions -> (B, W) at the batch's label columns, 0 off `mask`."""
-    return torch.where(mask, values.gather(1, columns), torch.zeros((), dtype=values.dtype, device=values.device))
-
-
-@torch.no_grad()
-def cached_logprobs(model, batch: RolloutBatch, temperature: float, micro_batch_size: int,
-                    packing: str = "never", top_k: int = 0, top_p: float = 1.0) -> Tensor:
-    """log-probs (B, W) of the whole batch under `model`, in micro-batches, without gradient."""
-    out = torch.zeros(batch.mask.shape, dtype=torch.float32, device=batch.mask.device)
-    for lo in range(0, len(batch), micro_batch_size):
-        part = batch.select(slice(lo, lo + micro_batch_size))
-        logprobs, _ = policy_logprobs(model, part, temperature, packing=packing, top_k=top_k, top_p=top_p)
-        out[lo : lo + micro_batch_size, : logprobs.shape[1]] = logprobs
-    return out

@@ -30,13 +30,14 @@ from torch import Tensor
 from torch.func import functional_call
 
 from rlvr.core import entropy_from_logits
+from rlvr.models.hf import cache_kwarg
+from rlvr.models.prefix import KERNELS, full_attention_only
+from rlvr.models.tokenizer import pad_token_id
 from rlvr.rollout.base import Completion, Prompt, SamplingParams, encode_prompts, prompt_text
 from rlvr.rollout.cascade import CASCADE, SharedPrefix, decoding_kernel
-from rlvr.rollout.kv_cache import PreallocatedKVCache, cache_kwarg
-from rlvr.rollout.prefix import KERNELS, full_attention_only
+from rlvr.rollout.kv_cache import PreallocatedKVCache
 from rlvr.rollout.sampling import LOGPROBS_MODES, sample_next
 from rlvr.rollout.stops import StopChecker, cut_at_stop
-from rlvr.models.tokenizer import pad_token_id
 
 
 class HFEngine:

@@ -18,7 +18,6 @@ The prompt's columns are held in one of two ways, chosen when the cache is made:
 
 from __future__ import annotations
 
-import inspect
 
 import torch
 from torch import Tensor
@@ -103,8 +102,3 @@ class PreallocatedKVCache(Cache):
     def __len__(self) -> int:
         return self.num_layers
 
-
-def cache_kwarg(model) -> str:
-    """The forward's name for the cache argument: transformers 5.x renamed `past_key_values` to `cache`."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a PEFT wrapper passes it on
-    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"

@@ -14,7 +14,7 @@ from rlvr.core import process_logits
 
 LOGPROBS_MODES = ("raw_logprobs", "processed_logprobs")
 # What a training engine reports of each sampled token: its log-prob under the processed distribution it was
-# drawn from, which is what the learner scores (`rlvr.rollout.batch.policy_logprobs`, through the same
+# drawn from, which is what the learner scores (`rlvr.models.forward.policy_logprobs`, through the same
 # `process_logits`), so the importance ratio pi_old / pi_sampler is 1 at equal weights (docs/core.md).
 SCORED_LOGPROBS = "processed_logprobs"
 

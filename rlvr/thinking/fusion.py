@@ -16,7 +16,7 @@ import random
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from rlvr.data.text import write_jsonl
+from rlvr.jsonl import write_jsonl
 
 THINK_FLAG, NO_THINK_FLAG = "/think", "/no_think"
 THINK_START, THINK_END = "<think>", "</think>"

@@ -8,7 +8,8 @@ import torch
 from torch import Tensor, nn
 
 from rlvr.config import Config
-from rlvr.rollout.batch import RolloutBatch, build_batch, cached_logprobs, completion_values
+from rlvr.models.forward import cached_logprobs
+from rlvr.rollout.batch import RolloutBatch, build_batch, completion_values
 from rlvr.rollout.scored import ScoredBatch
 
 

@@ -19,7 +19,8 @@ from rlvr.algorithms.ppo import (
     token_level_advantages,
 )
 from rlvr.core import kl_k1
-from rlvr.rollout.batch import build_batch, policy_logprobs
+from rlvr.models.forward import policy_logprobs
+from rlvr.rollout.batch import build_batch
 from offline_data import tiny_model, tokenizer
 
 

@@ -9,7 +9,7 @@ from rlvr.cli import main as rlvr_main
 
 def main(argv):
     return rlvr_main(["data", *argv])
-from rlvr.data.text import write_jsonl
+from rlvr.jsonl import write_jsonl
 
 
 def test_decontaminate_dedup_and_fusion_commands(tmp_path, capsys):

@@ -1,8 +1,8 @@
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from rlvr.data.text import get_text, ngrams, normalize_text, words, write_jsonl
-from rlvr.jsonl import read_jsonl
+from rlvr.data.text import get_text, ngrams, normalize_text, words
+from rlvr.jsonl import read_jsonl, write_jsonl
 from rlvr.tasks.base import Example
 
 

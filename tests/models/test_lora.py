@@ -15,7 +15,7 @@ from rlvr.models import load_model, load_tokenizer
 from rlvr.models import placement
 from rlvr.models import PRESETS, build_char_tokenizer, build_tiny_model
 from rlvr.models.lora import add_lora, merged_named_weights
-from rlvr.rollout.prefix import _checkpointing
+from rlvr.models.prefix import _checkpointing
 from rlvr.models.placement import load_policy, load_reference, save_policy
 from rlvr.rollout.hf_engine import HFEngine
 

@@ -6,7 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlvr.rollout import HFEngine, SamplingParams
-from rlvr.rollout.batch import build_batch, completion_values, micro_batches, pack, pad_right, policy_logprobs
+from rlvr.models.forward import policy_logprobs
+from rlvr.rollout.batch import build_batch, completion_values, micro_batches, pack, pad_right
 
 
 def test_policy_logprobs_recompute_the_sampler_logprobs(flat):

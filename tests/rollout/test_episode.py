@@ -101,7 +101,8 @@ def test_a_template_that_rewrites_earlier_turns_is_refused():
 def test_real_model_log_probs_of_an_episode_are_the_training_forwards(sharp):
     """The ids an episode feeds back are the ones the engine conditioned on: the training forward over the episode
     (its environment tokens out of the loss mask) gives back the sampler's log-probs of the model's tokens."""
-    from rlvr.rollout.batch import build_batch, completion_values, policy_logprobs
+    from rlvr.models.forward import policy_logprobs
+    from rlvr.rollout.batch import build_batch, completion_values
     from rlvr.rollout.hf_engine import HFEngine
 
     model, tokenizer = sharp

@@ -1,4 +1,4 @@
-"""The padding-free training forward (`train.packing`, `rlvr.rollout.batch.packed_logprobs`): the plain
+"""The padding-free training forward (`train.packing`, `rlvr.models.forward.packed_logprobs`): the plain
 forward's log-probs, entropies and gradients from one packed row of the batch's real tokens."""
 
 from types import SimpleNamespace
@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 from rlvr.models.varlen import segment_bounds, uses_varlen
 from rlvr.models import PRESETS, build_char_tokenizer, tiny_config
-from rlvr.rollout.batch import (build_batch, cached_logprobs, completion_index, forward_flops, packs, policy_logprobs,
-                                to_completions)
-from rlvr.rollout.prefix import plan_shared_prefix
+from rlvr.models.forward import cached_logprobs, completion_index, forward_flops, packs, policy_logprobs, to_completions
+from rlvr.rollout.batch import build_batch
+from rlvr.models.prefix import plan_shared_prefix
 
 
 def _plain(model, batch, temperature, with_entropy=False):

@@ -1,4 +1,4 @@
-"""The shared-prompt training forward (`rlvr.rollout.prefix`): the plain forward's log-probs, entropies
+"""The shared-prompt training forward (`rlvr.models.prefix`): the plain forward's log-probs, entropies
 and gradients, with each distinct prompt computed once."""
 
 import pytest
@@ -6,8 +6,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlvr.rollout.batch import cached_logprobs, pack, policy_logprobs
-from rlvr.rollout.prefix import plan_shared_prefix, shares_prefix
+from rlvr.models.forward import cached_logprobs, policy_logprobs
+from rlvr.rollout.batch import pack
+from rlvr.models.prefix import plan_shared_prefix, shares_prefix
 
 
 def test_plan_by_hand():

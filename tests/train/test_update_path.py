@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from rlvr.config import load_config
-from rlvr.rollout.batch import cached_logprobs, completion_values, policy_logprobs
+from rlvr.models.forward import cached_logprobs, policy_logprobs
+from rlvr.rollout.batch import completion_values
 from rlvr.train.setup import prepare_run
 
 SEVERAL_STEPS = {"batch_size": 16, "group_size": 4, "mini_batch_size": 8}  # two optimizer steps per epoch
@@ -118,7 +119,7 @@ def test_token_budget_micro_batches_keep_the_update(config_factory):
     assert len(grads_rows) == len(grads_tokens) == 4  # mu 2 x two minibatches
     for step_rows, step_tokens in zip(grads_rows, grads_tokens):  # the accumulated gradient of each step
         for g_rows, g_tokens in zip(step_rows, step_tokens):
-            # other micro-batches share other prompts (rlvr.rollout.prefix): float32 sums in another
+            # other micro-batches share other prompts (rlvr.models.prefix): float32 sums in another
             # order, so equal up to rounding at the tensor's own scale
             torch.testing.assert_close(g_tokens, g_rows, atol=1e-5 * float(g_rows.abs().max()), rtol=1e-4)
     a = _weights(by_rows)

@@ -27,7 +27,7 @@ from torch import Tensor
 from torch.distributed.fsdp import FSDPModule
 from transformers import DynamicCache
 
-from rlvr.rollout.kv_cache import cache_kwarg
+from rlvr.models.hf import cache_kwarg
 
 # Share only when it removes at least this share of the token slots: below it, the second forward
 # call's fixed cost eats the saving (measured on the demo model, docs/performance.md).
