@@ -139,7 +139,7 @@ def _rft(args: argparse.Namespace) -> int:
     from rlvr.algorithms.rft import train_rft
     from rlvr.models import load_policy, load_tokenizer
     from rlvr.tasks import TooFewExamples
-    from rlvr.train.rollout import build_engine
+    from rlvr.rollout.engines import build_engine
 
     config = config_from_args(RFTConfig, args)
     placed = config_from_flags(args, training=True)

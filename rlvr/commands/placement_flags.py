@@ -27,14 +27,14 @@ def config_from_flags(args: argparse.Namespace, training: bool) -> Config:
     """A config holding the flags as model.device, model.dtype (and rollout.engine), checked as a run's
     are: the device exists, the dtype runs there, the engine is installed; `training`: not float16."""
     from rlvr.models import resolve_placement
-    from rlvr.train.rollout import engine_name
+    from rlvr.rollout.engines import check_engine
     from rlvr.train.validate import check_model
 
     sets = [f"{key}={getattr(args, flag[2:])}" for key, flag in FLAGS.items() if hasattr(args, flag[2:])]
     try:
         cfg = load_config(None, sets)
         resolve_placement(cfg.model)
-        engine_name(cfg)
+        check_engine(cfg)  # a known, installed engine that runs on --device
         if training:
             check_model(cfg)
     except ConfigError as err:

@@ -7,7 +7,7 @@ names are checked when a run is set up (`rlvr.train.validate`). `rlvr train --he
 field with its help.
 """
 
-from rlvr.config.checks import ROLLOUT_ENGINES, check_out_dir, validate
+from rlvr.config.checks import check_out_dir, validate
 from rlvr.config.load import (SHIPPED_CONFIGS, apply_overrides, config_file, config_help, from_dict, load_config,
                               parse_yaml, read_yaml, save_config, with_absolute_paths)
 from rlvr.config.sections import (OLD_LOGPROBS, AlgorithmConfig, CheckpointConfig, Config, ConfigError,
@@ -16,7 +16,7 @@ from rlvr.config.sections import (OLD_LOGPROBS, AlgorithmConfig, CheckpointConfi
                                   ValueConfig, check_finite_number, f)
 
 __all__ = [
-    "ROLLOUT_ENGINES", "check_out_dir", "validate", "SHIPPED_CONFIGS", "apply_overrides", "config_file", "config_help", "from_dict",
+    "check_out_dir", "validate", "SHIPPED_CONFIGS", "apply_overrides", "config_file", "config_help", "from_dict",
     "load_config", "parse_yaml", "read_yaml", "save_config", "with_absolute_paths", "OLD_LOGPROBS",
     "AlgorithmConfig", "CheckpointConfig", "Config", "ConfigError",
     "DistributedConfig", "EvalConfig", "GuardConfig", "LogConfig", "LoRAConfig", "ModelConfig", "OptimConfig",

@@ -102,25 +102,19 @@ def _check_batches(cfg: Config) -> None:
         raise ConfigError(f"optim.betas must be two numbers in [0, 1), got {cfg.optim.betas}")
 
 
-ROLLOUT_ENGINES = ("auto", "hf", "vllm")
 VLLM_LORA = ("auto", "adapter", "merge")
 
 
 def _check_rollout_engine(cfg: Config) -> None:
+    """The engine's settings; its name, whether it is installed and what it can do are the engine registry's
+    (`rlvr.rollout.engines.check_engine`, when a run or a command is set up)."""
     r = cfg.rollout
-    if r.engine not in ROLLOUT_ENGINES:
-        raise ConfigError(f"rollout.engine: unknown name {r.engine!r}; choose from {list(ROLLOUT_ENGINES)}")
     if not 0 < r.gpu_memory_utilization <= 1:
         raise ConfigError(f"rollout.gpu_memory_utilization must be in (0, 1], got {r.gpu_memory_utilization}")
     if r.vllm_lora not in VLLM_LORA:
         raise ConfigError(f"rollout.vllm_lora: unknown mode {r.vllm_lora!r}; choose from {list(VLLM_LORA)}")
-    if r.vllm_lora == "adapter" and (cfg.model.lora.r == 0 or r.engine == "hf"):
-        raise ConfigError("rollout.vllm_lora=adapter needs model.lora.r > 0 and rollout.engine=vllm (or auto): "
-                          "it loads LoRA adapters into a vLLM engine")
-    # find_spec, not import: importing vllm takes seconds and initialises its platform.
-    if r.engine == "vllm" and importlib.util.find_spec("vllm") is None:
-        raise ConfigError("rollout.engine=vllm: vllm is not installed; install the extra: "
-                          "pip install 'rlvr[vllm]' (on a CPU: scripts/setup_vllm.sh)")
+    if r.vllm_lora == "adapter" and cfg.model.lora.r == 0:
+        raise ConfigError("rollout.vllm_lora=adapter needs model.lora.r > 0: it loads LoRA adapters into the engine")
 
 
 WEIGHT_SYNCS = ("object_store", "collective")

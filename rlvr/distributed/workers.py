@@ -20,7 +20,8 @@ from rlvr.rollout.scored import ScoredBatch
 from rlvr.seeds import seed_everything
 from rlvr.tasks import Example, get_task
 from rlvr.train.learner import Learner
-from rlvr.train.rollout import Rollout, build_engine, engine_name
+from rlvr.rollout.engines import build_engine, engine_spec
+from rlvr.train.rollout import Rollout
 
 
 def _threads(cfg: Config) -> None:
@@ -39,8 +40,9 @@ class RolloutWorker:
         _threads(cfg)
         seed_everything(cfg.seed)
         tokenizer = load_tokenizer(init_path)
-        # the HF engine samples from a module of its own; vLLM loads the folder itself
-        policy = load_model(init_path).to(resolve_placement(cfg.model).device) if engine_name(cfg) == "hf" else None
+        # an engine that samples from the policy module gets one of its own; another loads the folder itself
+        samples_policy = engine_spec(cfg).samples_policy
+        policy = load_model(init_path).to(resolve_placement(cfg.model).device) if samples_policy else None
         engine = build_engine(cfg, policy, tokenizer, init_path)
         self.rollout = Rollout(cfg, get_task(cfg.task.name, **cfg.task.options), engine)
         self.group, self.layout = None, []  # the weight-sync group, with `distributed.weight_sync: collective`

@@ -27,7 +27,7 @@ from rlvr.config import ConfigError, load_config, read_yaml
 from rlvr.jsonl import read_jsonl
 from rlvr.train.loop import train_to_end
 from rlvr.train.preflight import preflight
-from rlvr.train.rollout import check_one_vllm_engine
+from rlvr.train.rollout import check_one_engine
 from rlvr.train.validate import check_registries
 
 PANELS = (  # (metric key, title, y label)
@@ -136,7 +136,7 @@ def run_comparison(base: str | Path | None, variants: Sequence[Variant], out_dir
     seeds = {cfg.seed for cfg in configs.values()}
     if len(seeds) != 1:
         raise ConfigError(f"variants must share one seed for a fair comparison, got {sorted(seeds)}")
-    check_one_vllm_engine(configs, "variant")  # they train one after the other in this process
+    check_one_engine(configs, "variant")  # they train one after the other in this process
     # checked for all before any trains: a later variant's folder holding a run stopped the comparison after
     # the earlier variants had trained
     held = [label for label, cfg in configs.items() if (Path(cfg.out_dir) / "metrics.jsonl").exists()]

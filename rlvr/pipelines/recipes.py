@@ -37,7 +37,7 @@ from rlvr.pipelines.compare import _flatten
 from rlvr.config import Config, ConfigError, check_out_dir, config_file, load_config, parse_yaml, read_yaml
 from rlvr.tasks import TooFewExamples, get_task
 from rlvr.train.preflight import SettingsChanged, describe, differences, plain
-from rlvr.train.rollout import check_one_vllm_engine
+from rlvr.train.rollout import check_one_engine
 from rlvr.train.setup import held_out_examples
 from rlvr.train.validate import check_registries
 from rlvr.pipelines.recipe_options import KINDS, check_sft_lengths, check_stage_options
@@ -121,7 +121,7 @@ def load_recipe(path: str | Path, overrides: list[str] = ()) -> Recipe:
             check_held_out(base, stage.options["examples"], f"{stage.name}.examples")
     check_sft_lengths(base, [(stage.name, stage.kind, stage.options) for stage in stages])
     # the RL stages train one model in turn, one after the other in this process
-    check_one_vllm_engine(rl_configs, "RL stage", models=False)
+    check_one_engine(rl_configs, "RL stage", models=False)
     return recipe
 
 

@@ -18,12 +18,12 @@ from rlvr.core import masked_mean
 from rlvr.models import engine_weights, load_policy, load_reference, load_tokenizer, resolve_placement, save_policy
 from rlvr.models.tokenizer import pad_token_id
 from rlvr.rollout.batch import RolloutBatch, micro_batches
+from rlvr.rollout.engines import sampler_is_policy, serves_adapters
 from rlvr.rollout.scored import ScoredBatch
 from rlvr.seeds import SHUFFLE, derive_seed
 from rlvr.train.guard import NONFINITE_WEIGHTS, SKIPPED, finite_step, nonfinite_weights
 from rlvr.train.metrics import PARTS, ROWS, TOKENS, counted, finish_metrics, partial_metrics
 from rlvr.train.passes import NoGradPasses
-from rlvr.train.rollout import sampler_is_policy, serves_adapters
 
 
 class Learner(NoGradPasses):

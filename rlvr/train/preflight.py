@@ -16,9 +16,9 @@ from rlvr.algorithms.common import max_positions
 from rlvr.algorithms.sft import encode_pairs, located_pairs_from_jsonl
 from rlvr.config import Config, ConfigError, check_out_dir, load_config, with_absolute_paths
 from rlvr.models import PRESETS, build_char_tokenizer, load_tokenizer, resolve_model, tiny_config
+from rlvr.rollout.engines import EngineSpec, check_engine
 from rlvr.train.checkpoint import (CHECKPOINTS, LATEST, BadPointer, latest_checkpoint, load_state, step_folders,
                                    step_number)
-from rlvr.train.rollout import engine_name
 
 logger = logging.getLogger(__name__)
 
@@ -170,18 +170,14 @@ def check_lora_targets(cfg: Config) -> None:
                           f"{linear}")
 
 
-def check_vllm_model(cfg: Config) -> None:
-    """rollout.engine=vllm: the model is one vLLM can run here (`rlvr.rollout.vllm_engine.check_head_size`),
-    checked before the warm start rather than by vLLM's internal error at the first rollout."""
-    from rlvr.rollout.vllm_engine import check_head_size  # the optional extra: imported when asked for
-
-    m = cfg.model
-    config = model_config(cfg)
+def check_engine_model(cfg: Config, spec: EngineSpec) -> None:
+    """The model is one the engine can run here (`EngineSpec.check_model`: vLLM's CPU kernels and head sizes),
+    checked before the warm start rather than by the engine's internal error at the first rollout."""
     try:
-        check_head_size(config)
+        spec.check_model(model_config(cfg))
     except ValueError as err:
-        hint = "; e.g. model.tiny_sizes={num_heads: 2} gives the tiny model 32" if not m.path else ""
-        raise ConfigError(f"rollout.engine=vllm: {err}{hint}") from None
+        hint = "; e.g. model.tiny_sizes={num_heads: 2} gives the tiny model 32" if not cfg.model.path else ""
+        raise ConfigError(f"rollout.engine={spec.name}: {err}{hint}") from None
 
 
 def check_checkpoint(checkpoint: Path) -> None:
@@ -262,8 +258,9 @@ def preflight(cfg: Config, resume: bool, or_start: bool = False) -> Path | None:
     check_data(cfg)
     if cfg.model.lora.r > 0:
         check_lora_targets(cfg)
-    if engine_name(cfg) == "vllm":
-        check_vllm_model(cfg)
+    engine = check_engine(cfg)  # a known, installed engine that runs on model.device
+    if engine.check_model is not None:
+        check_engine_model(cfg, engine)
     checkpoint = find_checkpoint(Path(cfg.out_dir)) if resume else None
     if resume and checkpoint is None and not or_start:
         raise ConfigError(f"--resume: {cfg.out_dir!r} has no checkpoint yet; use --resume-or-start to start it "

@@ -21,7 +21,8 @@ from rlvr.tasks import Example, Task, TooFewExamples, get_task
 from rlvr.train.checkpoint import load_state, set_rng_state
 from rlvr.train.learner import Learner
 from rlvr.train.preflight import check_context, model_path, plain, preflight
-from rlvr.train.rollout import Rollout, build_engine
+from rlvr.rollout.engines import build_engine
+from rlvr.train.rollout import Rollout
 from rlvr.train.validate import check_registries
 
 

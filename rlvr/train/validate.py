@@ -13,6 +13,7 @@ from rlvr.algorithms.objective import build_objective
 from rlvr.config import Config, ConfigError
 from rlvr.models import PRESETS, build_char_tokenizer, resolve_placement, tiny_config
 from rlvr.rewards.safe import worker_problem
+from rlvr.rollout.engines import check_engine
 from rlvr.rewards.scoring import build_reward
 from rlvr.models.tiny import ARCHS
 from rlvr.tasks import TASKS, TaskOptionError, get_task
@@ -50,6 +51,7 @@ def check_registries(cfg: Config) -> Config:
     """Raise ConfigError naming the key of the first unknown name or bad option; return cfg unchanged."""
     a = cfg.algorithm
     check_model(cfg)
+    check_engine(cfg)  # rollout.engine: a registered engine, installed, that runs on model.device
     if a.advantage not in core.TOKEN_ADVANTAGES:
         _check_name("algorithm.advantage", a.advantage, core.get_advantage_fn)
     _check_name("algorithm.policy_loss", a.policy_loss, core.get_policy_loss)

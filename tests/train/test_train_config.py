@@ -120,8 +120,9 @@ SHARD = ["distributed.backend=ray", "distributed.learners=2", "distributed.shard
     ({"model": {"tiny_preset": "huge"}}, [], "model.tiny_preset: unknown name 'huge'"),
     ({}, ["rollout.engine=vlm"], "rollout.engine: unknown name 'vlm'; choose from ['auto', 'hf', 'vllm']"),
     ({}, ["rollout.gpu_memory_utilization=1.5"], "rollout.gpu_memory_utilization must be in (0, 1]"),
-    ({}, ["model.lora.r=8", "rollout.engine=hf", "rollout.vllm_lora=adapter"], "needs model.lora.r > 0 and "
-                                                                                "rollout.engine=vllm"),
+    ({}, ["model.lora.r=8", "rollout.engine=hf", "rollout.vllm_lora=adapter"], "rollout.vllm_lora=adapter loads "
+     "LoRA adapters into the engine, which rollout.engine=hf does not do; use rollout.engine=vllm or auto"),
+    ({}, ["rollout.vllm_lora=adapter"], "rollout.vllm_lora=adapter needs model.lora.r > 0"),
     ({}, ["distributed.shard=true"], "distributed.shard=true needs distributed.backend=ray"),
     ({}, ["distributed.backend=ray", "distributed.shard=true"], "distributed.shard: true needs distributed.learners "
                                                                 ">= 2 (got 1: one learner holds the whole policy"),
@@ -244,8 +245,8 @@ def test_shipped_configs_validate(name):
 def test_vllm_engine_without_vllm_names_the_extra(tmp_path, monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
-    with pytest.raises(ConfigError) as err:
-        load_config(write(tmp_path, {"seed": 0}), ["rollout.engine=vllm"])
+    with pytest.raises(ConfigError) as err:  # when a run is set up (the engine registry), before any work
+        check_registries(load_config(write(tmp_path, {"seed": 0}), ["rollout.engine=vllm"]))
     assert str(err.value) == ("rollout.engine=vllm: vllm is not installed; install the extra: "
                               "pip install 'rlvr[vllm]' (on a CPU: scripts/setup_vllm.sh)")
     assert load_config(write(tmp_path, {"seed": 0})).rollout.engine == "auto"
@@ -256,19 +257,18 @@ def test_vllm_engine_without_vllm_names_the_extra(tmp_path, monkeypatch):
 def test_auto_engine_is_vllm_where_installed_on_a_gpu(tmp_path, monkeypatch, device, installed, chosen):
     import torch
 
-    import rlvr.train.rollout as rollout_module
-    from rlvr.train.rollout import engine_name
+    import rlvr.rollout.engines as engines
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: (real("json") if installed else None) if name == "vllm" else real(name, *a))
-    monkeypatch.setattr(rollout_module, "resolve_placement",
+    monkeypatch.setattr(engines, "resolve_placement",
                         lambda model: type("P", (), {"device": torch.device(device)})())
     cfg = load_config(write(tmp_path, {"seed": 0}))
-    assert engine_name(cfg) == chosen
+    assert engines.engine_spec(cfg).name == chosen
     for explicit in ("hf", "vllm"):  # an explicit choice is kept
         cfg.rollout.engine = explicit
-        assert engine_name(cfg) == explicit
+        assert engines.engine_spec(cfg).name == explicit
 
 
 def test_with_absolute_paths_makes_every_path_absolute_and_nothing_else(tmp_path, monkeypatch):
