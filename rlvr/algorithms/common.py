@@ -1,18 +1,18 @@
 """Shared pieces of the offline objectives (preference, reward model, SFT): sequence log-probabilities,
-config fields with help text, the held-out split and the length check of a training sequence. The training path
-itself is `rlvr.algorithms.offline`."""
+config fields with help text (`rlvr.config.sections.f`), the held-out split and the length check of a training
+sequence. The training path itself is `rlvr.algorithms.offline`."""
 
 from __future__ import annotations
 
 import logging
 from contextlib import contextmanager
-from dataclasses import field
 from typing import Any, Iterator, Sequence
 
 import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
+from rlvr.config.sections import f as config_field  # the one field helper: a default and its help text
 from rlvr.core import masked_sum, token_logprobs
 from rlvr.rollout.batch import pad_right
 
@@ -36,10 +36,6 @@ def completion_logprobs(model: PreTrainedModel, prompts: Sequence[Sequence[int]]
     logp = token_logprobs(logits[:, :-1], ids[:, 1:])  # (B, T-1)
     mask = target[:, 1:]
     return masked_sum(logp, mask, dim=-1), mask.sum(-1)
-
-
-def config_field(default: Any, text: str) -> Any:
-    return field(default=default, metadata={"help": text})
 
 
 def split_holdout(items: Sequence[Any], fraction: float, seed: int) -> tuple[list[Any], list[Any]]:
