@@ -187,7 +187,7 @@ def test_proxy_and_gold_scores_by_hand():
     assert out.score == 7.0 and out.components == {"proxy": 7.0, "gold": 0.0}
     batch = combined.score_batch(["sort 2 1="] * 2, ["1 2", "1 2 2 2"], examples, BatchContext(group_size=2))
     assert batch.scores == [3.0, 7.0] and batch.metrics() == {"reward/proxy": 5.0, "reward/gold": 0.5,
-                                                             "reward/errors": 0.0}
+                                                             "reward/errors": 0.0, "reward/timeouts": 0.0}
     with pytest.raises(ValueError, match="got 1 prompts, 2 completions"):
         proxy_and_gold_scores(["p"], ["a", "b"], examples, proxy, gold)
 
