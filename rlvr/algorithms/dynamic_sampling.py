@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -36,7 +36,7 @@ from rlvr.core import informative_groups
 from rlvr.rollout.base import Completion, RolloutEngine, SamplingParams
 from rlvr.seeds import derive_seed
 from rlvr.rewards.base import COUNTS
-from rlvr.rewards.scoring import Scores, score_completions
+from rlvr.rewards.scoring import Scores, score_completions, score_episodes
 
 METRICS = ("reward", "accuracy")  # what must vary within a group for it to be kept
 COUNTED = tuple(f"reward/{count}" for count in COUNTS)  # counts, not means
@@ -109,6 +109,9 @@ class RolloutSampler:
     dynamic: bool = False
     max_extra_rounds: int = 0
     metric: str = "accuracy"
+    # with an environment: plays (examples, n, sampling) -> n episodes per example (`rlvr.rollout.episode`), which
+    # the environment scores, instead of n completions per prompt scored by `reward`
+    episodes: Callable[[list[Any], int, SamplingParams], list[Completion]] | None = None
 
     def __post_init__(self) -> None:
         if self.metric not in METRICS:
@@ -121,8 +124,11 @@ class RolloutSampler:
         # round 0 draws exactly the seed of a run without dynamic sampling; extra rounds get their own
         extra = (round_index,) if round_index else ()
         sampling = replace(self.sampling, seed=derive_seed(self.seed, step, self.purpose, *extra))
-        completions = self.engine.generate([ex.prompt for ex in examples], self.group_size, sampling)
         group_examples = [ex for ex in examples for _ in range(self.group_size)]
+        if self.episodes is not None:
+            completions = self.episodes(examples, self.group_size, sampling)
+            return Rollout(completions, group_examples, score_episodes(completions))
+        completions = self.engine.generate([ex.prompt for ex in examples], self.group_size, sampling)
         scores = score_completions(self.reward, self.task, completions, group_examples, self.group_size, step,
                                    self.sampling.max_new_tokens)
         return Rollout(completions, group_examples, scores)

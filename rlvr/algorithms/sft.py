@@ -16,7 +16,7 @@ from rlvr.core import masked_sum
 from rlvr.jsonl import read_jsonl_located
 from rlvr.tasks.base import Task
 from rlvr.models.forward import policy_logprobs
-from rlvr.rollout.batch import RolloutBatch, encode_prompt_completion, pack
+from rlvr.rollout.batch import RolloutBatch, build_batch, encode_prompt_completion
 from rlvr.algorithms.common import check_fits, length_checked, max_positions
 from rlvr.algorithms.offline import OfflineConfig, train_offline
 from rlvr.models.tokenizer import pad_token_id
@@ -55,17 +55,19 @@ def encode_pairs(tokenizer, pairs: Sequence[tuple[str, str]], positions: int | N
     return encoded
 
 
-def sft_batch(encoded: Sequence[tuple[list[int], list[int]]], pad_id: int) -> RolloutBatch:
-    ids, attn, mask, start = pack([p for p, _ in encoded], [c for _, c in encoded], pad_id)
+def sft_batch(encoded: Sequence[tuple[list[int], list[int]]], pad_id: int,
+              loss_masks: Sequence[Sequence[int]] | None = None) -> RolloutBatch:
+    """Right-padded rows of (prompt, completion) ids; `loss_masks` (episodes' demonstrations) keeps the model's
+    tokens of each completion in the loss mask, not the environment's."""
     zeros = torch.zeros(len(encoded))
-    return RolloutBatch(ids, attn, mask, start, advantages=zeros, rewards=zeros)
+    return build_batch([p for p, _ in encoded], [c for _, c in encoded], zeros, zeros, pad_id, loss_masks)
 
 
-def sft_micro_loss(model, encoded: Sequence[tuple[list[int], list[int]]], pad_id: int
-                   ) -> tuple[Tensor, dict[str, Tensor]]:
+def sft_micro_loss(model, encoded: Sequence[tuple[list[int], list[int]]], pad_id: int,
+                   loss_masks: Sequence[Sequence[int]] | None = None) -> tuple[Tensor, dict[str, Tensor]]:
     """The SFT objective of `train_offline`: summed completion NLL of one right-padded micro-batch, on
     the model's device."""
-    batch = sft_batch(encoded, pad_id).to(model.device)
+    batch = sft_batch(encoded, pad_id, loss_masks).to(model.device)
     logprobs, _ = policy_logprobs(model, batch, temperature=1.0)
     return sft_nll(logprobs, batch.mask), {}
 
@@ -84,15 +86,25 @@ def train_sft(model, tokenizer, pairs: Sequence[tuple[str, str]], steps: int, ba
     Returns the mean loss of the last 10 steps. `on_step(step, loss)` sees every step's loss. `places` names
     each pair in the error for one too long for the model (`encode_pairs`), e.g. `sft.data: train.jsonl:7`.
     """
+    encoded = encode_pairs(tokenizer, pairs, max_positions(model), places)
+    return train_sft_encoded(model, tokenizer, encoded, None, steps, batch_size, lr, seed, on_step)
+
+
+def train_sft_encoded(model, tokenizer, encoded: Sequence[tuple[list[int], list[int]]],
+                      loss_masks: Sequence[Sequence[int]] | None, steps: int, batch_size: int, lr: float, seed: int,
+                      on_step: Callable[[int, float], None] | None = None) -> float:
+    """`train_sft` on (prompt ids, completion ids) rows, e.g. an environment's demonstration episodes
+    (`rlvr.rollout.episode.demonstration_episodes`) with their `loss_masks`: NLL of the model's tokens only."""
     if steps < 1 or batch_size < 1:
         raise ValueError(f"steps and batch_size must be >= 1, got {steps}, {batch_size}")
     pad_id = pad_token_id(tokenizer)
-    encoded = encode_pairs(tokenizer, pairs, max_positions(model), places)
     report = None if on_step is None else (lambda row: on_step(row["step"], row["loss"]))
+    masks = loss_masks or [[1] * len(c) for _, c in encoded]
     model.train()
     history = train_offline(model, len(encoded), warm_start_config(steps, batch_size, lr, seed),
-                            lambda idx: sft_micro_loss(model, [encoded[i] for i in idx], pad_id),
-                            weight=lambda idx: sum(len(encoded[i][1]) for i in idx), on_step=report)
+                            lambda idx: sft_micro_loss(model, [encoded[i] for i in idx], pad_id,
+                                                       [masks[i] for i in idx] if loss_masks else None),
+                            weight=lambda idx: sum(sum(masks[i]) for i in idx), on_step=report)
     model.eval()
     recent = [row["loss"] for row in history[-10:]]
     return sum(recent) / len(recent)

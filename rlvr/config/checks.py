@@ -41,6 +41,8 @@ _RANGES = {
         "reward.workers", "distributed.rollout_cpus", "distributed.rollout_gpus", "distributed.learner_cpus",
         "distributed.learner_gpus", "log.peak_tflops", "guard.max_kl", "guard.max_policy_kl")},
     "distributed.rollout_workers": (1, None, 1, 0), "distributed.learners": (1, None, 1, 0),
+    "env.max_turns": (1, None, 1, 0), "env.max_tokens": (1, None, 1, 0), "env.max_observation_tokens": (1, None, 1, 0),
+    "env.step_timeout": (0, None, 1, 0),
 }
 
 

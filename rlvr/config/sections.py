@@ -80,6 +80,27 @@ class TaskConfig:
 
 
 @dataclass
+class EnvConfig:
+    name: str | None = f(None, "Multi-turn episodes instead of single completions: an environment by name (rlvr."
+                               "environments: guess, tools, code) or `module:Class` (your own, docs/environments.md). "
+                               "Each of a prompt's group_size samples is one episode: the model's turns alternate "
+                               "with the environment's observations, the reward is the sum of its step rewards, "
+                               "and only the model's tokens train (verl's agent loop, TRL's environments). Empty: "
+                               "one completion per sample, scored by the task's verifier.")
+    options: dict = f({}, "Keyword options of the environment's constructor, e.g. {tools: [calculator]} or "
+                          "{attempts: 3}.")
+    max_turns: int = f(4, "Model turns per episode; the episode ends after this many (env.name set).")
+    max_tokens: int = f(256, "Tokens per episode after the first prompt, the model's and the environment's "
+                             "together; the episode ends when the next turn would pass it (finish_reason length). "
+                             "Each turn also stops at rollout.max_new_tokens.")
+    max_observation_tokens: int = f(128, "Tokens per observation message; a longer one is cut and counted in "
+                                         "episode/truncated_observations (verl cuts tool responses the same way).")
+    step_timeout: float = f(10.0, "Seconds one reset() or step() call of the environment may take; past it the "
+                                  "episode ends with the reward it had and counts in episode/env_timeouts, so a "
+                                  "hung environment cannot hang the run (0 = no limit).")
+
+
+@dataclass
 class RewardConfig:
     timeout: float = f(10.0, "Seconds a reward from outside rlvr (a custom task's verifier, a function added to "
                              "rlvr.rewards.REWARDS, a TRL callable) may spend on one completion; past it the "
@@ -361,6 +382,7 @@ class Config:
     threads: int = f(0, "torch CPU threads (0 = leave torch's default).")
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)

@@ -40,7 +40,8 @@ def resolve_environment(name: str) -> Callable[..., Environment]:
     try:
         found = getattr(importlib.import_module(module), attr)
     except ImportError as err:
-        raise ValueError(f"environment {name!r}: cannot import module {module!r} ({err})") from None
+        raise ValueError(f"environment {name!r}: cannot import module {module!r} ({err}); put its folder on the "
+                         "Python path (PYTHONPATH=.) or install it") from None
     except AttributeError:
         raise ValueError(f"environment {name!r}: module {module!r} has no {attr!r}") from None
     if not callable(found):

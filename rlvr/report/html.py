@@ -1,7 +1,8 @@
 """`rlvr report RUN_DIR`: one self-contained HTML file (no network, no external files) with the run's curves
 (matplotlib SVGs inline: axis titles, ticks, grid, legends with line samples; reward and accuracy on charts of
 their own, the held-out evaluations overlaid on the training curves), the doctor's findings, the sampled
-completions of every evaluation (one collapsible section per step) and the config (collapsed). A
+completions of every evaluation (one collapsible section per step; an environment's episodes turn by turn) and
+the config (collapsed). A
 `window.onerror` hook writes any script error into the page, so a headless browser's DOM dump shows whether the
 page loaded cleanly.
 """
@@ -36,6 +37,15 @@ CHARTS: list[tuple[str, str, list[tuple[str, str]], tuple[float, float] | None, 
     ("Clipping and truncation", "share of tokens / completions", [("clip_frac_low", "clipped low"),
                                                                    ("clip_frac_high", "clipped high"),
                                                                    ("truncated", "truncated completions")], None, False),
+    ("Turns per episode", "model turns", [("episode/turns", "train batch"), ("episode/turns_solved", "train, solved"),
+                                          ("eval/greedy_turns_solved", "held-out greedy, solved"),
+                                          ("eval/sampled_turns_solved", "held-out sampled, solved")], None, False),
+    ("Environment", "per episode (problems: count)", [("episode/masked_share", "share of tokens masked"),
+                                                      ("episode/tool_calls", "tool calls"),
+                                                      ("episode/tool_errors", "tool-call errors"),
+                                                      ("episode/env_errors", "env errors"),
+                                                      ("episode/env_timeouts", "env timeouts"),
+                                                      ("episode/env_bad_output", "env bad output")], None, False),
     ("Gradient norm", "global L2 norm", [("grad_norm", "grad norm")], None, False),
     ("Time per step", "seconds", [("s_per_step", "step"), ("rollout_s", "rollout"), ("update_s", "update")], None,
      True),
@@ -45,7 +55,8 @@ _STYLE = """body{font-family:sans-serif;margin:24px;color:#222}h1{font-size:20px
 .panels{display:flex;flex-wrap:wrap;gap:12px}.panel{border:1px solid #ddd;padding:4px}.panel svg{display:block}
 .problem{color:#b00}.warning{color:#a60}table{border-collapse:collapse;font-size:13px}
 td,th{border:1px solid #ddd;padding:4px;vertical-align:top;text-align:left}pre{background:#f6f6f6;padding:8px}
-summary{cursor:pointer;margin:6px 0}.completion{font-family:monospace;white-space:pre-wrap;max-width:520px}"""
+summary{cursor:pointer;margin:6px 0}.completion{font-family:monospace;white-space:pre-wrap;max-width:520px}
+.episode{margin:0;padding-left:20px}.observation{color:#555;margin-left:12px}"""
 
 
 def svg_chart(title: str, ylabel: str, series: list[tuple[str, list[int], list[float]]],
@@ -96,13 +107,35 @@ def _findings_html(findings: list[Finding]) -> str:
 _PLAIN = ("mode", "prompt", "completion", "answer", "reward", "correct", "finish_reason")
 
 
+def episode_html(episode: dict[str, Any]) -> str:
+    """An environment's episode turn by turn: each assistant message (its tokens, how its turn ended), the step's
+    reward and tool calls, then the observations the environment answered with; and why the episode ended."""
+    items = []
+    for turn in episode.get("turns", []):
+        info = turn.get("info", {})
+        calls = f", {info['tool_calls']} tool calls, {info.get('tool_errors', 0)} failed" if "tool_calls" in info \
+            else ""
+        said = (f'<div class="turn"><b>assistant</b> <small>({turn.get("tokens", "?")} tokens, '
+                f'{html.escape(str(turn.get("finish", "")))}; reward {turn.get("reward", 0):.3g}{calls})</small>'
+                f'<div class="completion">{html.escape(str(turn.get("assistant", "")))}</div></div>')
+        heard = "".join(f'<div class="observation"><b>{html.escape(str(m.get("role", "")))}</b>'
+                        f'<div class="completion">{html.escape(str(m.get("content", "")))}</div></div>'
+                        for m in turn.get("observations", []))
+        items.append(f"<li>{said}{heard}</li>")
+    return (f'<ol class="episode">{"".join(items)}</ol><small>ended: {html.escape(str(episode.get("end")))}, '
+            f'reward {episode.get("reward", 0):.3g}</small>')
+
+
 def _sample_rows(shown: list[dict[str, Any]]) -> str:
     rows = []
     for s in shown:
         components = ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
-                               for k, v in s.items() if k not in {"step", *_PLAIN})
-        cells = [*(s.get(k, "") for k in _PLAIN[:6]), components, s.get("finish_reason", "")]
-        rows.append("<tr>" + "".join(f'<td{" class=completion" if i == 2 else ""}>{html.escape(str(c))}</td>'
+                               for k, v in s.items() if k not in {"step", "episode", *_PLAIN})
+        cells = [html.escape(str(c)) for c in [*(s.get(k, "") for k in _PLAIN[:6]), components,
+                                                s.get("finish_reason", "")]]
+        if isinstance(s.get("episode"), dict):  # an environment's episode: turn by turn instead of one text
+            cells[2] = episode_html(s["episode"])
+        rows.append("<tr>" + "".join(f'<td{" class=completion" if i == 2 else ""}>{c}</td>'
                                      for i, c in enumerate(cells)) + "</tr>")
     head = "".join(f"<th>{h}</th>" for h in ("mode", "prompt", "completion", "answer", "reward", "correct",
                                             "components", "finish"))

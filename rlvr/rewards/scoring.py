@@ -74,3 +74,12 @@ def score_completions(reward: CombinedReward, task: Any, completions: Sequence[C
     batch = reward.score_batch([c.prompt for c in completions], texts, list(examples), ctx)
     return Scores(batch.scores, correct, batch.metrics("reward/"),
                   {f"reward/{k}": list(v) for k, v in batch.components.items()})
+
+
+def score_episodes(completions: Sequence[Completion]) -> Scores:
+    """An environment's episodes (`rlvr.rollout.episode`), scored by the environment itself: each reward is the
+    sum of the episode's step rewards, `correct` what its last step's info said; `reward/env` their mean."""
+    episodes = [c.extra["episode"] for c in completions]
+    rewards = [float(e["reward"]) for e in episodes]
+    return Scores(rewards, [bool(e["correct"]) for e in episodes], {"reward/env": sum(rewards) / len(rewards)},
+                  {"reward/env": rewards})

@@ -218,9 +218,11 @@ def model_tokens(values: Sequence[float], loss_mask: Sequence[int] | None) -> li
 
 def demonstration_episodes(tokenizer: Any, make_env: Callable[[], Environment], items: Sequence[Any],
                            limits: EpisodeLimits, seed: int) -> list[tuple[list[int], list[int], list[int]]]:
-    """Episodes the environment demonstrates, for an SFT warm start: its `demonstration(item, rng)` gives the
-    assistant messages to play in turn (each closed by EOS), and they are rendered exactly as sampled episodes
-    are. Returns (prompt ids, ids after the prompt, loss mask) per item whose reset worked."""
+    """Episodes for an SFT warm start, rendered exactly as sampled episodes are: the environment's
+    `demonstration(item, rng)` gives the assistant messages to play in turn (each closed by EOS); an environment
+    without one gets the item's reference answer as a one-turn episode (not stepped: a demonstration shows the
+    format the episodes open with, e.g. <bos> and the template's turn markers, not the environment's verdict).
+    Returns (prompt ids, ids after the prompt, loss mask) per item whose reset worked."""
     rng, out = random.Random(seed), []
     for item in items:
         env = make_env()
@@ -229,11 +231,12 @@ def demonstration_episodes(tokenizer: Any, make_env: Callable[[], Environment], 
             continue
         renderer = ChatRenderer(tokenizer, getattr(env, "tools", None))
         e.prompt_ids = renderer.prompt_ids(e.messages)
-        replies = list(env.demonstration(item, rng))[:limits.max_turns]
+        plays = hasattr(env, "demonstration")
+        replies = list(env.demonstration(item, rng))[:limits.max_turns] if plays else [item.answer]
         for turn, reply in enumerate(replies):
             ids = renderer.encode(reply) + [tokenizer.eos_token_id]
             _model_turn(e, Completion("", [], ids, [0.0] * len(ids), reply, "stop"), tokenizer, limits)
-            if e.end is None:
+            if e.end is None and plays:
                 _env_turn(e, renderer, tokenizer, limits, last_turn=turn == len(replies) - 1)
             if e.end is not None:
                 break

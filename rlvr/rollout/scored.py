@@ -20,7 +20,7 @@ class ScoredBatch:
     prompts: list[str]  # (N,) prompt text of each completion (repeated group_size times)
     prompt_ids: list[list[int]]  # (N,) prompt token ids
     completion_ids: list[list[int]]  # (N,) generated token ids, EOS included when emitted
-    sampler_logprobs: list[list[float]]  # (N,) log-prob of each generated token under the sampler
+    sampler_logprobs: list[list[float]]  # (N,) log-prob of each of the model's tokens under the sampler
     rewards: Tensor  # (N,) float32 scalar reward per completion
     correct: list[bool]  # (N,) the task's verifier said the answer is right
     finish_reasons: list[str]  # (N,) "stop" or "length"
@@ -29,7 +29,10 @@ class ScoredBatch:
     components: dict[str, float] = field(default_factory=dict)  # reward terms, averaged over the batch
     stats: dict[str, float] = field(default_factory=dict)  # sampling/* metrics of the rollout
     version: int = 0  # policy version (optimizer steps) the completions were sampled from
-    sampler_entropies: list[list[float]] | None = None  # (N,) entropy at each generated position; None: not asked
+    sampler_entropies: list[list[float]] | None = None  # (N,) entropy at each of the model's tokens; None: not asked
+    # (N,) 1 per completion token the model wrote, 0 per token of an environment (an episode's observations), which
+    # never trains; None: every completion token is the model's. The sampler's lists above hold the model's tokens
+    loss_masks: list[list[int]] | None = None
 
     def __len__(self) -> int:
         return len(self.completion_ids)

@@ -6,11 +6,11 @@ the same computation.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from rlvr.eval.evaluate import grade, summarize
 from rlvr.rewards.combine import CombinedReward
-from rlvr.rollout.base import RolloutEngine, SamplingParams
+from rlvr.rollout.base import Completion, RolloutEngine, SamplingParams
 from rlvr.tasks.base import Example, Task
 
 
@@ -30,18 +30,60 @@ def evaluate_heldout(engine: RolloutEngine, task: Task, examples: Sequence[Examp
     Metrics: eval/greedy_{accuracy,reward,length}, eval/sampled_{accuracy,reward} and eval/pass@k
     (unbiased estimator, Chen et al. 2021) for k = 1, 2, 4, ... up to `samples`.
     """
-    greedy = grade(engine, task, examples, 1, SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens),
-                   reward)
+    return _evaluate(lambda ex, n, sampling: grade(engine, task, ex, n, sampling, reward), examples,
+                     max_new_tokens, samples, temperature, seed, log_samples)
+
+
+Episodes = Callable[[Sequence[Example], int, SamplingParams], list[Completion]]  # (items, n, sampling) -> episodes
+
+
+def evaluate_episodes(play: Episodes, examples: Sequence[Example], max_new_tokens: int, samples: int,
+                      temperature: float, seed: int, log_samples: int) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """`evaluate_heldout` for an environment's episodes (`play`), success as accuracy, with the turns per episode
+    and per solved episode (eval/greedy_turns, eval/greedy_turns_solved, eval/sampled_turns, ...)."""
+    return _evaluate(lambda ex, n, sampling: grade_episodes(play, ex, n, sampling), examples, max_new_tokens,
+                     samples, temperature, seed, log_samples)
+
+
+def _evaluate(grade_fn: Callable[[Sequence[Example], int, SamplingParams], list[dict[str, Any]]],
+              examples: Sequence[Example], max_new_tokens: int, samples: int, temperature: float, seed: int,
+              log_samples: int) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    greedy = grade_fn(examples, 1, SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens))
     g = summarize(greedy, 1)
     metrics = {"eval/greedy_accuracy": g["accuracy"], "eval/greedy_reward": g["reward"],
-               "eval/greedy_length": g["mean_length"]}
+               "eval/greedy_length": g["mean_length"], **_turns(greedy, "greedy")}
     rows = _rows(greedy, "greedy", log_samples)
     if samples > 0:
         sampling = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
-        sampled = grade(engine, task, examples, samples, sampling, reward)
+        sampled = grade_fn(examples, samples, sampling)
         ks = sorted({2**j for j in range(samples.bit_length()) if 2**j <= samples} | {samples})
         s = summarize(sampled, samples, ks)
         metrics |= {"eval/sampled_accuracy": s["accuracy"], "eval/sampled_reward": s["reward"],
-                    **{f"eval/pass@{k}": s[f"pass@{k}"] for k in ks}}
+                    **_turns(sampled, "sampled"), **{f"eval/pass@{k}": s[f"pass@{k}"] for k in ks}}
         rows += _rows(sampled, "sampled", log_samples)
     return metrics, rows
+
+
+def grade_episodes(play: Episodes, examples: Sequence[Example], n: int, sampling: SamplingParams
+                   ) -> list[dict[str, Any]]:
+    """`rlvr.eval.grade`'s records for an environment's episodes (n per example, as `play` runs them), graded by
+    the environment: reward, correct, the tokens after the prompt, the turns, and the episode (every turn) for
+    samples.jsonl; the maj@k vote is the last assistant message."""
+    records = []
+    for i, c in enumerate(play(examples, n, sampling)):
+        episode, example = c.extra["episode"], examples[i // n]
+        last = episode["turns"][-1]["assistant"].strip() if episode["turns"] else ""
+        records.append({"index": i // n, "prompt": c.prompt, "completion": c.text, "answer": example.answer,
+                        "correct": bool(episode["correct"]), "reward": float(episode["reward"]),
+                        "length": len(c.token_ids), "finish_reason": c.finish_reason, "format_ok": None,
+                        "answer_key": last, "components": {"episode": episode}, "turns": len(episode["turns"])})
+    return records
+
+
+def _turns(records: list[dict[str, Any]], mode: str) -> dict[str, float]:
+    """Mean turns per episode and per solved episode (when one was solved); nothing for single completions."""
+    if not records or "turns" not in records[0]:
+        return {}
+    solved = [r["turns"] for r in records if r["correct"]]
+    out = {f"eval/{mode}_turns": sum(r["turns"] for r in records) / len(records)}
+    return out | ({f"eval/{mode}_turns_solved": sum(solved) / len(solved)} if solved else {})

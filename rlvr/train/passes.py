@@ -26,8 +26,10 @@ class NoGradPasses:
     skips_zero_advantage: bool  # rows of advantage 0 are left out of the update
 
     def tensors(self, batch: ScoredBatch) -> RolloutBatch:
-        """prompt + completion rows, right-padded, with the batch's rewards, on the policy's device."""
-        return build_batch(batch.prompt_ids, batch.completion_ids, None, batch.rewards, self.pad_id).to(self.device)
+        """prompt + completion rows, right-padded, with the batch's rewards, on the policy's device; an episode's
+        environment tokens (`batch.loss_masks`) are out of the mask, so that nothing of the update counts them."""
+        return build_batch(batch.prompt_ids, batch.completion_ids, None, batch.rewards, self.pad_id,
+                           batch.loss_masks).to(self.device)
 
     def logprobs(self, batch: ScoredBatch | RolloutBatch) -> Tensor:
         """log pi (N, W) of every completion token under the current policy, without gradient."""

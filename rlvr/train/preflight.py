@@ -144,11 +144,13 @@ def check_context(cfg: Config, prompts: list[str]) -> None:
     positions = getattr(model_config(cfg), "max_position_embeddings", None)
     if positions is None or not prompts:
         return
-    longest = max(map(len, run_tokenizer(cfg)(prompts)["input_ids"]))
-    new = cfg.rollout.max_new_tokens
+    longest = max(map(len, run_tokenizer(cfg)(prompts, add_special_tokens=not cfg.env.name)["input_ids"]))  # rendered
+    # an episode's tokens after its first prompt are bounded by env.max_tokens, a completion's by max_new_tokens
+    key, new = ("env.max_tokens", cfg.env.max_tokens) if cfg.env.name else \
+        ("rollout.max_new_tokens", cfg.rollout.max_new_tokens)
     if longest + new > positions:
         fits = f"at most {positions - longest} fit" if positions > longest else "no room is left"
-        raise ConfigError(f"rollout.max_new_tokens={new}: the longest held-out prompt ({longest} tokens) + {new} "
+        raise ConfigError(f"{key}={new}: the longest held-out prompt ({longest} tokens) + {new} "
                           f"exceeds the model's max_position_embeddings ({positions}); {fits}")
 
 

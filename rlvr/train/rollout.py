@@ -18,6 +18,7 @@ from rlvr.config import Config, ConfigError
 from rlvr.models import load_model, load_tokenizer, resolve_model, resolve_placement
 from rlvr.rollout.base import RolloutEngine, SamplingParams
 from rlvr.rollout.engines import build_engine, engine_spec
+from rlvr.rollout.episode import episode_metrics, model_tokens
 from rlvr.rollout.scored import ScoredBatch
 from rlvr.rewards.breaker import TimeoutLimits
 from rlvr.rewards.combine import CombinedReward
@@ -25,7 +26,8 @@ from rlvr.rewards.scoring import build_reward
 from rlvr.seeds import ROLLOUT
 from rlvr.tasks import Example, Task
 from rlvr.data.stream import build_prompt_stream
-from rlvr.train.evaluate import evaluate_heldout
+from rlvr.train.episodes import episode_player
+from rlvr.train.evaluate import evaluate_episodes, evaluate_heldout
 
 
 def start_model(model: Any) -> Any:
@@ -73,7 +75,8 @@ def inference_engine(cfg: Config, model_path: str | Path, max_batch_size: int | 
 
 
 class Rollout:
-    """Samples `train.group_size` completions per prompt, scores them and learns which prompts fail."""
+    """Samples `train.group_size` completions (or an environment's episodes) per prompt, scores them and learns
+    which prompts fail."""
 
     def __init__(self, cfg: Config, task: Task, engine: RolloutEngine) -> None:
         self.cfg, self.task, self.engine = cfg, task, engine
@@ -86,9 +89,10 @@ class Rollout:
                                    TimeoutLimits.from_config(cfg.reward))
         # held-out grading: the task's verifier alone, the same SafeReward (one set of reward workers)
         self.eval_reward = CombinedReward.single(self.reward.parts[0][0])
+        self.play = episode_player(cfg, task, engine)
         self.sampler = RolloutSampler(engine, self.stream, task, self.reward, sampling, G,
                                       cfg.train.batch_size // G, cfg.seed, ROLLOUT, a.dynamic_sampling,
-                                      a.dynamic_sampling_rounds, a.dynamic_sampling_metric)
+                                      a.dynamic_sampling_rounds, a.dynamic_sampling_metric, self.play)
         self.version = 0
 
     def collect(self, step: int) -> ScoredBatch:
@@ -98,15 +102,18 @@ class Rollout:
             self.engine.sleep()
         completions, scores = rollout.completions, rollout.scores
         self.stream.update(rollout.examples, scores.correct)  # failure-rate sampling learns what fails
+        episodes = self.play is not None
         return ScoredBatch(
             prompts=[c.prompt for c in completions], prompt_ids=[list(c.prompt_ids) for c in completions],
             completion_ids=[list(c.token_ids) for c in completions],
-            sampler_logprobs=[list(c.logprobs) for c in completions],
+            sampler_logprobs=[model_tokens(c.logprobs, c.loss_mask) for c in completions],
             rewards=torch.tensor(scores.rewards, dtype=torch.float32), correct=list(scores.correct),
             finish_reasons=[c.finish_reason for c in completions], group_size=self.cfg.train.group_size, step=step,
-            components=dict(scores.components), stats=dict(rollout.stats), version=self.version,
+            components=dict(scores.components), version=self.version,
+            stats={**rollout.stats, **(episode_metrics(completions) if episodes else {})},
             sampler_entropies=None if any(c.entropies is None for c in completions) else
-            [list(c.entropies) for c in completions])
+            [model_tokens(c.entropies, c.loss_mask) for c in completions],
+            loss_masks=[list(c.loss_mask) for c in completions] if episodes else None)
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Sample the next batch from these policy weights."""
@@ -114,8 +121,12 @@ class Rollout:
         self.version += 1
 
     def evaluate(self, examples: list[Example], seed: int) -> tuple[dict[str, float], list[dict]]:
-        """Held-out metrics and sample rows, sampled with `eval.*` settings from the current weights."""
+        """Held-out metrics and sample rows, sampled with `eval.*` settings from the current weights (an
+        environment's episodes where there is one)."""
         cfg = self.cfg
+        if self.play is not None:
+            return evaluate_episodes(self.play, examples, cfg.rollout.max_new_tokens, cfg.eval.samples,
+                                     cfg.eval.temperature, seed, cfg.log.samples_per_eval)
         return evaluate_heldout(self.engine, self.task, examples, cfg.rollout.max_new_tokens, cfg.eval.samples,
                                 cfg.eval.temperature, seed, cfg.log.samples_per_eval, self.eval_reward)
 

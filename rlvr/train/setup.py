@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from rlvr.algorithms.sft import located_pairs_from_jsonl, pairs_from_task, train_sft
+from rlvr.algorithms.sft import located_pairs_from_jsonl, pairs_from_task, train_sft, train_sft_encoded
 from rlvr.config import Config, ConfigError, save_config, with_absolute_paths
 from rlvr.logging.sinks import MetricsLogger
 from rlvr.logging.throughput import ModelShape, Throughput, gpu_peak_tflops
@@ -20,8 +20,9 @@ from rlvr.seeds import seed_everything
 from rlvr.tasks import Example, Task, TooFewExamples, get_task
 from rlvr.train.checkpoint import load_state, set_rng_state
 from rlvr.train.learner import Learner
-from rlvr.train.preflight import check_context, model_path, plain, preflight
+from rlvr.train.preflight import check_context, model_path, plain, preflight, run_tokenizer
 from rlvr.rollout.engines import build_engine
+from rlvr.train.episodes import demonstrations, first_prompts
 from rlvr.train.rollout import Rollout
 from rlvr.train.validate import check_registries
 
@@ -79,16 +80,23 @@ def start_model(cfg: Config, run_dir: Path, task: Task, on_sft=None) -> Path:
         return path
     sft_dir = run_dir / "sft_model"
     warm = plain({"model": m.path or tiny, "sft": asdict(cfg.sft), "seed": cfg.seed,
-                  "task": {"name": cfg.task.name, "options": cfg.task.options, "train_size": cfg.task.train_size}})
+                  "task": {"name": cfg.task.name, "options": cfg.task.options, "train_size": cfg.task.train_size},
+                  **({"env": asdict(cfg.env)} if cfg.env.name else {})})
     if not _reusable(sft_dir, warm):
         model = load_policy(cfg.model, path, lora=False)  # placed as the policy will be; full fine-tuning
         tokenizer = load_tokenizer(path)
+        s = cfg.sft
         if cfg.sft.data:
             places, pairs = located_pairs_from_jsonl(cfg.sft.data)
-            places = [f"sft.data: {place}" for place in places]
+            train_sft(model, tokenizer, pairs, s.steps, s.batch_size, s.lr, cfg.seed, on_sft,
+                      [f"sft.data: {place}" for place in places])
+        elif cfg.env.name:  # episodes as the environment renders them, the environment's tokens masked out
+            rows = demonstrations(cfg, task, tokenizer)
+            train_sft_encoded(model, tokenizer, [(p, c) for p, c, _ in rows], [k for _, _, k in rows], s.steps,
+                              s.batch_size, s.lr, cfg.seed, on_sft)
         else:
-            places, pairs = None, pairs_from_task(task, cfg.task.train_size, cfg.seed + 1)
-        train_sft(model, tokenizer, pairs, cfg.sft.steps, cfg.sft.batch_size, cfg.sft.lr, cfg.seed, on_sft, places)
+            pairs = pairs_from_task(task, cfg.task.train_size, cfg.seed + 1)
+            train_sft(model, tokenizer, pairs, s.steps, s.batch_size, s.lr, cfg.seed, on_sft)
         save_model(model, tokenizer, sft_dir)
         (sft_dir / BUILT_WITH).write_text(json.dumps(warm))
     return sft_dir
@@ -120,7 +128,7 @@ def prepare_run(cfg: Config, resume: bool = False, on_sft=None, or_start: bool =
                           f"choose another out_dir")
     task = get_task(cfg.task.name, **cfg.task.options)
     eval_examples = held_out_examples(cfg, task)  # drawn before any work: a task may not have that many
-    check_context(cfg, [ex.prompt for ex in eval_examples])
+    check_context(cfg, first_prompts(cfg, task, eval_examples, run_tokenizer(cfg)))
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     seed_everything(cfg.seed)

@@ -11,6 +11,7 @@ import torch
 from rlvr import core
 from rlvr.algorithms.objective import build_objective
 from rlvr.config import Config, ConfigError
+from rlvr.environments import environment_factory
 from rlvr.models import PRESETS, build_char_tokenizer, resolve_placement, tiny_config
 from rlvr.rewards.safe import worker_problem
 from rlvr.rollout.engines import check_engine
@@ -91,11 +92,26 @@ def check_registries(cfg: Config) -> Config:
     for safe, _, name in reward.parts if cfg.reward.workers and cfg.reward.timeout else ():
         if problem := worker_problem(safe.fn):
             raise ConfigError(f"reward.workers={cfg.reward.workers}: reward {name!r} {problem}")
+    check_environment(cfg, task)
     check_reward_budget(cfg)
     check_prompt_sampler(cfg, task)
     check_family_options(cfg)
     check_advantage_batch(cfg)
     return cfg
+
+
+def check_environment(cfg: Config, task: Any) -> None:
+    """env.name resolves and takes env.options (built once here), and nothing asks for what an environment's run
+    does not do: its step rewards are the reward, so task.rewards terms would not be scored."""
+    if not cfg.env.name:
+        return
+    try:
+        environment_factory(cfg.env.name, cfg.env.options, task)
+    except ValueError as err:
+        raise ConfigError(f"env.options: {err}" if "option" in str(err) else f"env.name: {err}") from None
+    if cfg.task.rewards:
+        raise ConfigError(f"task.rewards: with env.name={cfg.env.name} the environment's step rewards are the reward, "
+                          "so these terms would not be scored; remove them or shape the reward in the environment")
 
 
 def check_reward_budget(cfg: Config) -> None:

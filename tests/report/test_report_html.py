@@ -203,3 +203,23 @@ def test_out_ending_in_a_slash_is_a_folder_made_if_missing(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["report", "--help"])
     assert "a path ending in '/'" in " ".join(capsys.readouterr().out.split())
+
+
+def test_an_environments_episodes_are_shown_turn_by_turn(tmp_path):
+    episode = {"turns": [{"assistant": "<tool_call>x</tool_call>", "tokens": 7, "finish": "stop", "reward": 0.0,
+                          "info": {"tool_calls": 1, "tool_errors": 1},
+                          "observations": [{"role": "tool", "content": "error: unknown tool 'x'"}]},
+                         {"assistant": "8", "tokens": 2, "finish": "stop", "reward": 1.0, "info": {"correct": True}}],
+               "reward": 1.0, "correct": True, "end": "done", "cut_observations": 0}
+    samples = [{"step": 20, "mode": "greedy", "prompt": "q", "completion": "8", "answer": "8", "reward": 1.0,
+                "correct": True, "finish_reason": "stop", "episode": episode}]
+    rows = [dict(r, **{"episode/turns": 2.0, "episode/turns_solved": 2.0, "episode/tool_errors": 0.5})
+            if r["step"] else r for r in healthy_rows()]
+    page = build_report(write_run(tmp_path / "run", rows, samples=samples))
+    turns = re.findall(r'<div class="turn"><b>assistant</b> <small>\(([^)]*)\)</small><div class="completion">'
+                       r'([^<]*)</div>', page)
+    assert turns == [("7 tokens, stop; reward 0, 1 tool calls, 1 failed", "&lt;tool_call&gt;x&lt;/tool_call&gt;"),
+                     ("2 tokens, stop; reward 1", "8")]
+    assert "<b>tool</b><div class=\"completion\">error: unknown tool &#x27;x&#x27;</div>" in page
+    assert "ended: done, reward 1" in page and "episode {" not in page  # not dumped among the components
+    assert {"Turns per episode", "Environment"} <= {title for title, _ in charts(load_run(tmp_path / "run"))}

@@ -132,3 +132,10 @@ def test_demonstration_episodes_are_rendered_as_sampled_ones():
     [(prompt, tokens, mask)] = demonstration_episodes(TOK, Demonstrating, [ITEM], EpisodeLimits(), seed=0)
     sampled = run_episodes(ScriptedEngine(["ab", "stop"]), TOK, Echo, [ITEM], 1, SAMPLING, EpisodeLimits())[0]
     assert (prompt, tokens, mask) == (sampled.prompt_ids, sampled.token_ids, sampled.loss_mask)
+
+
+def test_without_a_demonstration_the_items_answer_is_a_one_turn_episode():
+    from rlvr.rollout.episode import demonstration_episodes
+
+    [(prompt, tokens, mask)] = demonstration_episodes(TOK, Echo, [Example("q:", "ab")], EpisodeLimits(), seed=0)
+    assert (prompt, tokens, mask) == ([BOS, *ids("q:")], [*ids("ab"), EOS], [1, 1, 1])
