@@ -12,13 +12,14 @@ from rlvr.config.load import (SHIPPED_CONFIGS, apply_overrides, config_file, con
                               parse_yaml, read_yaml, save_config, with_absolute_paths)
 from rlvr.config.sections import (OLD_LOGPROBS, AlgorithmConfig, CheckpointConfig, Config, ConfigError,
                                   DistributedConfig, EnvConfig, EvalConfig, GuardConfig, LogConfig, LoRAConfig,
-                                  ModelConfig, OptimConfig, RewardConfig, RolloutConfig, SFTConfig, TaskConfig, TrainConfig,
-                                  ValueConfig, check_finite_number, f)
+                                  ModelConfig, OptimConfig, RewardConfig, RolloutConfig, SFTConfig, TaskConfig,
+                                  TrainConfig, ValueConfig, check_finite_number, f)
 
 __all__ = [
     "check_out_dir", "validate", "SHIPPED_CONFIGS", "apply_overrides", "config_file", "config_help", "from_dict",
     "load_config", "parse_yaml", "read_yaml", "save_config", "with_absolute_paths", "OLD_LOGPROBS",
     "AlgorithmConfig", "CheckpointConfig", "Config", "ConfigError",
-    "DistributedConfig", "EnvConfig", "EvalConfig", "GuardConfig", "LogConfig", "LoRAConfig", "ModelConfig", "OptimConfig",
+    "DistributedConfig", "EnvConfig", "EvalConfig", "GuardConfig", "LogConfig", "LoRAConfig", "ModelConfig",
+    "OptimConfig",
     "RewardConfig", "RolloutConfig", "SFTConfig", "TaskConfig", "TrainConfig", "ValueConfig", "check_finite_number", "f",
 ]
