@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import Callable
+from typing import Any, Callable
 
 from torch import Tensor, nn
 
@@ -76,9 +76,14 @@ def check_finite_fields(config: object) -> None:
 MicroLoss = Callable[[list[int]], tuple[Tensor, dict[str, Tensor]]]
 
 
+TrainerState = dict[str, Any]  # optimizer, scheduler, batch stream, step and history: what a resume needs
+
+
 def train_offline(model: nn.Module, n_items: int, cfg: OfflineConfig, micro_loss: MicroLoss,
                   weight: Callable[[list[int]], float] = len,
-                  on_step: Callable[[dict[str, float]], None] | None = None) -> list[dict[str, float]]:
+                  on_step: Callable[[dict[str, float]], None] | None = None, start: TrainerState | None = None,
+                  after_step: Callable[[int, Callable[[], TrainerState]], None] | None = None,
+                  ) -> list[dict[str, float]]:
     """Minibatch AdamW training over item indices 0..n_items-1; returns per-step metrics.
 
     Batches of `batch_size` indices come from a seeded stream that reshuffles every epoch (the last
@@ -86,6 +91,8 @@ def train_offline(model: nn.Module, n_items: int, cfg: OfflineConfig, micro_loss
     metrics). A step's loss is the sum over its micro-batches divided by `weight(step indices)` (the item count, or the
     target-token count for SFT), so accumulation gives exactly the full-batch gradient.
     The caller sets train/eval mode: preference training runs in eval mode (no dropout).
+    `after_step(step, state)`: after each step, with a function giving the trainer's state (a checkpoint's, with
+    the model's weights); `start`: such a state, to go on from its step exactly as if never stopped.
     """
     cfg.validate()
     if n_items < 1:
@@ -94,8 +101,18 @@ def train_offline(model: nn.Module, n_items: int, cfg: OfflineConfig, micro_loss
     optimizer = build_optimizer(model, cfg.lr, tuple(ADAM.betas), ADAM.eps, cfg.weight_decay)
     scheduler = build_scheduler(optimizer, cfg.schedule, cfg.warmup_steps, total, cfg.min_lr_ratio)
     stream = PromptStream(range(n_items), cfg.seed)
-    history = []
-    for step in range(1, total + 1):
+    history: list[dict[str, float]] = []
+    if start is not None:
+        optimizer.load_state_dict(start["optimizer"])
+        scheduler.load_state_dict(start["scheduler"])
+        stream.load_state_dict(start["stream"])
+        history = list(start["history"])
+
+    def state() -> TrainerState:
+        return {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                "stream": stream.state_dict(), "step": len(history), "history": history}
+
+    for step in range(len(history) + 1, total + 1):
         batch = _next_batch(stream, cfg.batch_size)
         row = {"step": step, "epoch": stream.epoch,
                **_accumulate(batch, micro_loss, weight, cfg.micro_batch_size or cfg.batch_size)}
@@ -109,6 +126,8 @@ def train_offline(model: nn.Module, n_items: int, cfg: OfflineConfig, micro_loss
         history.append(row)
         if on_step is not None:
             on_step(row)
+        if after_step is not None:
+            after_step(step, state)
     return history
 
 

@@ -18,7 +18,7 @@ from rlvr.tasks.base import Task
 from rlvr.models.forward import policy_logprobs
 from rlvr.rollout.batch import RolloutBatch, build_batch, encode_prompt_completion
 from rlvr.algorithms.common import check_fits, length_checked, max_positions
-from rlvr.algorithms.offline import OfflineConfig, train_offline
+from rlvr.algorithms.offline import OfflineConfig, TrainerState, train_offline
 from rlvr.models.tokenizer import pad_token_id
 
 
@@ -80,19 +80,23 @@ def warm_start_config(steps: int, batch_size: int, lr: float, seed: int) -> Offl
 
 def train_sft(model, tokenizer, pairs: Sequence[tuple[str, str]], steps: int, batch_size: int, lr: float,
               seed: int, on_step: Callable[[int, float], None] | None = None,
-              places: Sequence[str] | None = None) -> float:
+              places: Sequence[str] | None = None, start: TrainerState | None = None,
+              after_step: Callable[[int, Callable[[], TrainerState]], None] | None = None) -> float:
     """`steps` optimizer steps of masked NLL on `pairs` through `train_offline` (`warm_start_config`).
 
     Returns the mean loss of the last 10 steps. `on_step(step, loss)` sees every step's loss. `places` names
     each pair in the error for one too long for the model (`encode_pairs`), e.g. `sft.data: train.jsonl:7`.
+    `start`, `after_step`: a checkpoint's trainer state to go on from, and what to do after each step (as in
+    `train_offline`).
     """
     encoded = encode_pairs(tokenizer, pairs, max_positions(model), places)
-    return train_sft_encoded(model, tokenizer, encoded, None, steps, batch_size, lr, seed, on_step)
+    return train_sft_encoded(model, tokenizer, encoded, None, steps, batch_size, lr, seed, on_step, start, after_step)
 
 
 def train_sft_encoded(model, tokenizer, encoded: Sequence[tuple[list[int], list[int]]],
                       loss_masks: Sequence[Sequence[int]] | None, steps: int, batch_size: int, lr: float, seed: int,
-                      on_step: Callable[[int, float], None] | None = None) -> float:
+                      on_step: Callable[[int, float], None] | None = None, start: TrainerState | None = None,
+                      after_step: Callable[[int, Callable[[], TrainerState]], None] | None = None) -> float:
     """`train_sft` on (prompt ids, completion ids) rows, e.g. an environment's demonstration episodes
     (`rlvr.rollout.episode.demonstration_episodes`) with their `loss_masks`: NLL of the model's tokens only."""
     if steps < 1 or batch_size < 1:
@@ -104,7 +108,8 @@ def train_sft_encoded(model, tokenizer, encoded: Sequence[tuple[list[int], list[
     history = train_offline(model, len(encoded), warm_start_config(steps, batch_size, lr, seed),
                             lambda idx: sft_micro_loss(model, [encoded[i] for i in idx], pad_id,
                                                        [masks[i] for i in idx] if loss_masks else None),
-                            weight=lambda idx: sum(sum(masks[i]) for i in idx), on_step=report)
+                            weight=lambda idx: sum(sum(masks[i]) for i in idx), on_step=report, start=start,
+                            after_step=after_step)
     model.eval()
     recent = [row["loss"] for row in history[-10:]]
     return sum(recent) / len(recent)

@@ -30,6 +30,7 @@ from transformers.utils import logging as hf_logging
 
 CHECKPOINTS = "checkpoints"
 LATEST = "latest"
+WARM_START = "sft"  # the SFT warm start's own checkpoints, in this layout: RUN/sft/checkpoints/step_NNNNNN
 STEP_NAME = re.compile(r"step_(\d+)")  # what `latest` may hold: a folder name, never a path
 
 

@@ -25,7 +25,8 @@ from rlvr.config import Config, GuardConfig
 from rlvr.report.collapse import (NONFINITE_WEIGHTS, collapse_signal, first_entropy, likely_cause, number,
                                   vocab_size)
 from rlvr.report.doctor import RunLog, check_entropy, check_reward_collapse, check_spikes
-from rlvr.train.checkpoint import CHECKPOINTS, LATEST, latest_checkpoint, step_folders, step_number, write_atomic_text
+from rlvr.train.checkpoint import (CHECKPOINTS, LATEST, WARM_START, latest_checkpoint, step_folders, step_number,
+                                   write_atomic_text)
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +70,8 @@ def continue_hint(run_dir: Path, failed: bool = True) -> str:
     while being set up, a second Ctrl-C before the first checkpoint), start it again; after a failure
     (`failed`), once its cause is fixed."""
     try:
-        checkpointed = latest_checkpoint(run_dir) is not None or bool(step_folders(Path(run_dir) / CHECKPOINTS))
+        checkpointed = latest_checkpoint(run_dir) is not None or any(
+            step_folders(Path(run_dir, *stage, CHECKPOINTS)) for stage in ((), (WARM_START,)))
     except FileNotFoundError:  # `latest` names a missing step: --resume says which earlier one is intact
         checkpointed = True
     if checkpointed:
@@ -221,8 +223,9 @@ class RunGuard:
             for s, handler in previous.items():
                 signal.signal(s, handler)
 
-    def stop_if_signalled(self, step: int) -> None:
+    def stop_if_signalled(self, step: int, what: str = "step") -> None:
+        """Interrupted, when a signal came: its checkpoint at `what` `step` (an RL step, an SFT step) is written."""
         if self.signal is not None:
             name = signal.Signals(self.signal).name
-            raise Interrupted(f"{name} at step {step}: checkpoint written in {self.run_dir}", self.signal,
+            raise Interrupted(f"{name} at {what} {step}: checkpoint written in {self.run_dir}", self.signal,
                               f"`rlvr train --resume {self.run_dir}`")

@@ -17,8 +17,8 @@ from rlvr.algorithms.sft import encode_pairs, located_pairs_from_jsonl
 from rlvr.config import Config, ConfigError, check_out_dir, load_config, with_absolute_paths
 from rlvr.models import PRESETS, build_char_tokenizer, load_tokenizer, resolve_model, tiny_config
 from rlvr.rollout.engines import EngineSpec, check_engine
-from rlvr.train.checkpoint import (CHECKPOINTS, LATEST, BadPointer, latest_checkpoint, load_state, step_folders,
-                                   step_number)
+from rlvr.train.checkpoint import (CHECKPOINTS, LATEST, WARM_START, BadPointer, latest_checkpoint, load_state,
+                                   step_folders, step_number)
 
 logger = logging.getLogger(__name__)
 
@@ -264,11 +264,13 @@ def preflight(cfg: Config, resume: bool, or_start: bool = False) -> Path | None:
     if engine.check_model is not None:
         check_engine_model(cfg, engine)
     checkpoint = find_checkpoint(Path(cfg.out_dir)) if resume else None
-    if resume and checkpoint is None and not or_start:
+    # stopped in its SFT warm start: the warm start goes on from its own checkpoint (rlvr.train.warm_start)
+    in_warm_start = resume and checkpoint is None and bool(step_folders(Path(cfg.out_dir, WARM_START, CHECKPOINTS)))
+    if resume and checkpoint is None and not or_start and not in_warm_start:
         raise ConfigError(f"--resume: {cfg.out_dir!r} has no checkpoint yet; use --resume-or-start to start it "
                           f"from scratch")
-    if checkpoint is not None:
-        check_resumed_config(cfg, Path(cfg.out_dir), step_number(checkpoint.name))
+    if checkpoint is not None or in_warm_start:
+        check_resumed_config(cfg, Path(cfg.out_dir), step_number(checkpoint.name) if checkpoint else 0)
     return checkpoint
 
 

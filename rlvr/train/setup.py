@@ -10,21 +10,21 @@ from pathlib import Path
 
 import torch
 
-from rlvr.algorithms.sft import located_pairs_from_jsonl, pairs_from_task, train_sft, train_sft_encoded
 from rlvr.config import Config, ConfigError, save_config, with_absolute_paths
 from rlvr.logging.sinks import MetricsLogger
 from rlvr.logging.throughput import ModelShape, Throughput, gpu_peak_tflops
 from rlvr.logging.trackers import open_trackers
-from rlvr.models import load_policy, load_tokenizer, make_tiny_model_dir, resolve_placement, save_model
+from rlvr.models import make_tiny_model_dir, resolve_placement
 from rlvr.seeds import seed_everything
 from rlvr.tasks import Example, Task, TooFewExamples, get_task
 from rlvr.train.checkpoint import load_state, set_rng_state
 from rlvr.train.learner import Learner
 from rlvr.train.preflight import check_context, model_path, plain, preflight, run_tokenizer
 from rlvr.rollout.engines import build_engine
-from rlvr.train.episodes import demonstrations, first_prompts
+from rlvr.train.episodes import first_prompts
 from rlvr.train.rollout import Rollout
 from rlvr.train.validate import check_registries
+from rlvr.train.warm_start import BUILT_WITH, warm_start
 
 
 @dataclass
@@ -49,7 +49,6 @@ def held_out_examples(cfg: Config, task: Task) -> list[Example]:
         raise ConfigError(f"task.eval_size={cfg.task.eval_size}: {err}") from None
 
 
-BUILT_WITH = "built_with.json"  # in a model folder the run built: the settings it was built from
 
 
 def _reusable(path: Path, settings: dict) -> bool:
@@ -65,11 +64,11 @@ def _reusable(path: Path, settings: dict) -> bool:
     return False
 
 
-def start_model(cfg: Config, run_dir: Path, task: Task, on_sft=None) -> Path:
+def start_model(cfg: Config, run_dir: Path, task: Task, on_sft=None, checkpointed: bool = False) -> Path:
     """The model RL starts from (and the KL reference): the configured folder or a tiny model built
-    in the run folder, after the SFT warm start if configured (on model.device, in model.dtype, saved
-    as float32). Each stage is saved once, with the settings it was built from, so a resumed run reuses
-    it instead of redoing it."""
+    in the run folder, after the SFT warm start if configured (`rlvr.train.warm_start`; `checkpointed`:
+    with checkpoints, resumed from them). Each stage is saved once, with the settings it was built from, so a
+    resumed run reuses it instead of redoing it."""
     m = cfg.model
     tiny = {"tiny_arch": m.tiny_arch, "tiny_preset": m.tiny_preset, "tiny_sizes": m.tiny_sizes, "seed": cfg.seed}
     path = model_path(cfg) or run_dir / "init_model"
@@ -83,22 +82,7 @@ def start_model(cfg: Config, run_dir: Path, task: Task, on_sft=None) -> Path:
                   "task": {"name": cfg.task.name, "options": cfg.task.options, "train_size": cfg.task.train_size},
                   **({"env": asdict(cfg.env)} if cfg.env.name else {})})
     if not _reusable(sft_dir, warm):
-        model = load_policy(cfg.model, path, lora=False)  # placed as the policy will be; full fine-tuning
-        tokenizer = load_tokenizer(path)
-        s = cfg.sft
-        if cfg.sft.data:
-            places, pairs = located_pairs_from_jsonl(cfg.sft.data)
-            train_sft(model, tokenizer, pairs, s.steps, s.batch_size, s.lr, cfg.seed, on_sft,
-                      [f"sft.data: {place}" for place in places])
-        elif cfg.env.name:  # episodes as the environment renders them, the environment's tokens masked out
-            rows = demonstrations(cfg, task, tokenizer)
-            train_sft_encoded(model, tokenizer, [(p, c) for p, c, _ in rows], [k for _, _, k in rows], s.steps,
-                              s.batch_size, s.lr, cfg.seed, on_sft)
-        else:
-            pairs = pairs_from_task(task, cfg.task.train_size, cfg.seed + 1)
-            train_sft(model, tokenizer, pairs, s.steps, s.batch_size, s.lr, cfg.seed, on_sft)
-        save_model(model, tokenizer, sft_dir)
-        (sft_dir / BUILT_WITH).write_text(json.dumps(warm))
+        warm_start(cfg, run_dir, path, task, sft_dir, warm, on_sft, checkpointed)
     return sft_dir
 
 
@@ -134,7 +118,7 @@ def prepare_run(cfg: Config, resume: bool = False, on_sft=None, or_start: bool =
     seed_everything(cfg.seed)
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(with_absolute_paths(cfg), run_dir / "config.yaml")  # resumable from any folder
-    init = start_model(cfg, run_dir, task, on_sft)
+    init = start_model(cfg, run_dir, task, on_sft, checkpointed=True)
     learner, rollout = build_roles(cfg, task, checkpoint / "model" if checkpoint else init, init)
     start_step = 0
     if checkpoint is not None:

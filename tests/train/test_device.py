@@ -85,17 +85,17 @@ def test_the_sft_warm_start_trains_where_the_policy_will(config_factory, placed,
     SFT micro-batch is moved to that model's device, and the saved model is float32."""
     from safetensors.torch import load_file
 
-    import rlvr.train.setup as setup
+    import rlvr.train.warm_start as warm_start
 
     loads = []
-    real = setup.load_policy
+    real = warm_start.load_policy
 
     def spy(m, path, *args, **kwargs):
         model = real(m, path, *args, **kwargs)
         loads.append((m.device, m.dtype, hasattr(model, "peft_config"), model.device))
         return model
 
-    monkeypatch.setattr(setup, "load_policy", spy)
+    monkeypatch.setattr(warm_start, "load_policy", spy)
     cfg = load_config(config_factory(sft={"steps": 3, "batch_size": 8}), ["model.device=cpu", "model.lora.r=4"])
     run = prepare_run(cfg)
     assert [load[:3] for load in loads] == [("cpu", "float32", False)]  # no adapters: full fine-tuning
