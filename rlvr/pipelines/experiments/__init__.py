@@ -1,5 +1,6 @@
-"""The lecture experiments: the sorting toy with four deltas and the two-state baseline example."""
+"""The lecture experiments: the sorting toy with four deltas, the free-length toy and the two-state baseline example."""
 
+from rlvr.pipelines.experiments.length_toy import LengthToyConfig, LengthToyResult, run_length_toy
 from rlvr.pipelines.experiments.sort_toy import (
     DELTAS,
     SortModel,
@@ -24,5 +25,5 @@ __all__ = [
     "DELTAS", "SortModel", "SortToyConfig", "SortToyResult", "TwoStateResult", "check_against_core",
     "expected_reward", "format_two_state", "inclusion_ordering_reward", "plot_sort_toy", "run_deltas",
     "run_sort_toy", "two_state_example", "PROMPT_SETS", "SORT_REWARDS", "exact_match", "position_reward",
-    "run_rewards",
+    "run_rewards", "LengthToyConfig", "LengthToyResult", "run_length_toy",
 ]

@@ -3,10 +3,16 @@
 Qwen3 (Yang et al. 2025, sec. 4.3) cuts the thinking at a token budget, inserts its early-stop phrase
 and `</think>`, and lets the model answer from the partial reasoning; accuracy grows with the budget.
 A tiny model has no reasoning to cut, so one is taught: SFT on sort-4 demonstrations whose thinking
-writes the sorted digits one by one (`<think>\\n0 1 2 3\\n</think>\\n\\n0 1 2 3`); a quarter of the rows
+writes the sorted digits one by one (`<think>\n0 1 2 3\n</think>\n\n0 1 2 3`); a quarter of the rows
 are cut at a random point of the thinking and continue with the early-stop text and the right answer,
 so the model has seen the inserted phrase. `rlvr.thinking.budget_sweep` then measures greedy accuracy
 on held-out prompts at each budget (`ThinkingBudgetEngine`).
+
+The cut falls anywhere before the closing tag is complete, inside the tag included. The character
+tokenizer spells `</think>` in 8 tokens (Qwen3's is one token, which a budget cannot split), so the
+budgets 17-23 cut inside it; demonstrations cut only inside the digits never show the early-stop text
+after a partial tag, and a model taught on them answers almost nothing at those budgets: a dip in the
+curve that is the tokenizer's, not the thinking's.
 """
 
 from __future__ import annotations
@@ -17,8 +23,11 @@ from pathlib import Path
 from typing import Sequence
 
 from rlvr.config import load_config
-from rlvr.pipelines.experiments.claims import Claim, fmt, mean_sd
+from rlvr.pipelines.experiments.claims import Claim, fmt
+from rlvr.pipelines.experiments.figures import band, pyplot, save
 from rlvr.pipelines.experiments.lecture17_lm import TASK
+from rlvr.pipelines.experiments.stats import (ALPHA, CONTRADICTED, HOLDS, all_of, direction, one_sample_test,
+                                              paired_test)
 from rlvr.models import load_model_and_tokenizer
 from rlvr.rollout import HFEngine, SamplingParams
 from rlvr.tasks import get_task
@@ -29,17 +38,19 @@ CUT_SHARE = 0.25  # share of SFT rows whose thinking is cut and closed by the ea
 
 
 def thinking_rows(task, n: int, seed: int) -> list[dict]:
-    """SFT rows {prompt, completion}: the thinking writes the sorted digits, the answer repeats them."""
+    """SFT rows {prompt, completion}: the thinking writes the sorted digits, the answer repeats them. A
+    cut row stops the thinking after 1 .. len - 1 of its characters (`<think>` kept whole, `</think>` never
+    complete) and continues with the early-stop text and the answer."""
     rng = random.Random(seed)
     rows = []
     for ex in task.train_examples(n, seed):
         answer = ex.answer
-        thinking = f"{THINK_START}\n{answer}"
+        thinking = f"{THINK_START}\n{answer}\n{THINK_END}"
         if rng.random() < CUT_SHARE:
-            cut = thinking[: rng.randint(len(THINK_START) + 1, len(thinking))]
+            cut = thinking[: rng.randint(len(THINK_START) + 1, len(thinking) - 1)]
             completion = f"{cut}{EARLY_STOP_TEXT}{answer}"
         else:
-            completion = f"{thinking}\n{THINK_END}\n\n{answer}"
+            completion = f"{thinking}\n\n{answer}"
         rows.append({"prompt": ex.prompt, "completion": completion})
     return rows
 
@@ -68,34 +79,52 @@ def thinking_curve(runs: Path, seed: int, threads: int, budgets: Sequence[int], 
     return [p.accuracy for p in points]
 
 
+def budget_tests(budgets: Sequence[int], curves: list[list[float]], alpha: float = ALPHA) -> tuple[str, str]:
+    """(verdict, stated test) of "accuracy grows with the budget": the per-seed least-squares slope of
+    accuracy on budget is > 0 (one-sample t), and no step from one budget to the next lowers accuracy
+    (paired t per step, Bonferroni over the steps: level alpha / steps)."""
+    mean_b = sum(budgets) / len(budgets)
+    sxx = sum((b - mean_b) ** 2 for b in budgets)
+    slopes = [sum((b - mean_b) * a for b, a in zip(budgets, c)) / sxx for c in curves]
+    trend = one_sample_test(slopes)
+    level = alpha / (len(budgets) - 1)
+    steps = [(budgets[i], budgets[i + 1], paired_test([c[i + 1] for c in curves], [c[i] for c in curves]))
+             for i in range(len(budgets) - 1)]
+    drops = [(lo, hi, t) for lo, hi, t in steps if direction(t, -1, level) == HOLDS]
+    worst = min(steps, key=lambda s: s[2].t)
+    stated = (f"trend: {trend.describe()} (accuracy per budget token, per-seed slope); steps: the largest drop is "
+              f"{worst[0]} -> {worst[1]}, {worst[2].describe()}; " + (
+                  f"significant drops at level {level:.4f}: " + ", ".join(f"{lo} -> {hi}" for lo, hi, _ in drops)
+                  if drops else f"no step lowers accuracy at level {alpha} / {len(steps)} = {level:.4f} (Bonferroni)")
+              + "; holds if the slope is > 0 at p < 0.05 and no step drops")
+    return all_of(direction(trend, +1), CONTRADICTED if drops else HOLDS), stated
+
+
 def thinking_claim(curves: list[list[float]], figures: Path, budgets: Sequence[int], sft_steps: int,
                    eval_prompts: int) -> Claim:
     _plot(budgets, curves, figures / "thinking_budget.png")
-    low, high = [c[0] for c in curves], [c[-1] for c in curves]
+    verdict, stated = budget_tests(budgets, curves)
     by_budget = "; ".join(f"{b}: {fmt([c[i] for c in curves], 2)}" for i, b in enumerate(budgets))
     setup = (f"Tiny model, {sft_steps} SFT steps on thinking demonstrations (this module's docstring), "
              f"{len(curves)} seeds, greedy answers on {eval_prompts} held-out sort-4 prompts. A full thinking is "
-             f"about {len(THINK_START) + 9} tokens (character tokenizer). Accuracy by budget: {by_budget}. Far "
-             f"smaller than Qwen3's (reasoning models, budgets of thousands of tokens, AIME-style tasks).")
+             f"{len(THINK_START) + 17} tokens up to the end of `</think>` (character tokenizer); budgets from "
+             f"{budgets[0]} to {budgets[-1]}. Accuracy by budget: {by_budget}. Figure: mean and 95% confidence "
+             f"band over seeds. Far smaller than Qwen3's (reasoning models, budgets of thousands of tokens, "
+             f"AIME-style tasks).")
+    mid = len(budgets) // 2
+    at = ", ".join(f"at {budgets[i]} {fmt([c[i] for c in curves], 2)}" for i in (0, mid, len(budgets) - 1))
     return Claim("thinking-budget", "A larger thinking budget gives higher accuracy (Qwen3's thinking budget)",
-                 f"accuracy at budget {budgets[0]} {fmt(low, 2)} vs at {budgets[-1]} {fmt(high, 2)}",
-                 mean_sd(high)[0] > mean_sd(low)[0], len(curves), setup, ["thinking_budget.png"])
+                 f"accuracy {at}", verdict, stated, len(curves), setup, ["thinking_budget.png"])
 
 
 def _plot(budgets: Sequence[int], curves: list[list[float]], path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5.5, 4))
+    fig, ax = pyplot().subplots(figsize=(6.5, 4.2))
     for i, c in enumerate(curves):
-        ax.plot(budgets, c, color="C0", alpha=0.3, marker="o", label="one seed" if i == 0 else None)
-    ax.plot(budgets, [sum(v) / len(v) for v in zip(*curves)], color="C0", marker="o", label="mean")
+        ax.plot(budgets, c, color="C0", alpha=0.3, linewidth=0.8, label="one seed" if i == 0 else None)
+    band(ax, budgets, [list(col) for col in zip(*curves)], "C0", f"mean of {len(curves)} seeds, 95% CI",
+         level=0.95, marker="o")
+    ax.axvline(len(THINK_START) + 17, color="gray", linestyle=":", linewidth=1, label="thinking ends (</think>)")
     ax.set(xlabel="thinking budget (tokens)", ylabel="greedy accuracy", title="Accuracy against thinking budget",
-           ylim=(0, 1))
+           ylim=(-0.02, 1.02))
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save(fig, path)

@@ -33,7 +33,8 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from rlvr.core import aggregate_loss, get_advantage_fn, pg_loss
+from rlvr.core import aggregate_loss, flat_group_share, get_advantage_fn, pg_loss
+from rlvr.pipelines.experiments.figures import band, mean_and_se, pyplot, save
 from rlvr.pipelines.experiments.sort_rewards import LECTURE_PROMPTS, SORT_REWARDS, max_sort_reward
 
 # delta name on the command line -> rlvr.core advantage registry name
@@ -107,6 +108,8 @@ class SortToyResult:
     exact_match: list[list[float]] = field(default_factory=list)  # (steps, K) exact P(response = sorted)
     final_exact_match: list[float] = field(default_factory=list)  # (K,) exact P(response = sorted) at the end
     final_at_max: list[float] = field(default_factory=list)  # (K,) exact P(reward = its maximum) at the end
+    hacked: list[list[float]] = field(default_factory=list)  # (steps, K) exact P(reward at its maximum, unsorted)
+    flat_share: list[list[float]] = field(default_factory=list)  # (steps, K) share of groups with one reward
     max_reward: float = float("nan")  # best achievable reward (the sorted answer scores it)
 
     @property
@@ -166,6 +169,8 @@ def run_sort_toy(config: SortToyConfig) -> SortToyResult:
         deltas = advantage_fn(rewards.reshape(-1), g)  # (K*B*G,) groups of G contiguous
         e_reward = expected_reward(model, prompts, config.vocab_size, config.reward).tolist()
         e_exact = expected_reward(model, prompts, config.vocab_size, "exact").tolist()
+        at_max = expected_reward(model, prompts, config.vocab_size, config.reward, at_max=True).tolist()
+        flat = [float(flat_group_share(r.reshape(-1), g)) for r in rewards]  # (K,) all deltas 0 in those groups
         for step in range(config.inner_steps):
             # --- update: -delta * log pi per token; mean over each replica's tokens, summed over replicas ---
             logprobs = response_logprobs(model, prompts, responses)  # (K*B*G, L)
@@ -179,6 +184,8 @@ def run_sort_toy(config: SortToyConfig) -> SortToyResult:
             result.sampled_reward.append(rewards.reshape(k, -1).mean(-1).tolist())
             result.expected_reward.append(e_reward)
             result.exact_match.append(e_exact)
+            result.hacked.append([m - e for m, e in zip(at_max, e_exact)])
+            result.flat_share.append(flat)
     result.final_expected_reward = expected_reward(model, prompts, config.vocab_size, config.reward).tolist()
     result.final_exact_match = expected_reward(model, prompts, config.vocab_size, "exact").tolist()
     result.final_at_max = expected_reward(model, prompts, config.vocab_size, config.reward, at_max=True).tolist()
@@ -207,42 +214,17 @@ LOSS_CAPTION = (
 )
 
 
-def _mean(rows: list[list[float]]) -> list[float]:
-    return [sum(r) / len(r) for r in rows]
-
-
-def _sem(rows: list[list[float]]) -> list[float]:
-    k = len(rows[0])
-    return [(sum((x - sum(r) / k) ** 2 for x in r) / (k - 1) / k) ** 0.5 for r in rows]
-
-
-def _band(ax, res: SortToyResult, rows: list[list[float]], color: str, scale: float = 1.0) -> None:
-    """+- one standard error of the mean over seeds."""
-    if res.config.seeds > 1:
-        mean, sem = _mean(rows), _sem(rows)
-        ax.fill_between(res.steps, [(m - e) / scale for m, e in zip(mean, sem)],
-                        [(m + e) / scale for m, e in zip(mean, sem)], color=color, alpha=0.15)
-
-
 def plot_sort_toy(results: dict[str, SortToyResult], path: str | Path) -> Path:
     """Reward as a share of its maximum (left), exact match (middle) and loss (right) against steps,
     one line per run, with the caption on the loss."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig, (ax_r, ax_x, ax_l) = plt.subplots(1, 3, figsize=(17, 5.2))
+    fig, (ax_r, ax_x, ax_l) = pyplot().subplots(1, 3, figsize=(17, 5.2))
     for i, (label, res) in enumerate(results.items()):
         color, top = f"C{i}", res.max_reward
-        ax_r.plot(res.steps, [m / top for m in _mean(res.expected_reward)], color=color, label=f"{label} (exact E[R])")
-        ax_r.plot(res.steps, [m / top for m in _mean(res.sampled_reward)], color=color, alpha=0.25, linewidth=0.8)
-        _band(ax_r, res, res.expected_reward, color, top)
-        ax_x.plot(res.steps, _mean(res.exact_match), color=color, label=label)
-        _band(ax_x, res, res.exact_match, color)
-        ax_l.plot(res.steps, _mean(res.loss), color=color, label=label, linewidth=0.9)
+        band(ax_r, res.steps, res.expected_reward, color, f"{label} (exact E[R])", scale=top)
+        ax_r.plot(res.steps, [m / top for m in mean_and_se(res.sampled_reward)[0]], color=color, alpha=0.25,
+                  linewidth=0.8)
+        band(ax_x, res.steps, res.exact_match, color, label)
+        ax_l.plot(res.steps, mean_and_se(res.loss)[0], color=color, label=label, linewidth=0.9)
     first = next(iter(results.values()))
     ax_r.axhline(1.0, color="gray", linestyle=":", linewidth=1, label="max reward")
     seeds = f", mean of {first.config.seeds} seeds (band: +-1 s.e.)" if first.config.seeds > 1 else ""
@@ -252,10 +234,7 @@ def plot_sort_toy(results: dict[str, SortToyResult], path: str | Path) -> Path:
     for ax in (ax_r, ax_x, ax_l):
         ax.legend(fontsize=8)
     fig.text(0.01, 0.01, textwrap.fill(LOSS_CAPTION, 240), fontsize=8, va="bottom")
-    fig.tight_layout(rect=(0, 0.12, 1, 1))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path, rect=(0, 0.12, 1, 1))
 
 
 TABLE_COLUMNS = (("run", 11), ("final E[R]", 10), ("min", 6), ("max", 6), ("of max", 6), ("last batch R", 13),

@@ -144,7 +144,10 @@ def welch_test(a: Sequence[float], b: Sequence[float]) -> TTest:
     """Welch's two-sample t test of mean(a) - mean(b)."""
     (ma, sa, na), (mb, sb, nb) = _sample(a, "welch_test"), _sample(b, "welch_test")
     va, vb = sa * sa / na, sb * sb / nb
-    df = (va + vb) ** 2 / (va * va / (na - 1) + vb * vb / (nb - 1)) if va + vb > 0 else float(na + nb - 2)
+    df = float(na + nb - 2)  # no spread in either sample: the t is 0 or infinite whatever df is
+    if va + vb > 0:  # Welch-Satterthwaite, written in shares of va + vb so tiny variances do not underflow
+        wa, wb = va / (va + vb), vb / (va + vb)
+        df = 1.0 / (wa * wa / (na - 1) + wb * wb / (nb - 1))
     return TTest("Welch t", ma - mb, math.sqrt(va + vb), df, f"{na} + {nb}")
 
 
