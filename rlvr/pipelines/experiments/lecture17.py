@@ -12,6 +12,7 @@ freedom, p, seeds), its setup and what is smaller than the paper's. The tests ar
 from __future__ import annotations
 
 import platform
+import resource
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -83,7 +84,10 @@ def run_lecture17(out: str | Path, runs: str | Path, sizes: Lecture17Sizes | Non
     claims = [*toy_claims[:5], flat_claim(deltas, series(lm_runs, "flat_group_share"), out),
               loss_claim(deltas, lm_runs, out), std_scaling_claim(runs_dir, lm), *toy_claims[5:],
               thinking_claim(curves, out, sizes.thinking_budgets, sizes.thinking_sft_steps, sizes.thinking_prompts)]
-    footer = (f"Wall time of this run: {time.perf_counter() - tic:.0f} s on {platform.machine()}, "
-              f"{sizes.workers} worker processes x {lm.threads} torch threads; the training runs are in "
-              f"`{runs_dir}`, not part of the report.")
+    cpu = sum(resource.getrusage(who).ru_utime + resource.getrusage(who).ru_stime
+              for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))  # the workers have been joined
+    footer = (f"This run: {cpu:.0f} s of CPU time (this process and its workers), {time.perf_counter() - tic:.0f} s "
+              f"of wall time on {platform.machine()}, {sizes.workers} worker processes x {lm.threads} torch threads; "
+              f"the training runs are in `{runs_dir}` (a run found there is read back, not redone), not part of "
+              f"the report.")
     return write_report(claims, out, "CS336 lecture 17, reproduced by rlvr", INTRO, footer, quick=sizes.quick), claims

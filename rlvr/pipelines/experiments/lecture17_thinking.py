@@ -112,7 +112,7 @@ def thinking_claim(curves: list[list[float]], figures: Path, budgets: Sequence[i
              f"band over seeds. Far smaller than Qwen3's (reasoning models, budgets of thousands of tokens, "
              f"AIME-style tasks).")
     mid = len(budgets) // 2
-    at = ", ".join(f"at {budgets[i]} {fmt([c[i] for c in curves], 2)}" for i in (0, mid, len(budgets) - 1))
+    at = "; ".join(f"budget {budgets[i]}: {fmt([c[i] for c in curves], 2)}" for i in (0, mid, len(budgets) - 1))
     return Claim("thinking-budget", "A larger thinking budget gives higher accuracy (Qwen3's thinking budget)",
                  f"accuracy {at}", verdict, stated, len(curves), setup, ["thinking_budget.png"])
 
