@@ -151,7 +151,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("setting", choices=sorted(SETTINGS))
     parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--set", nargs="*", default=[], help="extra config overrides, key=value")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one config key, as rlvr train's --set; repeat --set for each")
     args = parser.parse_args()
     out = tempfile.mkdtemp(prefix="rlvr-profile-")
     config, setting = SETTINGS[args.setting]

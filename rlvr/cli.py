@@ -24,6 +24,7 @@ import os
 import sys
 
 from rlvr.allocator import AllocatorError, setup_allocator
+from rlvr.commands.grammar import settle
 
 COMMAND_MODULES = [  # each provides add_parser(subparsers) (or add_parsers, for several commands)
     "rlvr.commands.train",  # demo, train, sft
@@ -48,7 +49,16 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
 
     def parse_known_args(self, args=None, namespace=None):
-        namespace, extras = super().parse_known_args(args, namespace)
+        if getattr(self, "_intermixing", False):  # one of the passes of parse_known_intermixed_args
+            return super().parse_known_args(args, namespace)
+        if self._subparsers is None:  # a command's own parser: its CONFIG may stand anywhere (`--set a=1 sort`)
+            self._intermixing = True
+            try:
+                namespace, extras = self.parse_known_intermixed_args(args, namespace)
+            finally:
+                self._intermixing = False
+        else:
+            namespace, extras = super().parse_known_args(args, namespace)
         if extras and not hasattr(namespace, _INNERMOST):  # a subcommand's namespace is copied into its parent's
             setattr(namespace, _INNERMOST, self.prog)
         return namespace, extras
@@ -92,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         print("rlvr: interrupted", file=sys.stderr)
         return 130
     try:
+        if hasattr(args, "configs"):  # rlvr.commands.grammar: CONFIG among the positionals
+            settle(args, f"rlvr {args.command}")
         return int(args.func(args) or 0)
     except BrokenPipeError:  # `rlvr train --help-config | head`
         return 0

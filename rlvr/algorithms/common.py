@@ -1,6 +1,6 @@
 """Shared pieces of the offline objectives (preference, reward model, SFT): sequence log-probabilities,
-config fields with help text (`rlvr.config.sections.f`), the held-out split and the length check of a training
-sequence. The training path itself is `rlvr.algorithms.offline`."""
+the held-out split and the length check of a training sequence. The training path
+itself is `rlvr.algorithms.offline`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from rlvr.config.sections import f as config_field  # the one field helper: a default and its help text
 from rlvr.core import masked_sum, token_logprobs
 from rlvr.rollout.batch import pad_right
 

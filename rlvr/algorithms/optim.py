@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-SCHEDULES = ("constant", "linear", "cosine")
+from rlvr.config.sections import SCHEDULES
 
 
 def check_schedule(name: str) -> None:

@@ -23,8 +23,8 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from rlvr.algorithms.common import config_field
-from rlvr.algorithms.offline import OfflineConfig, train_offline
+from rlvr.algorithms.offline import train_offline
+from rlvr.config.offline import PACKING_ROUTES, PackedSFTConfig
 from rlvr.rollout.batch import encode_prompt_completion
 from rlvr.models.varlen import forward_packed, uses_varlen
 from rlvr.core import masked_sum, token_logprobs
@@ -136,14 +136,13 @@ def block_causal_mask(doc_ids: Tensor) -> Tensor:
     return (same_doc & causal)[:, None]
 
 
-ROUTES = ("auto", "varlen", "mask", "position_ids")
 
 
 def resolve_route(model: PreTrainedModel, route: str) -> str:
     """"auto" -> "varlen" for eager / sdpa models (no dense mask, see rlvr.models.varlen),
     "position_ids" for the rest (flash-attention: transformers' own varlen path)."""
-    if route not in ROUTES:
-        raise ValueError(f"unknown packing route {route!r}; choose from {list(ROUTES)}")
+    if route not in PACKING_ROUTES:
+        raise ValueError(f"unknown packing route {route!r}; choose from {list(PACKING_ROUTES)}")
     if route != "auto":
         return route
     return "varlen" if uses_varlen(model) else "position_ids"
@@ -190,24 +189,6 @@ def packed_nll(model: PreTrainedModel, batch: PackedBatch, route: str = "auto") 
     logp = token_logprobs(logits, batch.labels.to(logits.device))  # (R, L)
     mask = batch.label_mask.to(logits.device)
     return -masked_sum(logp, mask), mask.sum()
-
-
-@dataclass
-class PackedSFTConfig(OfflineConfig):
-    lr: float = config_field(1e-5, "Peak AdamW learning rate.")
-    batch_size: int = config_field(32, "Documents per optimizer step (packed into rows of max_len).")
-    max_len: int = config_field(4096, "Tokens per packed row; a longer document is an error. Long "
-                                      "rows cost nothing extra with the varlen and flash routes.")
-    route: str = config_field("auto", "How documents are kept apart: varlen (per-document attention), "
-                                      "mask (4D block-diagonal mask), position_ids (flash-attention "
-                                      "varlen) or auto (varlen for eager/sdpa, else position_ids).")
-
-    def validate(self) -> None:
-        super().validate()
-        if self.max_len < 2:
-            raise ValueError(f"max_len must be >= 2, got {self.max_len}")
-        if self.route not in ROUTES:
-            raise ValueError(f"unknown packing route {self.route!r}; choose from {list(ROUTES)}")
 
 
 def _target_count(doc: Document) -> int:

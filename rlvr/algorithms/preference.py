@@ -21,10 +21,10 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from rlvr.algorithms.common import (check_fits, completion_logprobs, config_field, length_checked, max_positions,
-                                   split_holdout)
-from rlvr.algorithms.offline import OfflineConfig, train_offline
-from rlvr.core import PREFERENCE_LOSSES, get_preference_loss
+from rlvr.algorithms.common import check_fits, completion_logprobs, length_checked, max_positions, split_holdout
+from rlvr.algorithms.offline import train_offline
+from rlvr.config.offline import PreferenceConfig
+from rlvr.core import PREFERENCE_LOSSES
 from rlvr.core.preference import DEFAULT_BETA, DEFAULT_GAMMA
 from rlvr.jsonl import check_fields, read_jsonl_located
 from rlvr.rollout.batch import encode_prompt_completion
@@ -78,47 +78,9 @@ def pairs_and_holdout(pairs: Sequence[PreferencePair | Mapping[str, Any]],
     return pairs, as_pairs(eval_pairs, "eval pair") if eval_pairs else []
 
 
-@dataclass
-class PairConfig(OfflineConfig):
-    eval_fraction: float = config_field(0.1, "Share of the pairs held out for evaluation when no "
-                                             "separate evaluation set is given.")
-    max_length: int | None = config_field(None, "Longest prompt + response in tokens; a longer pair is an error "
-                                         "(silent truncation would change which response wins). The model's "
-                                         "max_position_embeddings is a limit either way.")
-
-    def validate(self) -> None:
-        super().validate()
-        if self.max_length is not None and self.max_length < 1:
-            raise ValueError(f"max_length must be >= 1 (or None), got {self.max_length}")
-
-
-@dataclass
-class PreferenceConfig(PairConfig):
-    loss: str = config_field("dpo", "Preference loss: dpo, ipo, simpo or ln_dpo (rlvr.core.PREFERENCE_LOSSES).")
-    beta: float | None = config_field(None, "Inverse temperature of the implicit reward. None: the paper's "
-                                     "default (dpo/ipo 0.1, simpo 2.0); ln_dpo needs it set.")
-    gamma: float | None = config_field(None, "SimPO target reward margin (None: 1.0, i.e. gamma/beta = 0.5).")
-    label_smoothing: float = config_field(0.0, "Conservative DPO (Mitchell 2023): assumed label-flip rate.")
-
-    def validate(self) -> None:
-        super().validate()
-        get_preference_loss(self.loss)
-        if self.beta is None and self.loss not in DEFAULT_BETA:
-            raise ValueError(f"loss {self.loss!r} has no default beta; set beta (e.g. 0.1 * mean response length)")
-        if self.beta is not None and not self.beta > 0:
-            raise ValueError(f"beta must be > 0, got {self.beta}")
-        if self.gamma is not None and self.loss != "simpo":
-            raise ValueError(f"gamma is SimPO's margin; loss {self.loss!r} does not use it")
-        if self.gamma is not None and not self.gamma >= 0:
-            raise ValueError(f"gamma must be >= 0, got {self.gamma}")
-        if self.label_smoothing and self.loss != "dpo":
-            raise ValueError(f"label_smoothing applies to dpo only, not {self.loss!r}")
-        if not 0 <= self.label_smoothing < 0.5:
-            raise ValueError(f"label_smoothing must be in [0, 0.5), got {self.label_smoothing}")
-
-    @property
-    def resolved_beta(self) -> float:
-        return self.beta if self.beta is not None else DEFAULT_BETA[self.loss]
+def resolved_beta(cfg: PreferenceConfig) -> float:
+    """The beta used: the config's, else the paper default of its loss."""
+    return cfg.beta if cfg.beta is not None else DEFAULT_BETA[cfg.loss]
 
 
 @dataclass
@@ -183,7 +145,7 @@ def preference_loss(model: PreTrainedModel, enc: EncodedPairs, idx: Sequence[int
     rc = enc.ref_chosen[rows].to(pc) if enc.ref_chosen is not None else None
     rr = enc.ref_rejected[rows].to(pc) if enc.ref_rejected is not None else None
     smoothing = cfg.label_smoothing if cfg.loss == "dpo" else None
-    loss, metrics = PREFERENCE_LOSSES[cfg.loss](pc, pr, rc, rr, nc, nr, cfg.resolved_beta,
+    loss, metrics = PREFERENCE_LOSSES[cfg.loss](pc, pr, rc, rr, nc, nr, resolved_beta(cfg),
                                                 gamma=cfg.gamma, label_smoothing=smoothing)
     return loss.sum(), metrics
 
@@ -235,6 +197,6 @@ def train_preference(
                             lambda idx: preference_loss(model, train_enc, idx, cfg, pad_id), on_step=on_step)
     after = evaluate_preference(model, eval_enc, cfg, pad_id) if eval_pairs else {}
     gamma = DEFAULT_GAMMA if cfg.loss == "simpo" and cfg.gamma is None else cfg.gamma
-    used = {"beta": cfg.resolved_beta, "gamma": gamma}  # the values used, not None
+    used = {"beta": resolved_beta(cfg), "gamma": gamma}  # the values used, not None
     return {"config": {**asdict(cfg), **used}, "num_train": len(pairs), "num_eval": len(eval_pairs),
             "eval_before": before, "eval_after": after, "history": history}

@@ -8,7 +8,7 @@ coef * (r_w + r_l)^2 to pin their mean near 0 (Eisenstein et al. 2023, "Helping 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
@@ -16,9 +16,10 @@ import torch.nn.functional as F
 from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from rlvr.algorithms.common import config_field, max_positions
+from rlvr.algorithms.common import max_positions
 from rlvr.algorithms.offline import train_offline
-from rlvr.algorithms.preference import PairConfig, PreferencePair, check_pair_lengths, pairs_and_holdout
+from rlvr.algorithms.preference import PreferencePair, check_pair_lengths, pairs_and_holdout
+from rlvr.config.offline import RewardModelConfig
 from rlvr.rewards.reward_model import score_texts
 
 
@@ -36,18 +37,6 @@ def bradley_terry_loss(chosen_rewards: Tensor, rejected_rewards: Tensor, center_
     metrics = {"accuracy": (w > l).to(w.dtype).mean(), "margin": (w - l).mean(),
                "chosen_reward": w.mean(), "rejected_reward": l.mean()}
     return loss, metrics
-
-
-@dataclass
-class RewardModelConfig(PairConfig):
-    lr: float = config_field(1e-5, "Peak AdamW learning rate (InstructGPT RM: 9e-6).")
-    center_coef: float = config_field(0.0, "Weight of (r_w + r_l)^2 that keeps rewards centred "
-                                           "(Eisenstein et al. 2023; TRL center_rewards_coefficient 0.01).")
-
-    def validate(self) -> None:
-        super().validate()
-        if self.center_coef < 0:
-            raise ValueError(f"center_coef must be >= 0, got {self.center_coef}")
 
 
 def _pair_loss(rm, tokenizer, pairs: Sequence[PreferencePair], idx: Sequence[int], center_coef: float):

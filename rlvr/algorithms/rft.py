@@ -13,43 +13,23 @@ vary in length, and packing spends no compute on padding.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any, Callable, Sequence
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from rlvr.algorithms.common import config_field
-from rlvr.algorithms.packing import PackedSFTConfig, train_sft_packed
+from rlvr.algorithms.packing import train_sft_packed
+from rlvr.config.offline import RFTConfig
 from rlvr.rollout.base import Completion, RolloutEngine, SamplingParams
 from rlvr.tasks.base import Example
 
 Verifier = Callable[[str, Example], bool]  # (completion text, example) -> correct?
 
 
-@dataclass
-class RFTConfig(PackedSFTConfig):
-    rounds: int = config_field(1, "Sample -> filter -> SFT rounds: 1 is RFT, more is expert iteration "
-                                  "(each round samples from the model the previous one trained).")
-    num_samples: int = config_field(8, "Completions sampled per prompt (Yuan et al. 2023: k up to 100).")
-    temperature: float = config_field(1.0, "Sampling temperature; diversity is what finds new correct paths.")
-    top_p: float = config_field(1.0, "Nucleus sampling threshold.")
-    max_new_tokens: int = config_field(128, "Generation budget per completion.")
-    dedup: bool = config_field(True, "Keep each distinct correct completion of a prompt once.")
-    max_per_prompt: int | None = config_field(None, "Keep at most this many correct completions per "
-                                                    "prompt (None: all), so easy prompts do not dominate.")
-
-    def validate(self) -> None:
-        super().validate()
-        for name in ("rounds", "num_samples", "max_new_tokens"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.max_per_prompt is not None and self.max_per_prompt < 1:
-            raise ValueError(f"max_per_prompt must be >= 1 or None, got {self.max_per_prompt}")
-        self.sampling(0)  # temperature and top_p in range: checked before any model is loaded
-
-    def sampling(self, round_index: int) -> SamplingParams:
-        return SamplingParams(temperature=self.temperature, top_p=self.top_p,
-                              max_new_tokens=self.max_new_tokens, seed=self.seed + round_index)
+def rft_sampling(cfg: RFTConfig, round_index: int) -> SamplingParams:
+    """How round `round_index` samples: the config's temperature and budget, seeded by seed + round."""
+    return SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
+                          seed=cfg.seed + round_index)
 
 
 def filter_correct(group: Sequence[Completion], example: Example, verify: Verifier, dedup: bool,
@@ -70,7 +50,7 @@ def rejection_sample(engine: RolloutEngine, examples: Sequence[Example], verify:
     at least one correct sample, i.e. pass@N), kept (pairs kept after dedup and the per-prompt cap).
     """
     n = cfg.num_samples
-    completions = engine.generate([ex.prompt for ex in examples], n, cfg.sampling(round_index))
+    completions = engine.generate([ex.prompt for ex in examples], n, rft_sampling(cfg, round_index))
     if len(completions) != n * len(examples):
         raise ValueError(f"engine returned {len(completions)} completions, expected {n * len(examples)}")
     pairs: list[tuple[str, str]] = []

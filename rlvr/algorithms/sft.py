@@ -18,7 +18,9 @@ from rlvr.tasks.base import Task
 from rlvr.models.forward import policy_logprobs
 from rlvr.rollout.batch import RolloutBatch, build_batch, encode_prompt_completion
 from rlvr.algorithms.common import check_fits, length_checked, max_positions
-from rlvr.algorithms.offline import OfflineConfig, TrainerState, train_offline
+from rlvr.algorithms.offline import TrainerState, train_offline
+from rlvr.config import SFTConfig
+from rlvr.config.offline import warm_start_config
 from rlvr.models.tokenizer import pad_token_id
 
 
@@ -72,12 +74,6 @@ def sft_micro_loss(model, encoded: Sequence[tuple[list[int], list[int]]], pad_id
     return sft_nll(logprobs, batch.mask), {}
 
 
-def warm_start_config(steps: int, batch_size: int, lr: float, seed: int) -> OfflineConfig:
-    """The RL warm start's schedule: linear warmup over 10% of the steps, then cosine to 10% of lr."""
-    return OfflineConfig(lr=lr, steps=steps, batch_size=batch_size, schedule="cosine",
-                         warmup_steps=max(1, steps // 10), min_lr_ratio=0.1, seed=seed)
-
-
 def train_sft(model, tokenizer, pairs: Sequence[tuple[str, str]], steps: int, batch_size: int, lr: float,
               seed: int, on_step: Callable[[int, float], None] | None = None,
               places: Sequence[str] | None = None, start: TrainerState | None = None,
@@ -105,7 +101,8 @@ def train_sft_encoded(model, tokenizer, encoded: Sequence[tuple[list[int], list[
     report = None if on_step is None else (lambda row: on_step(row["step"], row["loss"]))
     masks = loss_masks or [[1] * len(c) for _, c in encoded]
     model.train()
-    history = train_offline(model, len(encoded), warm_start_config(steps, batch_size, lr, seed),
+    cfg = warm_start_config(SFTConfig(steps=steps, batch_size=batch_size, lr=lr), seed)
+    history = train_offline(model, len(encoded), cfg,
                             lambda idx: sft_micro_loss(model, [encoded[i] for i in idx], pad_id,
                                                        [masks[i] for i in idx] if loss_masks else None),
                             weight=lambda idx: sum(sum(masks[i]) for i in idx), on_step=report, start=start,

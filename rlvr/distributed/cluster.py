@@ -11,7 +11,7 @@ import sys
 from typing import Any
 
 from rlvr.config import Config, ConfigError
-from rlvr.config.checks import head_address
+from rlvr.config.distributed import head_address
 
 try:
     import ray

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rlvr.algorithms.preference import PreferenceConfig, train_preference
+from rlvr.algorithms.preference import train_preference
 from rlvr.algorithms.rft import RFTConfig, greedy_accuracy, rejection_sample
 from rlvr.algorithms.sft import located_pairs_from_jsonl, pairs_from_task, train_sft
 from rlvr.config import Config
@@ -64,24 +64,24 @@ def _heldout(base: Config, model, tokenizer) -> dict[str, float]:
     return {"heldout_greedy_accuracy": acc}
 
 
-def _sft_and_save(base: Config, opts: dict[str, Any], model, tokenizer, located, stage_dir: Path,
+def _sft_and_save(base: Config, opts: Any, model, tokenizer, located, stage_dir: Path,
                   metrics: dict[str, Any]) -> dict[str, Any]:
     """SFT on `located` = (each pair's place for errors: `file:LINE` of a data row, ...; the pairs), then save."""
     places, pairs = located
     if not pairs:
         raise ValueError("this SFT stage has no training pairs (set data, demonstrations, or sample more)")
-    loss = train_sft(model, tokenizer, pairs, opts["steps"], opts["batch_size"], opts["lr"], base.seed,
+    loss = train_sft(model, tokenizer, pairs, opts.steps, opts.batch_size, opts.lr, base.seed,
                      places=places)
     path = save_model(model, tokenizer, stage_dir / "model")
     return {"model": str(path), "metrics": {**metrics, "pairs": len(pairs), "final_loss": loss,
                                             **_heldout(base, model, tokenizer)}}
 
 
-def _demonstrations(base: Config, opts: dict[str, Any], salt: int) -> tuple[list[str], list[tuple[str, str]]]:
+def _demonstrations(base: Config, opts: Any, salt: int) -> tuple[list[str], list[tuple[str, str]]]:
     """(places, pairs) of the `data` file's rows (`file:LINE`) and of the task's demonstrations."""
-    places, pairs = located_pairs_from_jsonl(opts["data"]) if opts.get("data") else ([], [])
-    if opts.get("demonstrations"):
-        demos = pairs_from_task(_task(base), opts["demonstrations"], base.seed + salt)
+    places, pairs = located_pairs_from_jsonl(opts.data) if opts.data else ([], [])
+    if opts.demonstrations:
+        demos = pairs_from_task(_task(base), opts.demonstrations, base.seed + salt)
         places, pairs = places + [f"task demonstration {i + 1}" for i in range(len(demos))], pairs + demos
     return places, pairs
 
@@ -95,24 +95,24 @@ def run_rl(cfg: Config, stage_dir: Path) -> dict[str, Any]:
                         "heldout_greedy_accuracy": result.final_eval.get(key), "steps": result.steps}}
 
 
-def run_sft(base: Config, opts: dict[str, Any], model_path: Path, stage_dir: Path) -> dict[str, Any]:
+def run_sft(base: Config, opts: Any, model_path: Path, stage_dir: Path) -> dict[str, Any]:
     """Supervised fine-tuning on a jsonl of {prompt, completion} and/or task demonstrations."""
     model, tokenizer = _load(base, model_path)
     return _sft_and_save(base, opts, model, tokenizer, _demonstrations(base, opts, 1), stage_dir, {})
 
 
-def run_rejection_sft(base: Config, opts: dict[str, Any], model_path: Path, stage_dir: Path) -> dict[str, Any]:
+def run_rejection_sft(base: Config, opts: Any, model_path: Path, stage_dir: Path) -> dict[str, Any]:
     """DeepSeek-R1 sec. 2.3.3: sample from the current model, keep verified-correct completions
     (deduplicated), mix in other SFT data (`data`, `demonstrations`), fine-tune on the mixture."""
     model, tokenizer = _load(base, model_path)
     task = _task(base)
-    examples = task.train_examples(opts["prompts"], base.seed + 2)
-    sampling = RFTConfig(num_samples=opts["samples"], temperature=opts["temperature"], seed=base.seed,
+    examples = task.train_examples(opts.prompts, base.seed + 2)
+    sampling = RFTConfig(num_samples=opts.samples, temperature=opts.temperature, seed=base.seed,
                          max_new_tokens=base.rollout.max_new_tokens, dedup=True, max_per_prompt=None)
     kept, _ = rejection_sample(_engine(base, model, tokenizer), examples, task.is_correct, sampling)
     places, pairs = _demonstrations(base, opts, 2)
     located = ([f"correct sample {i + 1}" for i in range(len(kept))] + places, kept + pairs)
-    metrics = {"sampled": len(examples) * opts["samples"], "kept_correct": len(kept)}
+    metrics = {"sampled": len(examples) * opts.samples, "kept_correct": len(kept)}
     return _sft_and_save(base, opts, model, tokenizer, located, stage_dir, metrics)
 
 
@@ -129,35 +129,33 @@ def preference_pairs(task, examples: list[Example], completions, n: int) -> list
     return pairs
 
 
-def run_dpo(base: Config, opts: dict[str, Any], model_path: Path, stage_dir: Path) -> dict[str, Any]:
+def run_dpo(base: Config, opts: Any, model_path: Path, stage_dir: Path) -> dict[str, Any]:
     """Preference optimisation on verifier-labelled pairs of the current model's own samples."""
     model, tokenizer = _load(base, model_path)
     task = _task(base)
-    examples = task.train_examples(opts["prompts"], base.seed + 3)
-    completions = _sample(base, model, tokenizer, examples, opts["samples"], opts["temperature"])
-    pairs = preference_pairs(task, examples, completions, opts["samples"])
+    examples = task.train_examples(opts.prompts, base.seed + 3)
+    completions = _sample(base, model, tokenizer, examples, opts.samples, opts.temperature)
+    pairs = preference_pairs(task, examples, completions, opts.samples)
     if len(pairs) < 2:
         raise ValueError(f"the dpo stage found {len(pairs)} prompts with a wrong sample; it needs at least 2")
-    cfg = PreferenceConfig(loss=opts["loss"], beta=opts["beta"], lr=opts["lr"], epochs=opts["epochs"],
-                           batch_size=opts["batch_size"], seed=base.seed)
-    result = train_preference(model, tokenizer, pairs, cfg)
+    result = train_preference(model, tokenizer, pairs, opts.preference_config(base.seed))
     path = save_model(model, tokenizer, stage_dir / "model")
     metrics = {"pairs": len(pairs), "preference_accuracy_before": result["eval_before"].get("accuracy"),
                "preference_accuracy": result["eval_after"].get("accuracy"), **_heldout(base, model, tokenizer)}
     return {"model": str(path), "metrics": metrics}
 
 
-def run_filter(base: Config, opts: dict[str, Any], model_path: Path, stage_dir: Path) -> dict[str, Any]:
+def run_filter(base: Config, opts: Any, model_path: Path, stage_dir: Path) -> dict[str, Any]:
     """Best-of-N difficulty filter of the training prompts with the current model; the kept prompts
     become the training set of later RL stages (Kimi k1.5 sec. 2.1, Qwen3 sec. 4.2)."""
     model, tokenizer = _load(base, model_path)
     task = _task(base)
-    examples = task.train_examples(opts["prompts"] or base.task.train_size, base.seed)
-    sampling = SamplingParams(temperature=opts["temperature"], max_new_tokens=base.rollout.max_new_tokens,
+    examples = task.train_examples(opts.prompts or base.task.train_size, base.seed)
+    sampling = SamplingParams(temperature=opts.temperature, max_new_tokens=base.rollout.max_new_tokens,
                               seed=base.seed)
     engine = _engine(base, model, tokenizer)
-    result = best_of_n_filter(examples, engine, task.is_correct, n=opts["samples"], k=opts["k"],
-                              mode=opts["mode"], drop_unsolved=opts["drop_unsolved"], sampling=sampling,
+    result = best_of_n_filter(examples, engine, task.is_correct, n=opts.samples, k=opts.k,
+                              mode=opts.mode, drop_unsolved=opts.drop_unsolved, sampling=sampling,
                               report_dir=stage_dir)
     if not result.kept:
         raise ValueError(f"the difficulty filter kept no prompt ({result.summary()})")
@@ -166,17 +164,17 @@ def run_filter(base: Config, opts: dict[str, Any], model_path: Path, stage_dir: 
                                            **{f"removed_{k}": v for k, v in result.removed_by_reason().items()}}}
 
 
-def run_fusion_sft(base: Config, opts: dict[str, Any], model_path: Path, stage_dir: Path) -> dict[str, Any]:
+def run_fusion_sft(base: Config, opts: Any, model_path: Path, stage_dir: Path) -> dict[str, Any]:
     """Qwen3 sec. 4.3 thinking-mode fusion: SFT on `/think` and `/no_think` variants of the same prompts.
     Records come from `data` (jsonl of prompt, thinking, answer) or, for a toy task, from its
     demonstrations with the reasoning written by the `thinking` template ({prompt}, {answer})."""
-    if opts["data"]:
-        places, rows = fusion_rows(opts["data"], opts["unflagged_think"], base.seed)
+    if opts.data:
+        places, rows = fusion_rows(opts.data, opts.unflagged_think, base.seed)
     else:
-        examples = _task(base).train_examples(opts["demonstrations"], base.seed + 4)
+        examples = _task(base).train_examples(opts.demonstrations, base.seed + 4)
         records = [{"prompt": ex.prompt, "answer": ex.answer,
-                    "thinking": opts["thinking"].format(prompt=ex.prompt, answer=ex.answer)} for ex in examples]
-        rows = build_fusion_data(records, unflagged_think=opts["unflagged_think"], seed=base.seed)
+                    "thinking": opts.thinking.format(prompt=ex.prompt, answer=ex.answer)} for ex in examples]
+        rows = build_fusion_data(records, unflagged_think=opts.unflagged_think, seed=base.seed)
         places = [f"task demonstration {row['source_index'] + 1}" for row in rows]
     write_fusion_jsonl(rows, stage_dir / "fusion.jsonl")
     model, tokenizer = _load(base, model_path)
@@ -184,14 +182,14 @@ def run_fusion_sft(base: Config, opts: dict[str, Any], model_path: Path, stage_d
     return _sft_and_save(base, opts, model, tokenizer, located, stage_dir, {"fusion_rows": len(rows)})
 
 
-def run_budget_eval(base: Config, opts: dict[str, Any], model_path: Path, stage_dir: Path) -> dict[str, Any]:
+def run_budget_eval(base: Config, opts: Any, model_path: Path, stage_dir: Path) -> dict[str, Any]:
     """Held-out accuracy against a thinking-token budget (Qwen3 sec. 4.3), `/think` prompts."""
     model, tokenizer = _load(base, model_path)
     task = _task(base)
-    heldout = task.eval_examples(opts["examples"] or base.task.eval_size, base.task.eval_seed)
+    heldout = task.eval_examples(opts.examples or base.task.eval_size, base.task.eval_seed)
     examples = [Example(f"{ex.prompt.rstrip()} {THINK_FLAG}", ex.answer, ex.fields) for ex in heldout]
-    answer_tokens = opts["answer_tokens"] or base.rollout.max_new_tokens
-    points = budget_sweep(_engine(base, model, tokenizer), task, examples, [int(b) for b in opts["budgets"]],
+    answer_tokens = opts.answer_tokens or base.rollout.max_new_tokens
+    points = budget_sweep(_engine(base, model, tokenizer), task, examples, [int(b) for b in opts.budgets],
                           sampling=SamplingParams(temperature=0.0, max_new_tokens=answer_tokens),
                           answer_tokens=answer_tokens)
     save_budget_sweep(points, stage_dir, "accuracy against thinking budget")

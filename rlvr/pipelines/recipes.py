@@ -34,13 +34,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rlvr.pipelines.compare import _flatten
-from rlvr.config import Config, ConfigError, check_out_dir, config_file, load_config, parse_yaml, read_yaml
+from rlvr.config import (Config, ConfigError, apply_overrides, check_out_dir, config_file, from_dict, load_config,
+                         read_yaml)
+from rlvr.config.stages import STAGE_KINDS
 from rlvr.tasks import TooFewExamples, get_task
 from rlvr.train.preflight import SettingsChanged, describe, differences, plain
 from rlvr.train.rollout import check_one_engine
 from rlvr.train.setup import held_out_examples
 from rlvr.train.validate import check_registries
-from rlvr.pipelines.recipe_options import KINDS, check_sft_lengths, check_stage_options
+from rlvr.pipelines.recipe_options import check_sft_lengths, check_stage_options
 from rlvr.pipelines.recipe_stages import STAGE_FUNCTIONS, initial_model
 
 START = "recipe_start.json"  # the settings the starting model (OUT/init_model, its warm start) was made with
@@ -54,7 +56,7 @@ OWNED = {"model.path": "the previous stage's model", "model.tiny_": "the previou
 class Stage:
     name: str
     kind: str
-    options: dict[str, Any]
+    options: Any  # the kind's section (rlvr.config.stages)
     sets: list[str] = field(default_factory=list)  # `--set` items of an rl stage's config
 
 
@@ -73,14 +75,10 @@ def _stage(raw: Any, index: int) -> Stage:
     if not _NAME.fullmatch(name):
         raise ConfigError(f"stages[{index}]: name {name!r} is not a plain folder name (letters, digits, _ and -; "
                           "it names the stage's folder OUT/NN_name)")
-    if kind not in KINDS:
-        raise ConfigError(f"stages[{index}] ({name}): unknown kind {kind!r}; choose from {sorted(KINDS)}")
+    if kind not in STAGE_KINDS:
+        raise ConfigError(f"stages[{index}] ({name}): unknown kind {kind!r}; choose from {sorted(STAGE_KINDS)}")
     options = {k: v for k, v in raw.items() if k not in ("name", "kind")}
-    unknown = set(options) - set(KINDS[kind])
-    if unknown:
-        raise ConfigError(f"stage {name!r} ({kind}): unknown options {sorted(unknown)}; "
-                          f"valid: {sorted(KINDS[kind])}")
-    return Stage(name, kind, {**KINDS[kind], **options})
+    return Stage(name, kind, from_dict(STAGE_KINDS[kind], options, f"{name}."))
 
 
 def load_recipe(path: str | Path, overrides: list[str] = ()) -> Recipe:
@@ -117,8 +115,8 @@ def load_recipe(path: str | Path, overrides: list[str] = ()) -> Recipe:
         check_stage_options(stage.name, stage.kind, stage.options)
         if stage.kind == "rl":
             rl_configs[stage.name] = _check_rl_stage(recipe, stage)
-        if stage.kind == "budget_eval" and stage.options["examples"]:
-            check_held_out(base, stage.options["examples"], f"{stage.name}.examples")
+        if stage.kind == "budget_eval" and stage.options.examples:
+            check_held_out(base, stage.options.examples, f"{stage.name}.examples")
     check_sft_lengths(base, [(stage.name, stage.kind, stage.options) for stage in stages])
     # the RL stages train one model in turn, one after the other in this process
     check_one_engine(rl_configs, "RL stage", models=False)
@@ -141,7 +139,7 @@ def check_held_out(cfg: Config, size: int | None = None, key: str = "") -> None:
 def _check_rl_stage(recipe: Recipe, stage: Stage) -> Config:
     """The stage's own config sets none of the keys the recipe sets (OWNED: silently replaced before), and the
     whole config (base, stage, command line) is valid and has its held-out set; returns that config."""
-    keys = [item.partition("=")[0] for item in [*_flatten(stage.options["config"]), *stage.sets]]
+    keys = [item.partition("=")[0] for item in [*_flatten(stage.options.config), *stage.sets]]
     owned = [key for key in keys if key.startswith(tuple(OWNED))]
     if owned:
         why = "; ".join(sorted({f"{p.rstrip('._')}: {OWNED[p]}" for k in owned for p in OWNED if k.startswith(p)}))
@@ -156,15 +154,12 @@ def _check_rl_stage(recipe: Recipe, stage: Stage) -> Config:
 
 
 def _override_stage(stage: Stage, item: str) -> None:
-    key, sep, value = item.partition("=")
-    if not sep:
+    if "=" not in item:
         raise ConfigError(f"--set expects key=value, got {item!r}")
     if stage.kind == "rl":
         stage.sets.append(item)
-    elif key not in stage.options:
-        raise ConfigError(f"stage {stage.name!r} ({stage.kind}) has no option {key!r}; valid: {sorted(stage.options)}")
     else:
-        stage.options[key] = parse_yaml(value, f"--set {stage.name}.{key}")
+        apply_overrides(stage.options, [item], f"{stage.name}.")
 
 
 def base_config(recipe: Recipe, extra: list[str] = ()) -> Config:
@@ -175,7 +170,7 @@ def rl_config(recipe: Recipe, stage: Stage, model: Path | None, out_dir: Path, p
     """The recipe's base, the stage's config, then the command line's `--set` (for every stage, then for this
     one: the command line wins over the file, as everywhere), on `model` (None: not checked, as before any
     stage has run), into `out_dir`, without SFT."""
-    items = [*_flatten(recipe.base), *_flatten(stage.options["config"]), *recipe.base_overrides, *stage.sets,
+    items = [*_flatten(recipe.base), *_flatten(stage.options.config), *recipe.base_overrides, *stage.sets,
              f"out_dir={out_dir}", "sft.steps=0", *([f"model.path={model}"] if model is not None else [])]
     if pool is not None:
         base = base_config(recipe)
@@ -198,7 +193,8 @@ def stage_settings(recipe: Recipe, stage: Stage) -> dict[str, Any]:
         cfg = asdict(rl_config(recipe, stage, None, Path(stage.name), None))
         return plain({"config": {k: v for k, v in cfg.items() if k not in ("out_dir", "log", "checkpoint", "guard")}})
     base = asdict(base_config(recipe))
-    return plain({"options": stage.options, "base": {k: base[k] for k in ("seed", "model", "task", "rollout")}})
+    return plain({"options": asdict(stage.options),
+                  "base": {k: base[k] for k in ("seed", "model", "task", "rollout")}})
 
 
 def check_unchanged(recorded: dict[str, Any] | None, current: dict[str, Any], what: str, out_dir: Path) -> None:

@@ -3,15 +3,17 @@
 import json
 import re
 import shutil
+from dataclasses import fields, is_dataclass
 
 import pytest
+import yaml
 
 from offline_data import SORT_ALPHABET, sort_pairs
 from rlvr.cli import main
 import rlvr.commands.offline
 import rlvr.models
-from rlvr.algorithms.preference import PreferenceConfig
-from rlvr.algorithms.reward_model import RewardModelConfig
+from rlvr.commands.grammar import set_args
+from rlvr.config import PreferenceConfig, RewardModelConfig, RFTConfig
 from rlvr.models import load_model, make_tiny_model_dir
 
 
@@ -34,8 +36,8 @@ def workdir(tmp_path_factory):
 def test_dpo_command_trains_and_saves(workdir, capsys):
     """metrics.json recorded "beta": null when --beta was left at the loss's default, not the beta used."""
     out = workdir / "dpo"
-    code = main(["dpo", "--model", str(workdir / "model"), "--data", str(workdir / "pairs.jsonl"), "--lr", "1e-3",
-                 "--epochs", "2", "--batch-size", "8", "--loss", "simpo", "--gamma", "0.5", "--out", str(out)])
+    code = main(["dpo", "--model", str(workdir / "model"), "--data", str(workdir / "pairs.jsonl"), "--out", str(out),
+                 *set_args(["optim.lr=1e-3", "epochs=2", "batch_size=8", "loss=simpo", "gamma=0.5"])])
     assert code == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["config"]["loss"] == "simpo" and metrics["config"]["gamma"] == 0.5
@@ -47,9 +49,10 @@ def test_dpo_command_trains_and_saves(workdir, capsys):
 
 def test_reward_model_command_then_reload(workdir):
     first, second = workdir / "rm1", workdir / "rm2"
-    base = ["--data", str(workdir / "pairs.jsonl"), "--lr", "1e-3", "--epochs", "2", "--batch-size", "8"]
+    base = ["--data", str(workdir / "pairs.jsonl"), *set_args(["optim.lr=1e-3", "epochs=2", "batch_size=8"])]
     assert main(["reward-model", "--model", str(workdir / "model"), "--out", str(first), *base]) == 0
-    assert main(["reward-model", "--model", str(first / "model"), "--out", str(second), *base, "--epochs", "1"]) == 0
+    assert main(["reward-model", "--model", str(first / "model"), "--out", str(second), *base,
+                 "--set", "epochs=1"]) == 0
     metrics = json.loads((second / "metrics.json").read_text())
     assert metrics["eval_before"]["accuracy"] > 0.5  # the second run starts from the trained reward model
 
@@ -58,17 +61,17 @@ def test_the_out_folder_of_an_earlier_run_is_a_model_to_go_on_from(workdir, tmp_
     """`rlvr reward-model --model runs/rm`, the --out folder of an earlier run, was refused ("not a Hugging Face
     model folder (no config.json)": the model is in runs/rm/model), as was every offline command's, `rlvr
     sft`'s (runs/sft/sft_model) and `rlvr eval`'s. Each now goes on from the model saved there (`rlvr.models.model_folder`)."""
-    pairs = ["--data", str(workdir / "pairs.jsonl"), "--lr", "1e-3", "--epochs", "1", "--batch-size", "8"]
+    pairs = ["--data", str(workdir / "pairs.jsonl"), *set_args(["optim.lr=1e-3", "epochs=1", "batch_size=8"])]
     rm, rm2, dpo, sft, dpo2 = (tmp_path / name for name in ("rm", "rm2", "dpo", "sft", "dpo2"))
     assert main(["reward-model", "--model", str(workdir / "model"), *pairs, "--out", str(rm)]) == 0
-    assert main(["reward-model", "--model", str(rm), *pairs, "--steps", "1", "--out", str(rm2)]) == 0
+    assert main(["reward-model", "--model", str(rm), *pairs, "--set", "steps=1", "--out", str(rm2)]) == 0
     before, trained = (json.loads((out / "metrics.json").read_text()) for out in (rm2, rm))
     assert before["eval_before"] == pytest.approx(trained["eval_after"])  # it started from rm's model
-    assert main(["dpo", "--model", str(workdir / "model"), *pairs, "--steps", "1", "--out", str(dpo)]) == 0
+    assert main(["dpo", "--model", str(workdir / "model"), *pairs, "--set", "steps=1", "--out", str(dpo)]) == 0
     assert main(["sft", "--model", str(dpo), "--task", "sort", "--steps", "1", "--out", str(sft),
                  "--set", "task.eval_size=2", "--set", "threads=1"]) == 0
     assert json.loads((sft / "sft_model" / "built_with.json").read_text())["model"] == str(dpo / "model")
-    assert main(["dpo", "--model", str(sft), *pairs, "--steps", "1", "--out", str(dpo2)]) == 0
+    assert main(["dpo", "--model", str(sft), *pairs, "--set", "steps=1", "--out", str(dpo2)]) == 0
     assert f"saved to {dpo2 / 'model'}" in capsys.readouterr().out
     assert main(["eval", "--model", str(dpo2), "--task", "sort", "--num-examples", "2", "--n", "0"]) == 0
     assert (dpo2 / "model" / "eval_sort.jsonl").is_file()  # evaluated the model saved there
@@ -83,9 +86,9 @@ def test_the_out_folder_of_an_earlier_run_is_a_model_to_go_on_from(workdir, tmp_
 
 
 def test_rft_command(workdir, capsys):
-    code = main(["rft", "--model", str(workdir / "model"), "--task-option", "length=3", "--rounds", "1",
-                 "--num-samples", "2", "--max-new-tokens", "6", "--train-size", "8", "--eval-size", "4",
-                 "--no-dedup", "--out", str(workdir / "rft")])
+    code = main(["rft", "--model", str(workdir / "model"), "--task-option", "length=3", "--set", "rounds=1",
+                 "--set", "num_samples=2", "--set", "max_new_tokens=6", "--train-size", "8", "--eval-size", "4",
+                 "--set", "dedup=false", "--out", str(workdir / "rft")])
     assert code == 0
     metrics = json.loads((workdir / "rft" / "metrics.json").read_text())
     assert metrics["config"]["dedup"] is False and len(metrics["rounds"]) == 1
@@ -95,7 +98,7 @@ def test_rft_command(workdir, capsys):
 def test_out_is_checked_before_any_work_and_never_written_over_unasked(workdir, tmp_path, capsys):
     """A trained model is not lost at the end to an --out that cannot take it, nor replaced silently."""
     (tmp_path / "a_file").write_text("x")
-    base = ["dpo", "--model", str(workdir / "model"), "--data", str(workdir / "pairs.jsonl"), "--steps", "1"]
+    base = ["dpo", "--model", str(workdir / "model"), "--data", str(workdir / "pairs.jsonl"), "--set", "steps=1"]
     for out, message in [(tmp_path / "a_file", "is an existing file, not a folder"),
                          (tmp_path / "a_file" / "run", "is a file, not a folder")]:
         assert main([*base, "--out", str(out)]) == 2
@@ -104,11 +107,11 @@ def test_out_is_checked_before_any_work_and_never_written_over_unasked(workdir, 
     out = tmp_path / "run"
     assert main([*base, "--out", str(out)]) == 0
     weights = (out / "model" / "model.safetensors").read_bytes()
-    assert main([*base, "--out", str(out), "--lr", "1e-2"]) == 2
+    assert main([*base, "--out", str(out), "--set", "optim.lr=1e-2"]) == 2
     assert capsys.readouterr().err.strip() == (f"rlvr dpo: error: --out: {str(out)!r} already holds model, "
                                                "metrics.json from an earlier run; choose another --out or pass --overwrite")
     assert (out / "model" / "model.safetensors").read_bytes() == weights  # untouched
-    assert main([*base, "--out", str(out), "--lr", "1e-2", "--overwrite"]) == 0
+    assert main([*base, "--out", str(out), "--set", "optim.lr=1e-2", "--overwrite"]) == 0
     assert (out / "model" / "model.safetensors").read_bytes() != weights
     rft = ["rft", "--model", str(workdir / "model"), "--task-option", "length=3", "--out", str(out)]
     assert main(rft) == 2 and "already holds model" in capsys.readouterr().err
@@ -117,9 +120,9 @@ def test_out_is_checked_before_any_work_and_never_written_over_unasked(workdir, 
 @pytest.mark.parametrize("argv, message", [
     (["dpo", "--data", "{dir}/bad.jsonl"], r"missing field\(s\) \['rejected'\]"),
     (["dpo", "--data", "{dir}/nope.jsonl"], "does not exist"),
-    (["dpo", "--data", "{dir}/pairs.jsonl", "--loss", "ln_dpo"], "no default beta"),
-    (["dpo", "--data", "{dir}/pairs.jsonl", "--max-length", "5"], "more than max_length=5"),
-    (["reward-model", "--data", "{dir}/pairs.jsonl", "--batch-size", "0"], "batch_size must be > 0"),
+    (["dpo", "--data", "{dir}/pairs.jsonl", "--set", "loss=ln_dpo"], "no default beta"),
+    (["dpo", "--data", "{dir}/pairs.jsonl", "--set", "max_length=5"], "more than max_length=5"),
+    (["reward-model", "--data", "{dir}/pairs.jsonl", "--set", "batch_size=0"], "batch_size must be > 0"),
     (["rft", "--task", "nosuchtask"], "unknown task 'nosuchtask'"),
     (["rft", "--task-option", "length"], "expects key=value"),
     (["dpo", "--data", "{dir}/pairs.jsonl", "--dtype", "float16"], r"--dtype=float16 needs a CUDA device \(--device=cuda\)"),
@@ -130,15 +133,15 @@ def test_out_is_checked_before_any_work_and_never_written_over_unasked(workdir, 
     *[([cmd, "--data", "{dir}/toolong.jsonl"], r"^rlvr %s: error: \S*/toolong.jsonl:30: prompt \+ chosen is 813 tokens "
        r"\(13 \+ 800\), which exceeds the model's max_position_embeddings \(512\); shorten or drop the row$" % cmd)
       for cmd in ("dpo", "reward-model")],
-    *[([cmd, "--data", "{dir}/long.jsonl", "--max-length", "30"],
+    *[([cmd, "--data", "{dir}/long.jsonl", "--set", "max_length=30"],
        r"/long.jsonl:30: prompt \+ chosen is 63 tokens \(13 \+ 50\), more than max_length=30")
       for cmd in ("dpo", "reward-model")],
-    (["dpo", "--data", "{dir}/pairs.jsonl", "--eval-data", "{dir}/long.jsonl", "--max-length", "30"],
+    (["dpo", "--data", "{dir}/pairs.jsonl", "--eval-data", "{dir}/long.jsonl", "--set", "max_length=30"],
      "/long.jsonl:30: "),
     (["dpo", "--data", "{dir}/same.jsonl"], r"/same.jsonl:30: chosen and rejected are identical \('0 1 2 3'\)$"),
     (["reward-model", "--data", "{dir}/pairs.jsonl", "--eval-data", "{dir}/same.jsonl"], "/same.jsonl:30: chosen and"),
-    (["reward-model", "--data", "{dir}/pairs.jsonl", "--max-length", "0"],
-     r"max_length must be >= 1 \(or None\), got 0"),
+    (["reward-model", "--data", "{dir}/pairs.jsonl", "--set", "max_length=0"],
+     r"max_length must be > 0, got 0"),
 ])
 def test_bad_input_is_one_line_and_exit_code_2(workdir, tmp_path, capsys, monkeypatch, argv, message):
     """... before any work: no model is loaded, nothing is written (the default --out is runs/<command>)."""
@@ -157,14 +160,15 @@ def test_bad_input_is_one_line_and_exit_code_2(workdir, tmp_path, capsys, monkey
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["dpo", "--data", "{dir}/pairs.jsonl", "--loss", "simpo", "--gamma", "nan"], "gamma must be a finite number"),
-    (["dpo", "--data", "{dir}/pairs.jsonl", "--beta", "inf"], "beta must be a finite number, got inf$"),
-    (["dpo", "--data", "{dir}/pairs.jsonl", "--weight-decay", "inf"], "weight_decay must be a finite number"),
-    (["reward-model", "--data", "{dir}/pairs.jsonl", "--center-coef", "nan"], "center_coef must be a finite"),
-    (["reward-model", "--data", "{dir}/pairs.jsonl", "--max-grad-norm", "nan"], "max_grad_norm must be a finite"),
-    (["rft", "--temperature", "nan"], "temperature must be a finite number, got nan$"),
-    (["rft", "--top-p", "inf"], "top_p must be a finite number, got inf$"),
-    (["rft", "--temperature", "-1"], "temperature must be >= 0, got -1.0$"),
+    (["dpo", "--data", "{dir}/pairs.jsonl", *set_args(["loss=simpo", "gamma=nan"])], "gamma must be a finite number"),
+    (["dpo", "--data", "{dir}/pairs.jsonl", "--set", "beta=inf"], "beta must be a finite number, got inf$"),
+    (["dpo", "--data", "{dir}/pairs.jsonl", "--set", "optim.weight_decay=inf"], "weight_decay must be a finite number"),
+    (["reward-model", "--data", "{dir}/pairs.jsonl", "--set", "center_coef=nan"], "center_coef must be a finite"),
+    (["reward-model", "--data", "{dir}/pairs.jsonl", "--set", "optim.max_grad_norm=nan"],
+     "optim.max_grad_norm must be a finite"),
+    (["rft", "--set", "temperature=nan"], "temperature must be a finite number, got nan$"),
+    (["rft", "--set", "top_p=inf"], "top_p must be a finite number, got inf$"),
+    (["rft", "--set", "temperature=-1"], "temperature must be >= 0, got -1.0$"),
 ])
 def test_a_non_finite_hyper_parameter_is_one_line_and_exit_code_2(workdir, tmp_path, capsys, monkeypatch, argv,
                                                                    message):
@@ -173,7 +177,7 @@ def test_a_non_finite_hyper_parameter_is_one_line_and_exit_code_2(workdir, tmp_p
     test_bad_input_is_one_line_and_exit_code_2(workdir, tmp_path, capsys, monkeypatch, argv, message)
 
 
-@pytest.mark.parametrize("command", [["dpo"], ["dpo", "--loss", "simpo"], ["reward-model"]])
+@pytest.mark.parametrize("command", [["dpo"], ["dpo", "--set", "loss=simpo"], ["reward-model"]])
 def test_an_empty_prompt_is_refused_naming_the_row(workdir, tmp_path, capsys, monkeypatch, command):
     """An empty prompt trained under --loss dpo (its first response token never scored) and failed under simpo
     with "chosen_lengths must all be > 0, found [0]", naming no row. (An empty response is its EOS: scored.)"""
@@ -186,14 +190,57 @@ def test_an_empty_prompt_is_refused_naming_the_row(workdir, tmp_path, capsys, mo
                                                "response token could not be scored; give every row a prompt$")
 
 
-@pytest.mark.parametrize("command, cls", [("dpo", PreferenceConfig), ("reward-model", RewardModelConfig)])
-def test_every_config_field_is_a_flag(workdir, capsys, command, cls):
-    with pytest.raises(SystemExit):
-        main([command, "--help"])
-    text = capsys.readouterr().out
-    for name in cls.__dataclass_fields__:
-        assert "--" + name.replace("_", "-") in text
-    assert "--max-length" in text  # both pair trainers refuse pairs longer than it
+@pytest.mark.parametrize("command, cls", [("dpo", PreferenceConfig), ("reward-model", RewardModelConfig),
+                                          ("rft", RFTConfig)])
+def test_help_config_lists_every_key_of_the_trainer(capsys, command, cls):
+    """Each key of the trainer's config, with its default and help, as `rlvr train --help-config` lists the RL
+    run's; no --model or --data needed to ask."""
+    assert main([command, "--help-config"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    keys = [line.split(" (")[0] for line in lines]
+    assert keys == [key for key in _keys(cls())] and all(line.split("): ", 1)[1] for line in lines)
+    assert "optim.lr (1e-06): " in "\n".join(lines) if cls is PreferenceConfig else True
+
+
+def _keys(config, prefix=""):
+    for fld in fields(config):
+        value = getattr(config, fld.name)
+        yield from _keys(value, f"{prefix}{fld.name}.") if is_dataclass(value) else [prefix + fld.name]
+
+
+def test_a_config_file_and_set_configure_the_trainer(workdir, tmp_path, capsys):
+    """A YAML of the trainer's keys, --set over it; a key that is not one is one line naming the closest."""
+    config = tmp_path / "dpo.yaml"
+    config.write_text(yaml.safe_dump({"loss": "ipo", "batch_size": 8, "optim": {"lr": 1e-3, "schedule": "cosine"}}))
+    out = tmp_path / "dpo"
+    assert main(["dpo", "--model", str(workdir / "model"), "--data", str(workdir / "pairs.jsonl"), "--out", str(out),
+                 "--set", "steps=2", str(config), "--set", "optim.lr=2e-3"]) == 0  # CONFIG among the options
+    used = json.loads((out / "metrics.json").read_text())["config"]
+    assert (used["loss"], used["batch_size"], used["steps"]) == ("ipo", 8, 2)
+    assert used["optim"]["lr"] == 2e-3 and used["optim"]["schedule"] == "cosine"
+    assert capsys.readouterr().err == ""
+    assert main(["dpo", "--model", str(workdir / "model"), "--data", str(workdir / "pairs.jsonl"), "--set",
+                 "lr=1e-3"]) == 2
+    assert capsys.readouterr().err == "rlvr dpo: error: unknown config key 'lr'; did you mean 'optim.lr'?\n"
+
+
+def test_the_flags_of_earlier_versions_still_work_with_one_deprecation_line_each(workdir, tmp_path, capsys):
+    """`--lr 1e-3 --batch-size 8 --no-dedup` (the per-key flags before config files) train as the keys they now
+    are, each saying once which key that is."""
+    out = tmp_path / "rft"
+    assert main(["rft", "--model", str(workdir / "model"), "--task-option", "length=3", "--train-size", "8",
+                 "--eval-size", "0", "--rounds", "1", "--num-samples", "2", "--max-new-tokens", "6", "--no-dedup",
+                 "--lr", "1e-3", "--out", str(out)]) == 0
+    used = json.loads((out / "metrics.json").read_text())["config"]
+    assert (used["rounds"], used["num_samples"], used["dedup"], used["optim"]["lr"]) == (1, 2, False, 1e-3)
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"rlvr rft: deprecated: {flag} is now the config key {key}; write --set {key}={value}"
+                   for flag, key, value in [("--rounds", "rounds", "1"), ("--num-samples", "num_samples", "2"),
+                                            ("--max-new-tokens", "max_new_tokens", "6"),
+                                            ("--no-dedup", "dedup", "false"), ("--lr", "optim.lr", "1e-3")]]
+    assert main(["dpo", "--model", str(workdir / "model"), "--data", str(workdir / "pairs.jsonl"), "--max-length",
+                 "0"]) == 2  # checked as the key
+    assert capsys.readouterr().err.splitlines()[-1] == "rlvr dpo: error: max_length must be > 0, got 0"
 
 
 def _bf16_or_refused(argv: list[str], capsys) -> bool:
@@ -215,11 +262,11 @@ def test_offline_commands_train_in_bfloat16_with_float32_weights(workdir, tmp_pa
     from safetensors.torch import load_file
 
     start = load_file(str(workdir / "model" / "model.safetensors"))
-    pairs = ["--data", str(workdir / "pairs.jsonl"), "--lr", "1e-3", "--epochs", "2", "--batch-size", "8"]
+    pairs = ["--data", str(workdir / "pairs.jsonl"), *set_args(["optim.lr=1e-3", "epochs=2", "batch_size=8"])]
     runs = {"dpo": ["dpo", "--model", str(workdir / "model"), *pairs, "--out", str(tmp_path / "dpo")],
-            "rft": ["rft", "--model", str(workdir / "model"), "--task-option", "length=3", "--rounds", "1",
-                    "--num-samples", "4", "--max-new-tokens", "6", "--train-size", "8", "--eval-size", "4",
-                    "--lr", "1e-3", "--out", str(tmp_path / "rft")]}
+            "rft": ["rft", "--model", str(workdir / "model"), "--task-option", "length=3", "--set", "rounds=1",
+                    "--set", "num_samples=4", "--set", "max_new_tokens=6", "--train-size", "8", "--eval-size", "4",
+                    "--set", "optim.lr=1e-3", "--out", str(tmp_path / "rft")]}
     for name, argv in runs.items():
         if not _bf16_or_refused(argv, capsys):
             return

@@ -13,6 +13,7 @@ from rlvr.config import load_config
 from rlvr.pipelines.compare import (Variant, _flatten, check_variants, parse_variant, plot_comparison, run_comparison,
                                    summarize)
 from rlvr.cli import main
+from rlvr.commands.grammar import set_args
 from variant_helpers import TINY
 
 
@@ -75,7 +76,7 @@ def test_run_comparison_rejects_bad_variant_sets(tmp_path):
 
 
 def test_compare_command_end_to_end(tmp_path, capsys):
-    code = main(["compare", "--variants", "grpo", "dr_grpo", "--out", str(tmp_path), "--set", *TINY])
+    code = main(["compare", "--variants", "grpo", "dr_grpo", "--out", str(tmp_path), *set_args(TINY)])
     out = capsys.readouterr().out
     assert code == 0 and "| grpo |" in out and "| dr_grpo |" in out
     assert (tmp_path / "comparison.png").is_file() and (tmp_path / "summary.md").is_file()
@@ -151,7 +152,7 @@ def test_an_interrupted_comparison_continues_with_resume_as_if_never_stopped(tmp
     import rlvr.train.loop as loop_module
     from variant_helpers import weights
 
-    argv = ["compare", "--variants", "grpo", "dr_grpo", "--set", *TINY, "train.steps=4", "checkpoint.every=2"]
+    argv = ["compare", "--variants", "grpo", "dr_grpo", *set_args([*TINY, "train.steps=4", "checkpoint.every=2"])]
     assert main([*argv, "--out", str(tmp_path / "full")]) == 0
     real_save = loop_module.save_checkpoint
 

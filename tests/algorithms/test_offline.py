@@ -20,8 +20,11 @@ from rlvr.algorithms.preference import PreferenceConfig, train_preference
 from rlvr.algorithms.reward_model import RewardModelConfig, train_reward_model
 from rlvr.rewards.reward_model import reward_model_from_lm
 from rlvr.algorithms.rft import RFTConfig, train_rft
-from rlvr.algorithms.sft import encode_pairs, located_pairs_from_jsonl, sft_micro_loss, train_sft, warm_start_config
-from rlvr.config import OptimConfig
+from rlvr.algorithms.sft import encode_pairs, located_pairs_from_jsonl, sft_micro_loss, train_sft
+from rlvr.config import ConfigError, OptimConfig, SFTConfig, load_config
+from rlvr.config.offline import NO_DEFAULT_BETA, PREFERENCE_LOSSES, warm_start_config
+from rlvr.core import PREFERENCE_LOSSES as CORE_LOSSES
+from rlvr.core.preference import DEFAULT_BETA
 from rlvr.models import build_tiny_model
 from rlvr.models.tokenizer import pad_token_id
 from rlvr.rollout.base import Completion
@@ -30,29 +33,36 @@ from rlvr.tasks.base import Example
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(lr=0.0), "lr must be > 0"),
-    (dict(batch_size=0), "batch_size must be > 0"),
-    (dict(steps=0), "steps must be >= 1"),
-    (dict(micro_batch_size=9), "micro_batch_size must be in 1..batch_size"),
-    (dict(warmup_steps=-1), ">= 0"),
-    (dict(min_lr_ratio=1.5), "min_lr_ratio must be in"),
-    (dict(schedule="step"), "unknown schedule"),
+    (dict(optim=OptimConfig(lr=0.0)), "^optim.lr must be > 0, got 0.0$"),
+    (dict(batch_size=0), "^batch_size must be > 0, got 0$"),
+    (dict(steps=0), "^steps must be > 0, got 0$"),
+    (dict(micro_batch_size=9), r"^micro_batch_size must be in 1..batch_size \(8\), got 9$"),
+    (dict(optim=OptimConfig(warmup_steps=-1)), "^optim.warmup_steps must be >= 0, got -1$"),
+    (dict(optim=OptimConfig(min_lr_ratio=1.5)), r"^optim.min_lr_ratio must be in \[0, 1\], got 1.5$"),
+    (dict(optim=OptimConfig(schedule="step")), r"^optim.schedule: unknown 'step'; choose from \['constant', "),
 ])
 def test_offline_config_validation(kwargs, message):
-    with pytest.raises(ValueError, match=message):
+    """One line naming the key as a config file or --set writes it (the optimizer's under optim.)."""
+    with pytest.raises(ConfigError, match=message):
         OfflineConfig(**kwargs).validate()
 
 
-@pytest.mark.parametrize("cls, name", [(OfflineConfig, "lr"), (OfflineConfig, "weight_decay"),
-                                       (OfflineConfig, "max_grad_norm"), (OfflineConfig, "min_lr_ratio"),
+@pytest.mark.parametrize("cls, name", [(OfflineConfig, "optim.lr"), (OfflineConfig, "optim.weight_decay"),
+                                       (OfflineConfig, "optim.max_grad_norm"), (OfflineConfig, "optim.min_lr_ratio"),
                                        (PreferenceConfig, "beta"), (PreferenceConfig, "eval_fraction"),
-                                       (RewardModelConfig, "center_coef"), (PackedSFTConfig, "lr"),
+                                       (RewardModelConfig, "center_coef"), (PackedSFTConfig, "optim.lr"),
                                        (RFTConfig, "temperature"), (RFTConfig, "top_p")])
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
 def test_a_non_finite_float_option_is_refused(cls, name, value):
     """`weight_decay < 0` and `beta > 0` let inf (and `x < 0` checks NaN) through: the saved model was all NaN."""
     with pytest.raises(ValueError, match=f"^{name} must be a finite number, got {value}$"):
-        cls(**{name: value}).validate()
+        load_config(None, [f"{name}={value}"], cls=cls)
+
+
+def test_the_trainer_configs_name_the_core_registries():
+    """The config layer holds the names of the preference losses (it imports no torch); they are the core's."""
+    assert set(PREFERENCE_LOSSES) == set(CORE_LOSSES)
+    assert set(NO_DEFAULT_BETA) == set(CORE_LOSSES) - set(DEFAULT_BETA)
 
 
 def test_simpo_gamma_and_label_smoothing_are_checked():
@@ -80,7 +90,7 @@ def test_adamw_steps_by_hand():
     w = torch.nn.Parameter(torch.zeros((), dtype=torch.float64))
     model = torch.nn.Module()
     model.w = w
-    cfg = OfflineConfig(lr=0.1, steps=5, batch_size=1, seed=3, max_grad_norm=1.0)
+    cfg = OfflineConfig(steps=5, batch_size=1, seed=3, optim=OptimConfig(lr=0.1, max_grad_norm=1.0))
     history = train_offline(model, 3, cfg, lambda idx: (sum(c[i] for i in idx) * w, {}))
     b1, b2 = OptimConfig().betas
     order = [i for e in range(2) for i in _epoch_order(3, 3, e)][:5]
@@ -105,7 +115,7 @@ def _epoch_order(n, seed, epoch):
 def test_schedule_of_the_warm_start():
     """Warmup over 10% of the steps, then cosine down to 10% of lr; history holds the lr each step used."""
     model = torch.nn.Linear(2, 1)
-    cfg = warm_start_config(steps=20, batch_size=2, lr=1.0, seed=0)
+    cfg = warm_start_config(SFTConfig(steps=20, batch_size=2, lr=1.0), seed=0)
     history = train_offline(model, 4, cfg, lambda idx: (model(torch.ones(len(idx), 2)).sum(), {}))
     factor = lr_factor("cosine", 2, 20, 0.1)
     assert [row["lr"] for row in history] == pytest.approx([factor(s) for s in range(20)])
@@ -121,7 +131,7 @@ def test_the_logged_lr_is_the_one_the_step_used():
     model = torch.nn.Module()
     model.w = w
     moves = []
-    cfg = OfflineConfig(lr=1e-3, steps=3, batch_size=1, warmup_steps=4, max_grad_norm=0.0)
+    cfg = OfflineConfig(steps=3, batch_size=1, optim=OptimConfig(lr=1e-3, warmup_steps=4, max_grad_norm=0.0))
     history = train_offline(model, 1, cfg, lambda idx: (w * len(idx), {}),
                             on_step=lambda row: moves.append(-w.item() - sum(moves)))
     assert [row["lr"] for row in history] == pytest.approx([2.5e-4, 5e-4, 7.5e-4])
@@ -141,8 +151,8 @@ def _regression_run(micro_batch_size, batch_size=4, epochs=2, seed=0):
     torch.manual_seed(0)
     x, y = torch.randn(10, 3, dtype=torch.float64), torch.randn(10, dtype=torch.float64)
     model = torch.nn.Linear(3, 1).double()
-    cfg = OfflineConfig(lr=0.1, epochs=epochs, batch_size=batch_size, micro_batch_size=micro_batch_size,
-                        max_grad_norm=0.5, seed=seed)
+    cfg = OfflineConfig(epochs=epochs, batch_size=batch_size, micro_batch_size=micro_batch_size, seed=seed,
+                        optim=OptimConfig(lr=0.1, max_grad_norm=0.5))
 
     def micro_loss(idx):
         err = model(x[idx]).squeeze(-1) - y[idx]
@@ -189,7 +199,7 @@ def test_warm_start_sft_accumulation_on_a_tiny_model():
     pad_id = pad_token_id(tok)
     models = [tiny_model(tok).double() for _ in range(3)]
     for model, micro in zip(models, [None, 1, 3]):
-        cfg = OfflineConfig(lr=1e-3, steps=2, batch_size=len(encoded), micro_batch_size=micro)
+        cfg = OfflineConfig(steps=2, batch_size=len(encoded), micro_batch_size=micro, optim=OptimConfig(lr=1e-3))
         train_offline(model, len(encoded), cfg, lambda idx, m=model: sft_micro_loss(m, [encoded[i] for i in idx], pad_id),
                       weight=lambda idx: sum(len(encoded[i][1]) for i in idx))
     for other in models[1:]:

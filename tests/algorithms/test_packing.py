@@ -18,6 +18,7 @@ from rlvr.algorithms.packing import (
 )
 from rlvr.models.varlen import segment_bounds, varlen_sdpa_attention
 from rlvr.models import tiny_config
+from rlvr.config import OptimConfig
 
 PAIRS = [("sort 3 1 2=", "1 2 3"), ("sort 9 0=", "0 9"), ("sort 5 5 1 7 2 2 0=", "0 1 2 2 5 5 7"), ("s=", "1")]
 
@@ -202,7 +203,7 @@ def test_unknown_route_is_an_error():
     batch = pack_documents(encode_documents(tok, PAIRS[:1]), 40, tok.pad_token_id)
     with pytest.raises(ValueError, match="unknown packing route"):
         packed_logits(tiny_model(tok), batch, "dense")
-    with pytest.raises(ValueError, match="unknown packing route"):
+    with pytest.raises(ValueError, match=r"^route: unknown 'dense'; choose from \['auto', 'varlen'"):
         PackedSFTConfig(route="dense").validate()
 
 
@@ -213,7 +214,8 @@ def test_train_sft_packed_learns():
     tok = tokenizer()
     model = tiny_model(tok)
     pairs = [(p["prompt"], p["chosen"]) for p in sort_pairs(128, seed=0)]
-    result = train_sft_packed(model, tok, pairs, PackedSFTConfig(lr=3e-3, epochs=3, batch_size=32, max_len=128))
+    result = train_sft_packed(model, tok, pairs, PackedSFTConfig(optim=OptimConfig(lr=3e-3), epochs=3, batch_size=32,
+                                                                 max_len=128))
     history = result["history"]
     assert len(history) == 3 * 4
     assert history[-1]["loss"] < 0.75 * history[0]["loss"]
@@ -225,8 +227,9 @@ def test_train_sft_packed_micro_batches_match_full_batch():
     pairs = [(p["prompt"], p["chosen"]) for p in sort_pairs(12, seed=1)]
     models = [tiny_model(tok).double() for _ in range(2)]
     for model, micro in zip(models, [None, 5]):
-        train_sft_packed(model, tok, pairs, PackedSFTConfig(lr=1e-3, batch_size=12, micro_batch_size=micro,
-                                                            max_len=64, max_grad_norm=0.0))
+        cfg = PackedSFTConfig(optim=OptimConfig(lr=1e-3, max_grad_norm=0.0), batch_size=12, micro_batch_size=micro,
+                              max_len=64)
+        train_sft_packed(model, tok, pairs, cfg)
     for p, q in zip(*(m.parameters() for m in models)):
         torch.testing.assert_close(p, q, rtol=0, atol=1e-10)
 

@@ -16,6 +16,7 @@ from rlvr.algorithms.preference import (
     load_preference_pairs, pairs_and_holdout, train_preference,
 )
 from rlvr.models import build_tiny_model
+from rlvr.config import OptimConfig
 
 PAD = 0
 
@@ -48,12 +49,12 @@ def test_as_pairs_checks_dicts():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(loss="kto"), "unknown preference loss 'kto'"),
+    (dict(loss="kto"), r"^loss: unknown 'kto'; choose from \['dpo', 'ipo', 'simpo', 'ln_dpo'\]$"),
     (dict(loss="ln_dpo"), "has no default beta"),
     (dict(beta=-1.0), "beta must be > 0"),
     (dict(gamma=0.5), "gamma is SimPO's margin"),
     (dict(loss="ipo", label_smoothing=0.1), "label_smoothing applies to dpo only"),
-    (dict(max_length=0), r"max_length must be >= 1 \(or None\), got 0"),
+    (dict(max_length=0), r"^max_length must be > 0, got 0$"),
 ])
 def test_config_validation(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -107,7 +108,7 @@ def test_a_pair_longer_than_the_models_context_is_refused_before_training():
     pairs[5] = {**pairs[5], "rejected": " ".join("1" * 20)}
     with pytest.raises(ValueError, match=r"^pair 5: prompt \+ rejected is 53 tokens \(13 \+ 40\), which exceeds the "
                                          r"model's max_position_embeddings \(32\)"):
-        train_preference(model, tok, pairs, PreferenceConfig(lr=1e-2))
+        train_preference(model, tok, pairs, PreferenceConfig(optim=OptimConfig(lr=1e-2)))
     assert all(torch.equal(start[k], v) for k, v in model.state_dict().items())
 
 
@@ -162,7 +163,7 @@ def test_explicit_reference_model_matches_precomputed_initial_policy():
     pairs = sort_pairs(24, seed=0)
     a, b = tiny_model(tok), tiny_model(tok)
     reference = copy.deepcopy(b)
-    cfg = PreferenceConfig(lr=1e-3, batch_size=8, epochs=1)
+    cfg = PreferenceConfig(optim=OptimConfig(lr=1e-3), batch_size=8, epochs=1)
     ra = train_preference(a, tok, pairs, cfg)
     rb = train_preference(b, tok, pairs, cfg, ref_model=reference)
     assert ra["eval_after"] == pytest.approx(rb["eval_after"], abs=1e-6)
@@ -176,7 +177,7 @@ def test_training_raises_held_out_preference_accuracy(loss, beta):
     model = tiny_model(tok)
     initial = copy.deepcopy(model)
     train, held_out = sort_pairs(64, seed=0), sort_pairs(32, seed=1, held_out=True)
-    cfg = PreferenceConfig(loss=loss, beta=beta, lr=3e-3, epochs=3, batch_size=16)
+    cfg = PreferenceConfig(loss=loss, beta=beta, optim=OptimConfig(lr=3e-3), epochs=3, batch_size=16)
     result = train_preference(model, tok, train, cfg, eval_pairs=held_out)
     before, after = result["eval_before"], result["eval_after"]
     assert result["num_eval"] == len(held_out) and len(result["history"]) == 3 * 4
@@ -197,8 +198,8 @@ def test_eval_fraction_split_and_history(tmp_path):
     tok = tokenizer()
     pairs = sort_pairs(20, seed=2)
     steps = []
-    result = train_preference(tiny_model(tok), tok, pairs, PreferenceConfig(lr=1e-4, batch_size=6, eval_fraction=0.25),
-                              on_step=steps.append)
+    cfg = PreferenceConfig(optim=OptimConfig(lr=1e-4), batch_size=6, eval_fraction=0.25)
+    result = train_preference(tiny_model(tok), tok, pairs, cfg, on_step=steps.append)
     assert result["num_eval"] == round(0.25 * len(pairs)) and result["num_train"] == len(pairs) - result["num_eval"]
     assert steps == result["history"] and len(steps) == math.ceil(result["num_train"] / 6)
     assert all(math.isfinite(row["loss"]) and "grad_norm" in row for row in steps)

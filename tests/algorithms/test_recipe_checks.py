@@ -16,16 +16,18 @@ from rlvr.config import ConfigError, load_config
 from rlvr.tasks import get_task
 from rlvr.train.setup import held_out_examples
 from rlvr.train.validate import check_registries
+from rlvr.commands.grammar import set_args
 from recipe_helpers import DEMO, RECIPES, TRACE
 from variant_helpers import TINY
 
 
 @pytest.mark.parametrize("override, words", [
-    ("mixed_sft.samples=0", "mixed_sft.samples: expected an integer >= 1, got 0"),
-    ("cold_start.steps=abc", "cold_start.steps: expected an integer >= 1, got 'abc'"),
-    ("cold_start.lr=-1", "cold_start.lr: expected a number > 0"),
-    ("preference.loss=foo", "preference.loss: expected one of ['dpo', 'ipo', 'ln_dpo', 'simpo'], got 'foo'"),
-    ("preference.loss=ln_dpo", "stage 'preference' (dpo): loss 'ln_dpo' has no default beta"),
+    ("mixed_sft.samples=0", "mixed_sft.samples must be > 0, got 0"),
+    ("cold_start.steps=abc", "cold_start.steps: expected int, got abc"),
+    ("cold_start.lr=-1", "cold_start.lr must be > 0, got -1.0"),
+    ("cold_start.stepz=3", "unknown config key 'cold_start.stepz'; did you mean 'cold_start.steps'?"),
+    ("preference.loss=foo", "preference.loss: unknown 'foo'; choose from ['dpo', 'ipo', 'simpo', 'ln_dpo']"),
+    ("preference.loss=ln_dpo", "preference.loss 'ln_dpo' has no default beta; set beta"),
     ("cold_start.data=missing.jsonl", "cold_start.data: no such file 'missing.jsonl'"),
     ("reasoning_rl.train.stepz=3", "stage 'reasoning_rl' (rl): unknown config key 'train.stepz'"),
     ("reasoning_rl.train.steps=-2", "stage 'reasoning_rl' (rl): train.steps"),
@@ -45,7 +47,7 @@ def test_every_stage_is_checked_before_the_first_one_runs(override, words, tmp_p
     ("qwen3", "difficulty_filter.k=9", "k must be in 1..n=8"),
     ("kimi_k15", "curation.k=3", "mode='all_fail' means k=1"),
     ("qwen3", "budget.budgets=[0, 8]", "budget.budgets: expected a non-empty list of integers >= 1"),
-    ("qwen3", "fusion.unflagged_think=2", "fusion.unflagged_think: expected a number >= 0 and <= 1"),
+    ("qwen3", "fusion.unflagged_think=2", "fusion.unflagged_think must be in [0, 1], got 2.0"),
 ])
 def test_filter_and_budget_options_are_checked_before_any_stage(recipe, override, words):
     with pytest.raises(ConfigError, match=re.escape(words)):
@@ -121,8 +123,8 @@ def test_a_stage_data_file_is_read_row_by_row_before_the_first_stage(recipe, key
     with pytest.raises(ConfigError) as err:
         load_recipe(RECIPES / f"{recipe}.yaml", [f"{key}={path}"])
     assert str(err.value).startswith(f"{key}: {tmp_path}/{words}")
-    assert main(["recipe", str(RECIPES / f"{recipe}.yaml"), "--out", str(tmp_path / "out"), "--set", *TINY,
-                 f"{key}={path}"]) == 2
+    assert main(["recipe", str(RECIPES / f"{recipe}.yaml"), "--out", str(tmp_path / "out"),
+                 *set_args([*TINY, f"{key}={path}"])]) == 2
     out = capsys.readouterr()
     assert out.err.count("\n") == 1 and f"{key}: {tmp_path}/{words}" in out.err and not (tmp_path / "out").exists()
 
@@ -149,8 +151,8 @@ def test_an_sft_row_too_long_for_the_model_is_named_by_stage_data_file_and_line(
     sets = [f"{key}={path}", *(["sft.steps=1"] if key == "sft.data" else [])]
     with pytest.raises(ConfigError, match=rf"^{re.escape(f'{key}: {path}:3: prompt + completion is ')}\d+ tokens"):
         load_recipe(RECIPES / f"{recipe}.yaml", ["model.tiny_preset=test", *sets])
-    assert main(["recipe", str(RECIPES / f"{recipe}.yaml"), "--out", str(tmp_path / "out"), "--set",
-                 "model.tiny_preset=test", *sets]) == 2
+    assert main(["recipe", str(RECIPES / f"{recipe}.yaml"), "--out", str(tmp_path / "out"),
+                 *set_args(["model.tiny_preset=test", *sets])]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{key}: {path}:3: prompt + completion" in err and "SFT pair" not in err
     assert not (tmp_path / "out").exists()
@@ -204,7 +206,7 @@ def test_a_stage_name_that_is_not_a_plain_folder_name_is_refused(tmp_path, capsy
     path = tmp_path / "esc.yaml"
     path.write_text(yaml.safe_dump({"stages": [{"name": "a/../../escaped", "kind": "sft", "steps": 1,
                                                 "demonstrations": 4}]}))
-    assert main(["recipe", str(path), "--out", "deep/out", "--set", *TINY]) == 2
+    assert main(["recipe", str(path), "--out", "deep/out", *set_args(TINY)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "'a/../../escaped' is not a plain folder name" in err
     assert not (tmp_path / "deep").exists()
@@ -246,12 +248,12 @@ def test_the_recipe_folder_is_out_else_the_files_out_dir_else_runs_name(tmp_path
     monkeypatch.chdir(tmp_path)
     path = tmp_path / "one.yaml"
     path.write_text(yaml.safe_dump({"stages": [{"name": "a", "kind": "sft", "steps": 1, "demonstrations": 4}]}))
-    assert main(["recipe", str(path), "--set", *TINY]) == 0
+    assert main(["recipe", str(path), *set_args(TINY)]) == 0
     assert (tmp_path / "runs" / "one" / "01_a" / "stage.json").is_file()
-    assert main(["recipe", str(path), "--set", *TINY, "out_dir=there"]) == 0
+    assert main(["recipe", str(path), *set_args([*TINY, "out_dir=there"])]) == 0
     assert (tmp_path / "there" / "01_a" / "stage.json").is_file()
     capsys.readouterr()
-    assert main(["recipe", str(path), "--out", "here", "--set", *TINY, "out_dir=there"]) == 2
+    assert main(["recipe", str(path), "--out", "here", *set_args([*TINY, "out_dir=there"])]) == 2
     assert "--out and --set out_dir" in capsys.readouterr().err and not (tmp_path / "here").exists()
 
 

@@ -18,6 +18,7 @@ from rlvr.rewards.scoring import build_reward
 from rlvr.rollout.base import Completion
 from rlvr.tasks import Example, get_task
 from rlvr.tasks.subset import read_examples, write_examples
+from rlvr.commands.grammar import set_args
 from recipe_helpers import RECIPES, TRACE
 from variant_helpers import TINY, changed
 
@@ -47,7 +48,7 @@ def test_every_recipe_is_tested_and_cites_its_paper():
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(SMALL))
 def test_recipe_runs_end_to_end(name, tmp_path):
-    code = main(["recipe", str(RECIPES / f"{name}.yaml"), "--out", str(tmp_path), "--set", *TINY, *SMALL[name]])
+    code = main(["recipe", str(RECIPES / f"{name}.yaml"), "--out", str(tmp_path), *set_args([*TINY, *SMALL[name]])])
     assert code == 0
     records = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("*/stage.json"))]
     final = Path(next(r["model"] for r in reversed(records) if r.get("model")))
@@ -59,7 +60,7 @@ def test_plain_config_is_one_rl_stage_and_sets_route_to_base_or_stage(tmp_path):
     assert [(s.name, s.kind) for s in plain.stages] == [("rl", "rl")] and plain.base_overrides == ["train.steps=3"]
     r1 = load_recipe(RECIPES / "r1.yaml", ["seed=4", "cold_start.steps=7", "reasoning_rl.train.steps=9"])
     stages = {s.name: s for s in r1.stages}
-    assert stages["cold_start"].options["steps"] == 7 and r1.base_overrides == ["seed=4"]
+    assert stages["cold_start"].options.steps == 7 and r1.base_overrides == ["seed=4"]
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text("{}")  # validation checks the folder exists, not its weights
     cfg = rl_config(r1, stages["reasoning_rl"], tmp_path / "m", tmp_path / "run", None)
@@ -70,7 +71,8 @@ def test_plain_config_is_one_rl_stage_and_sets_route_to_base_or_stage(tmp_path):
 def test_recipe_errors_are_one_line_config_errors(tmp_path):
     cases = {
         "stages: [{name: a, kind: bake}]": "unknown kind 'bake'",
-        "stages: [{name: a, kind: sft, stepz: 3}]": "unknown options",
+        "stages: [{name: a, kind: sft, stepz: 3}]": "^unknown config key 'a.stepz'; did you mean 'a.steps'\\?$",
+        "stages: [{name: a, kind: dpo, lr: x}]": "^a.lr: expected float, got 'x' \\(str\\)$",
         "stages: [{name: a, kind: sft}, {name: a, kind: sft}]": "unique",
         "stages: [{name: train, kind: sft}]": "differ from config sections",
         "base: {}\nstages: []": "non-empty",
@@ -81,7 +83,7 @@ def test_recipe_errors_are_one_line_config_errors(tmp_path):
         path.write_text(text)
         with pytest.raises(ConfigError, match=match):
             load_recipe(path)
-    with pytest.raises(ConfigError, match="no option 'stepz'"):
+    with pytest.raises(ConfigError, match="^unknown config key 'cold_start.stepz'; did you mean 'cold_start.steps'"):
         load_recipe(RECIPES / "r1.yaml", ["cold_start.stepz=3"])
     with pytest.raises(ConfigError, match="does not exist"):
         load_recipe(tmp_path / "missing.yaml")
@@ -136,7 +138,7 @@ def test_an_interrupted_rl_stage_resumes_when_the_recipe_runs_again(tmp_path, ca
     path = tmp_path / "two.yaml"
     path.write_text(yaml.safe_dump({"stages": [{"name": "warm", "kind": "sft", "steps": 1, "demonstrations": 4},
                                                {"name": "rl", "kind": "rl"}]}))
-    argv = ["recipe", str(path), "--set", *TINY, "train.steps=4", "checkpoint.every=2"]
+    argv = ["recipe", str(path), *set_args([*TINY, "train.steps=4", "checkpoint.every=2"])]
     assert main([*argv, "--out", str(tmp_path / "full")]) == 0
     real_save = sigint_at_step(2)
     capsys.readouterr()
@@ -157,7 +159,7 @@ def test_the_command_lines_set_wins_over_a_stages_config():
     for the base only); a stage's own `--set` wins over both."""
     r1 = load_recipe(RECIPES / "r1.yaml", ["train.steps=2"])
     stages = {s.name: s for s in r1.stages}
-    assert stages["reasoning_rl"].options["config"]["train"]["steps"] == 200  # what the file says
+    assert stages["reasoning_rl"].options.config["train"]["steps"] == 200  # what the file says
     assert rl_config(r1, stages["reasoning_rl"], None, Path("run"), None).train.steps == 2
     both = load_recipe(RECIPES / "r1.yaml", ["train.steps=2", "reasoning_rl.train.steps=5"])
     assert rl_config(both, {s.name: s for s in both.stages}["reasoning_rl"], None, Path("run"), None).train.steps == 5

@@ -17,6 +17,7 @@ from rlvr.rollout.batch import encode_prompt_completion, pad_right
 from rlvr.models import build_tiny_model, save_model
 from rlvr.rewards.base import BatchContext, RewardBatch, RewardOutput
 from rlvr.tasks import get_task
+from rlvr.config import OptimConfig
 
 finite = st.floats(-20, 20, allow_nan=False)
 
@@ -122,7 +123,7 @@ def test_training_lifts_held_out_accuracy_above_chance():
     tok = tokenizer()
     rm = reward_model_from_lm(tiny_model(tok))
     train, held_out = sort_pairs(128, seed=0), sort_pairs(64, seed=1, held_out=True)
-    result = train_reward_model(rm, tok, train, RewardModelConfig(lr=1e-3, epochs=3, batch_size=16),
+    result = train_reward_model(rm, tok, train, RewardModelConfig(optim=OptimConfig(lr=1e-3), epochs=3, batch_size=16),
                                 eval_pairs=held_out)
     before, after = result["eval_before"], result["eval_after"]
     assert after["accuracy"] >= 0.85 and after["accuracy"] > before["accuracy"]
@@ -140,7 +141,7 @@ def test_a_pair_too_long_is_refused_before_training(max_length, limit):
     pairs = sort_pairs(12, seed=0)
     pairs[5] = {**pairs[5], "chosen": " ".join("1" * 20)}
     with pytest.raises(ValueError, match=rf"^pair 5: prompt \+ chosen is 53 tokens \(13 \+ 40\), {limit}"):
-        train_reward_model(rm, tok, pairs, RewardModelConfig(lr=1e-2, max_length=max_length))
+        train_reward_model(rm, tok, pairs, RewardModelConfig(optim=OptimConfig(lr=1e-2), max_length=max_length))
     assert all(torch.equal(start[k], v) for k, v in rm.state_dict().items())
 
 
@@ -151,8 +152,9 @@ def test_center_coef_pulls_rewards_towards_zero():
     for coef in (0.0, 1.0):
         torch.manual_seed(0)
         rm = reward_model_from_lm(tiny_model(tok))
-        result = train_reward_model(rm, tok, train, RewardModelConfig(lr=3e-3, epochs=2, batch_size=8, center_coef=coef,
-                                                                      eval_fraction=0.25))
+        cfg = RewardModelConfig(optim=OptimConfig(lr=3e-3), epochs=2, batch_size=8, center_coef=coef,
+                                eval_fraction=0.25)
+        result = train_reward_model(rm, tok, train, cfg)
         after = result["eval_after"]
         means.append(abs(after["chosen_reward"] + after["rejected_reward"]))
     assert means[1] < means[0]

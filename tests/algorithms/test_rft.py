@@ -14,6 +14,7 @@ from rlvr.rollout.base import Completion, SamplingParams
 from rlvr.rollout.hf_engine import HFEngine
 from rlvr.tasks import get_task
 from rlvr.tasks.base import Example
+from rlvr.config import OptimConfig
 
 
 def _completion(prompt, text):
@@ -91,8 +92,8 @@ def test_engine_returning_the_wrong_count_is_an_error():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(rounds=0), "rounds must be >= 1"), (dict(num_samples=0), "num_samples must be >= 1"),
-    (dict(max_per_prompt=0), "max_per_prompt"), (dict(lr=-1.0), "lr must be > 0"),
+    (dict(rounds=0), "^rounds must be > 0, got 0$"), (dict(num_samples=0), "^num_samples must be > 0, got 0$"),
+    (dict(max_per_prompt=0), "max_per_prompt"), (dict(optim=OptimConfig(lr=-1.0)), "^optim.lr must be > 0"),
 ])
 def test_config_validation(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -114,7 +115,7 @@ def test_train_rft_on_scripted_samples_fits_the_kept_ones():
     tok = tokenizer()
     model = tiny_model(tok)
     engine = ScriptedEngine(SCRIPT)
-    cfg = RFTConfig(num_samples=4, rounds=1, epochs=20, batch_size=3, lr=3e-3, max_len=64)
+    cfg = RFTConfig(num_samples=4, rounds=1, epochs=20, batch_size=3, optim=OptimConfig(lr=3e-3), max_len=64)
     (row,) = train_rft(model, tok, engine, EXAMPLES, VERIFY, cfg)["rounds"]
     assert row["kept"] == 3.0 and row["sft_steps"] == 20 and engine.loaded == 1
     assert row["sft_loss_last"] < 0.2 * row["sft_loss_first"]
@@ -129,10 +130,12 @@ def test_expert_iteration_improves_a_warm_started_model():
     demos = [(ex.prompt, ex.answer) for ex in task.train_examples(512, seed=1)]
     # 4 epochs: rejection sampling needs a warm start that already solves ~10% greedily; after 3 the
     # tiny model sits at that edge and whether it passes depends on the batch order (measured 6-11%)
-    train_sft_packed(model, tok, demos, PackedSFTConfig(lr=3e-3, epochs=4, batch_size=32, max_len=256))
+    train_sft_packed(model, tok, demos, PackedSFTConfig(optim=OptimConfig(lr=3e-3), epochs=4, batch_size=32,
+                                                        max_len=256))
     engine = HFEngine(model, tok)
     # 3 epochs a round (measured: greedy 0.14 -> 0.16, 0.30, 0.45; with 2 the gain after round 3 was 0.11)
-    cfg = RFTConfig(rounds=3, num_samples=8, max_new_tokens=8, lr=1e-3, batch_size=16, epochs=3, max_len=256)
+    cfg = RFTConfig(rounds=3, num_samples=8, max_new_tokens=8, optim=OptimConfig(lr=1e-3), batch_size=16, epochs=3,
+                    max_len=256)
     prompts = task.train_examples(256, seed=2)
     result = train_rft(model, tok, engine, prompts, task.is_correct, cfg, eval_examples=task.eval_examples(64, seed=0))
     rounds = result["rounds"]

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from rlvr.cli import main
+from rlvr.commands.grammar import set_args
 
 RUN = {"seed": 0, "threads": 1, "task": {"name": "sort", "options": {"length": 3}, "train_size": 50, "eval_size": 2},
        "rollout": {"max_new_tokens": 6}, "train": {"steps": 2, "batch_size": 4, "group_size": 2},
@@ -49,7 +50,7 @@ def world(tmp_path_factory) -> Path:
     write(root / "run.yaml", {**RUN, "model": {"path": str(model)}, "out_dir": str(root / "run")})
     assert main(["train", str(root / "run.yaml")]) == 0
     write(root / "fresh.yaml", {**RUN, "model": {"path": str(model)}, "out_dir": str(root / "fresh")})
-    main(["train", str(root / "fresh.yaml"), "--set", "train.steps=1", "checkpoint.every=0"])
+    main(["train", str(root / "fresh.yaml"), "--set", "train.steps=1", "--set", "checkpoint.every=0"])
     shutil.rmtree(root / "fresh" / "checkpoints")
     return root
 
@@ -101,22 +102,22 @@ SETS = [  # (--set, the text the error line must contain)
     ("train.group_size=1", "train.group_size=1: algorithm.advantage=grpo needs groups of at least 2"),
 ]
 SET_CASES = [pytest.param(["--set", s], key, id=s) for s, key in SETS] + [
-    pytest.param(["--set", "reward.workers=2", "reward.timeout=0"], "reward.timeout > 0",
+    pytest.param(["--set", "reward.workers=2", "--set", "reward.timeout=0"], "reward.timeout > 0",
                  id="reward.workers-without-timeout"),
-    pytest.param(["--set", "task.eval_size=50", "task.options.length=2"],  # was refused after the warm start
+    pytest.param(["--set", "task.eval_size=50", "--set", "task.options.length=2"],  # was refused after the warm start
                  "task.eval_size=50: sort: could not draw 50 distinct held-out lists: only about 10 of the 100",
                  id="task.eval_size-beyond-the-held-out-share"),
     pytest.param(["--set", "rollout.max_new_tokens=600"],  # was refused at the first evaluation, metrics written
                  "rollout.max_new_tokens=600: the longest held-out prompt (11 tokens) + 600 exceeds the model's "
                  "max_position_embeddings (512); at most 501 fit", id="rollout.max_new_tokens-beyond-the-context"),
-    pytest.param(["--set", "train.group_size=1", "algorithm.advantage=rloo"],
+    pytest.param(["--set", "train.group_size=1", "--set", "algorithm.advantage=rloo"],
                  "train.group_size=1: algorithm.advantage=rloo needs groups of at least 2 completions to compare; "
                  "raise train.group_size or choose one of ['centered', 'max_only', 'raw', 'reinforce_pp_baseline', "
                  "'whitened']", id="rloo-group_size-1"),
-    *[pytest.param(["--set", "train.batch_size=1", "train.group_size=1", f"algorithm.advantage={adv}"],
+    *[pytest.param(set_args(["train.batch_size=1", "train.group_size=1", f"algorithm.advantage={adv}"]),
                    f"train.batch_size=1: algorithm.advantage={adv} normalises over the batch", id=f"{adv}-batch-1")
       for adv in ("whitened", "reinforce_pp_baseline")],
-    pytest.param(["--set", "train.batch_size=1", "train.group_size=1", "algorithm.advantage=gae"],
+    pytest.param(["--set", "train.batch_size=1", "--set", "train.group_size=1", "--set", "algorithm.advantage=gae"],
                  "train.batch_size=1: algorithm.whiten_advantages whitens over the batch", id="gae-whiten-batch-1")]
 
 FILE_CASES = [  # (argv built from the world folder, text the error line must contain)
@@ -141,7 +142,7 @@ def _argv(world: Path, tmp_path: Path, spec: str) -> list[str]:
     if "=" not in spec:
         return ["train", str(world / spec)]
     sets = [spec.format(w=world)] + (["sft.steps=2"] if spec.startswith("sft.data") else [])
-    return ["train", str(base), "--set", *sets]
+    return ["train", str(base), *set_args(sets)]
 
 
 def _tree(path: Path) -> list[tuple[str, int]]:
@@ -275,7 +276,7 @@ def test_resume_without_checkpoint_needs_resume_or_start(world, tmp_path, capsys
      "--eval-size 50: sort: could not draw 50"),
     (["recipe", "{w}/invalid.yaml", "--out", "{t}/out"], "invalid.yaml: invalid YAML at line 2"),
     (["recipe", "{w}/latin1.yaml", "--out", "{t}/out"], "latin1.yaml: not UTF-8"),
-    (["recipe", "r1", "--out", "{t}/out", "--set", "cold_start.steps=[2"], "--set cold_start.steps: invalid YAML"),
+    (["recipe", "r1", "--out", "{t}/out", "--set", "cold_start.steps=[2"], "cold_start.steps: expected int, got [2"),
     (["compare", "{w}/run.yaml", "--variants", "grpo", "{w}/invalid.yaml", "--out", "{t}/out"],
      "invalid.yaml: invalid YAML"),
 ])
@@ -333,7 +334,7 @@ def test_help_is_still_argparse_usage(capsys):
 
 @pytest.mark.parametrize("sets, needle", [
     (["optim.lr=1"], "--set optim.lr: rlvr sft does not read this key, so it would change nothing; did you mean "
-                     "sft.lr? (it reads seed, out_dir, threads, model.*, task.name, "),
+                     "sft.lr? (see rlvr sft --help-config)"),
     (["train.steps=5"], "--set train.steps: rlvr sft does not read this key, so it would change nothing; did you mean "
                         "sft.steps?"),
     (["sft.lr=1e-3", "model.lora.r=8"], "--set model.lora.r: rlvr sft does not read this key"),  # full fine-tuning
@@ -343,7 +344,7 @@ def test_help_is_still_argparse_usage(capsys):
 def test_sft_refuses_set_keys_it_does_not_read(world, tmp_path, capsys, sets, needle):
     """`rlvr sft --set optim.lr=1` (or train.steps=5) ran, rc 0, weights byte-identical to a run without it."""
     check(capsys, ["sft", "--model", str(world / "model"), "--task", "sort", "--steps", "1",
-                   "--out", str(tmp_path / "out"), "--set", *sets], needle, tmp_path / "out")
+                   "--out", str(tmp_path / "out"), *set_args(sets)], needle, tmp_path / "out")
 
 
 def test_sft_data_longer_than_the_context_is_refused_before_any_work(world, tmp_path, capsys):

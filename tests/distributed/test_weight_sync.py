@@ -17,6 +17,7 @@ from rlvr.distributed.run import train_distributed
 from rlvr.distributed.workers import LearnerWorker, RolloutWorker
 from rlvr.tasks import get_task
 from rlvr.train.setup import local_roles
+from rlvr.commands.grammar import set_args
 
 
 def test_a_gloo_broadcast_of_flat_buffers_per_dtype_is_bitwise():
@@ -114,6 +115,6 @@ def test_collective_run_equals_object_store_run(ray_cluster, tmp_path, warm_mode
 ])
 def test_bad_weight_sync_is_one_line_and_exit_code_2(tmp_path, warm_model, capsys, sets, message):
     config = write_config(tmp_path / "run.yaml", tiny_config(tmp_path / "run", warm_model))
-    assert main(["train", str(config), "--set", *sets]) == 2
+    assert main(["train", str(config), *set_args(sets)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err and "Traceback" not in err, err

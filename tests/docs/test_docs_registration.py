@@ -14,6 +14,7 @@ import pytest
 from rlvr.cli import main
 from rlvr.rewards import REWARDS, RewardOutput, reward_from_name
 from rlvr.tasks import TASKS, Task, TaskOptionError, get_task
+from rlvr.commands.grammar import set_args
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "rewards_tasks_eval.md"
@@ -71,7 +72,7 @@ def test_the_run_block_trains_on_the_registered_task_and_reward(registered, tmp_
     call = re.search(r"main\((\[.*?\])\)", _blocks()[1], re.S)
     argv = ast.literal_eval(call.group(1))
     monkeypatch.chdir(ROOT)
-    assert main([*argv, "--set", *TINY, f"out_dir={tmp_path / 'run'}"]) == 0
+    assert main([*argv, *set_args([*TINY, f"out_dir={tmp_path / 'run'}"])]) == 0
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     trained = [r for r in rows if r.get("step", 0) > 0]
     assert trained and "reward/short" in trained[-1] and "reward/task" in trained[-1]

@@ -9,12 +9,14 @@ from pathlib import Path
 import pytest
 
 from rlvr.cli import build_parser
-from rlvr.config import config_help
+from rlvr.config import Config, PreferenceConfig, RewardModelConfig, RFTConfig, SFTRunConfig, config_help
 from rlvr.presets import PRESETS
 from rlvr.rewards import REWARDS
 from rlvr.tasks import TASKS
 
 ROOT = Path(__file__).resolve().parents[2]
+# the config each command's --set reaches (rlvr train's for the others)
+CONFIGS = {"sft": SFTRunConfig, "dpo": PreferenceConfig, "reward-model": RewardModelConfig, "rft": RFTConfig}
 README = (ROOT / "README.md").read_text()
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 MAX_LINES = 300
@@ -62,7 +64,7 @@ def test_readme_links_every_docs_page():
 def test_readme_command_parses(command):
     argv = shlex.split(command)[1:]
     build_parser().parse_args(argv)  # argparse exits (SystemExit) on an unknown command or flag
-    keys = {line.split(" (")[0] for line in config_help()}
+    keys = {line.split(" (")[0] for line in config_help(CONFIGS.get(argv[0], Config))}
     for i, arg in enumerate(argv):
         if arg == "--set":
             key = argv[i + 1].split("=")[0]

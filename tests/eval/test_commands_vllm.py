@@ -11,6 +11,7 @@ import torch
 
 from rlvr.cli import main
 from rlvr.models import load_model_and_tokenizer, make_tiny_model_dir, save_model
+from rlvr.commands.grammar import set_args
 
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
@@ -45,7 +46,7 @@ def test_a_head_size_vllm_cannot_run_is_refused_before_any_work(tmp_path, capsys
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "this model's is 16 (hidden_size 64 / 4 heads)" in err, err
     out = tmp_path / "run"
-    assert main(["train", "configs/sort.yaml", "--set", "rollout.engine=vllm", f"out_dir={out}"]) == 2
+    assert main(["train", "configs/sort.yaml", "--set", "rollout.engine=vllm", "--set", f"out_dir={out}"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("rlvr train: error: rollout.engine=vllm: vLLM on a CPU has attention kernels for head "
                           "sizes") and "model.tiny_sizes={num_heads: 2}" in err and err.count("\n") == 1, err
@@ -59,10 +60,10 @@ def test_vllm_rft_evaluates_each_rounds_weights_as_the_hf_engine_does(tmp_path, 
 
     model = make_tiny_model_dir(tmp_path / "tiny", preset="test", num_heads=2)
     assert main(["sft", "--model", str(model), "--task", "sort", "--steps", "60", "--out", str(tmp_path / "sft"),
-                 "--set", "task.options.length=3", "task.eval_size=20", "sft.lr=3e-3", "sft.batch_size=16"]) == 0
+                 *set_args(["task.options.length=3", "task.eval_size=20", "sft.lr=3e-3", "sft.batch_size=16"])]) == 0
     start, out = tmp_path / "sft" / "sft_model", tmp_path / "rft"
-    assert main(["rft", "--model", str(start), "--task-option", "length=3", "--rounds", "2", "--num-samples", "4",
-                 "--max-new-tokens", "8", "--train-size", "16", "--eval-size", "12", "--lr", "1e-3",
+    assert main(["rft", "--model", str(start), "--task-option", "length=3", "--train-size", "16", "--eval-size", "12",
+                 *set_args(["rounds=2", "num_samples=4", "max_new_tokens=8", "optim.lr=1e-3"]),
                  "--engine", "vllm", "--out", str(out)]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert all(r.get("sft_steps", 0) > 0 for r in metrics["rounds"])  # each round trained and synced

@@ -29,8 +29,8 @@ def rm_out(tmp_path_factory) -> Path:
     pairs = [{"prompt": f"sort {a} {b}=", "chosen": f"{min(a, b)} {max(a, b)}", "rejected": f"{max(a, b)} {min(a, b)}"}
              for a, b in [(3, 1), (5, 2), (9, 4), (7, 6), (8, 1), (4, 2)]]
     (root / "pairs.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pairs))
-    argv = ["reward-model", "--model", str(root / "lm"), "--data", str(root / "pairs.jsonl"), "--epochs", "1",
-            "--batch-size", "2", "--eval-fraction", "0", "--out", str(root / "rm")]
+    argv = ["reward-model", "--model", str(root / "lm"), "--data", str(root / "pairs.jsonl"), "--set", "epochs=1",
+            "--set", "batch_size=2", "--set", "eval_fraction=0", "--out", str(root / "rm")]
     assert main(argv) == 0
     assert sorted(p.name for p in (root / "rm").iterdir()) == ["metrics.json", "model"]
     return root / "rm"

@@ -126,13 +126,14 @@ def test_recipe_stages_place_their_model_and_engine_as_the_policy(config_factory
     """A recipe's SFT / DPO / sampling stages ran on the CPU in float32 whatever the base config said."""
     from pathlib import Path
 
+    from rlvr.config.stages import SFTStage
     from rlvr.pipelines import recipe_stages
 
     cfg = load_config(config_factory(), ["model.device=cpu", "model.lora.r=4"])
     model, tokenizer = recipe_stages._load(cfg, Path(cfg.model.path))
     assert not hasattr(model, "peft_config")  # full fine-tuning, as before
     assert recipe_stages._engine(cfg, model, tokenizer).device == PLACED
-    opts = {"steps": 2, "batch_size": 4, "lr": 1e-3, "demonstrations": 8}
+    opts = SFTStage(steps=2, batch_size=4, lr=1e-3, demonstrations=8)
     result = recipe_stages.run_sft(cfg, opts, Path(cfg.model.path), tmp_path)
     assert len(placed) == 2  # each SFT micro-batch moved to the model's device
     assert 0 <= result["metrics"]["heldout_greedy_accuracy"] <= 1

@@ -13,6 +13,7 @@ from rlvr.config import load_config
 from rlvr.tasks import get_task
 from rlvr.train.loop import train
 from rlvr.train.setup import BUILT_WITH, start_model
+from rlvr.commands.grammar import set_args
 
 
 def _weights(folder):
@@ -59,8 +60,8 @@ def test_a_resume_may_change_how_a_run_logs_evaluates_and_how_long_it_goes(confi
     path = config_factory("run", train={"steps": 2})
     train(load_config(path))
     run_dir = load_config(path).out_dir
-    assert main(["train", "--resume", run_dir, "--set", "train.steps=3", "eval.every=3", "log.plots=false",
-                 "checkpoint.keep=1", "threads=1"]) == 0
+    assert main(["train", "--resume", run_dir, *set_args(["train.steps=3", "eval.every=3", "log.plots=false",
+                                                          "checkpoint.keep=1", "threads=1"])]) == 0
     assert yaml.safe_load(open(f"{run_dir}/config.yaml"))["train"]["steps"] == 3
 
 
@@ -112,7 +113,7 @@ def test_a_failed_starts_warm_start_is_rebuilt_when_the_settings_changed(tmp_pat
     run_dir = tmp_path / "run"
     start_model(load_config(path), run_dir, get_task("sort", length=4))  # what a start failing after it leaves
     five = _weights(run_dir / "sft_model")
-    assert main(["train", str(path), "--set", "sft.steps=1", "train.steps=1"]) == 0
+    assert main(["train", str(path), "--set", "sft.steps=1", "--set", "train.steps=1"]) == 0
     assert json.loads((run_dir / "sft_model" / BUILT_WITH).read_text())["sft"]["steps"] == 1
     one = _weights(run_dir / "sft_model")
     assert any(not torch.equal(five[k], one[k]) for k in five)
@@ -121,7 +122,7 @@ def test_a_failed_starts_warm_start_is_rebuilt_when_the_settings_changed(tmp_pat
 def test_lora_target_modules_are_checked_before_any_work(tmp_path, capsys):
     path = _built_here(tmp_path, "run")
     assert main(["train", str(path), "--set", "model.lora.r=4",
-                 "model.lora.target_modules=[nosuch, q_proj]"]) == 2
+                 "--set", "model.lora.target_modules=[nosuch, q_proj]"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "model.lora.target_modules: ['nosuch']" in err and "q_proj" in err
     assert not (tmp_path / "run").exists()

@@ -103,7 +103,7 @@ SHARD = ["distributed.backend=ray", "distributed.learners=2", "distributed.shard
     ({"algorithm": {"policy_loss": "kimi"}}, [], "needs tau"),
     ({"algorithm": {"clip_low": -0.1}}, [], "algorithm.clip_low must be >= 0, got -0.1"),
     ({"algorithm": {"advantage_eps": -1.0}}, [], "algorithm.advantage_eps must be >= 0, got -1.0"),
-    ({"optim": {"schedule": "step"}}, [], "optim.schedule: unknown schedule 'step'"),
+    ({"optim": {"schedule": "step"}}, [], "optim.schedule: unknown 'step'; choose from ['constant', 'linear', "),
     ({"task": {"name": "sorting"}}, [], "task.name: unknown name 'sorting'"),
     ({"task": {"options": {"lenght": 4}}}, [], "task.options.lenght: sort has no option"),
     ({}, ["task.name=math_file", "task.options.path=no/such.jsonl"],

@@ -1,0 +1,71 @@
+"""The distributed section: how the roles of a run are placed on Ray actors, checked on its own (the settings
+that depend on other sections: `rlvr.config.checks`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from rlvr.config.fields import ConfigError, f
+
+BACKENDS = ("none", "ray")
+WEIGHT_SYNCS = ("object_store", "collective")
+
+
+@dataclass
+class DistributedConfig:
+    backend: str = f("none", "none: one process (default). ray: the Rollout and Learner roles run as Ray actors "
+                             "(extra `ray`); the loop is the same (docs/distributed.md).", choices=BACKENDS)
+    address: str = f("local", "Ray cluster: local (start one in this process), auto (join `ray start --head` on "
+                              "this node) or HOST:PORT.")
+    rollout_workers: int = f(1, "Rollout actors; steps go to them in turn, each batch seeded by its step.", ge=1)
+    learners: int = f(1, "Data-parallel learner actors (torch.distributed: gloo when model.device puts the "
+                         "policy on CPU, NCCL on CUDA, `auto` resolved in each actor); each "
+                         "takes an equal share of every minibatch's micro-batches, gradients are summed.", ge=1)
+    rollout_cpus: float = f(1.0, "CPUs reserved per rollout actor.", ge=0)
+    rollout_gpus: float = f(0.0, "GPUs reserved per rollout actor.", ge=0)
+    learner_cpus: float = f(1.0, "CPUs reserved per learner actor.", ge=0)
+    learner_gpus: float = f(0.0, "GPUs reserved per learner actor.", ge=0)
+    max_restarts: int = f(3, "Times Ray restarts a dead rollout actor; its batch is requested again.", ge=0)
+    shard: bool = f(False, "With learners > 1: FSDP2 (torch fully_shard) shards the policy, its gradients and "
+                           "AdamW moments over the learners, 1/M each, instead of a whole copy per learner; the "
+                           "update is the same. Full-parameter policy, fixed-size micro-batches; the KL "
+                           "reference stays whole on every learner (docs/distributed.md).")
+    weight_sync: str = f("object_store", "How new weights reach the rollout workers after each update. "
+                                         "object_store: learner rank 0 puts them in Ray's object store once, every "
+                                         "worker reads that object. collective: rank 0 broadcasts them to a "
+                                         "torch.distributed group of its own with the workers (gloo on CPU, NCCL on "
+                                         "CUDA), one flat buffer per dtype (docs/distributed.md).",
+                         choices=WEIGHT_SYNCS)
+
+    def check(self, prefix: str) -> None:
+        if self.backend != "ray":
+            for item in fields(self):  # a Ray setting in one process would be ignored
+                value = getattr(self, item.name)
+                if item.name != "backend" and value != item.default:
+                    shown = str(value).lower() if isinstance(value, bool) else value
+                    why = _RAY_ONLY.get(item.name, "one process reserves no Ray resources")
+                    raise ConfigError(f"{prefix}{item.name}={shown} needs {prefix}backend=ray ({why}: it would be "
+                                      "ignored)")
+        if self.address not in ("local", "auto") and head_address(self.address) is None:
+            raise ConfigError(f"{prefix}address must be local, auto, HOST:PORT or ray://HOST:PORT, got "
+                              f"{self.address!r}")
+        if self.learners > 1 and self.learner_cpus + self.learner_gpus <= 0:
+            raise ConfigError(f"{prefix}learner_cpus or learner_gpus must be > 0 with learners > 1 (they are placed "
+                              "as a group)")
+
+
+# why a distributed.* key does nothing in one process (backend=none): a value other than its default is refused,
+# it was silently ignored (an address never joined, GPUs never reserved)
+_RAY_ONLY = {"address": "one process joins no Ray cluster", "learners": "one process runs one learner",
+             "rollout_workers": "one process runs one rollout", "weight_sync": "one process has no weights to send",
+             "shard": "one process holds the whole policy", "max_restarts": "one process restarts no actor"}
+
+
+def head_address(address: str) -> tuple[str, int] | None:
+    """(host, port) of a Ray head given as HOST:PORT or ray://HOST:PORT (IPv6 in brackets); None otherwise
+    (`local`, `auto`, anything malformed). One parse for the config check and the reachability check."""
+    scheme, _, rest = address.rpartition("://")
+    host, _, port = rest.rpartition(":")
+    if not host or not port.isdigit() or scheme not in ("", "ray"):
+        return None
+    return host.strip("[]"), int(port)
