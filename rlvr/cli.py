@@ -13,7 +13,9 @@ and exit code 130; a second Ctrl-C during a run adds how to continue it.
 Subcommands raise; only `main` maps.
 
 Run from the shell (argv None), `main` first re-executes itself with a fast allocator preloaded
-(`rlvr.allocator`; RLVR_ALLOCATOR=system switches that off).
+(`rlvr.allocator`; RLVR_ALLOCATOR=system switches that off), unless it only prints help (--help, --help-config,
+--version): building the parser imports no heavy module (torch, transformers: each command imports them when it
+runs), so help answers in a fraction of a second.
 """
 
 from __future__ import annotations
@@ -76,14 +78,39 @@ class ArgumentParser(argparse.ArgumentParser):
 def build_parser() -> ArgumentParser:
     from rlvr import __version__
 
+    from rlvr.commands.pipelines import shipped_list
+
     parser = ArgumentParser(prog="rlvr", description="Post-train language models with RL from "
-                            "verifiable rewards. Start with `rlvr demo`.")
+                            "verifiable rewards. Start with `rlvr demo`.",
+                            epilog=f"Shipped configs, by name wherever a CONFIG is taken (rlvr configs describes "
+                                   f"them): {shipped_list()}. `rlvr COMMAND --help` for a command's options.")
     parser.add_argument("--version", action="version", version=f"rlvr {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
         module = importlib.import_module(name)
         (getattr(module, "add_parser", None) or module.add_parsers)(subparsers)
+    _describe(subparsers)
     return parser
+
+
+def _describe(subparsers: argparse._SubParsersAction) -> None:
+    """A (sub)command without a description of its own shows its one-line help as one under its usage."""
+    helps = {action.dest: action.help for action in subparsers._choices_actions}
+    for name, sub in subparsers.choices.items():
+        if sub.description is None:
+            sub.description = helps.get(name)
+        for action in sub._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                _describe(action)
+
+
+HELP_FLAGS = ("-h", "--help", "--help-config", "--version")
+
+
+def _only_help(args: list[str]) -> bool:
+    """Whether the command line asks for help only (no run follows): then no re-execution for the allocator,
+    which would start Python twice to print a page."""
+    return any(arg in HELP_FLAGS for arg in args)
 
 
 USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError)  # ConfigError is a ValueError
@@ -92,7 +119,7 @@ USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError)  # ConfigError
 def main(argv: list[str] | None = None) -> int:
     """`rlvr ...` and `python -m rlvr ...`: the one place errors become exit codes."""
     try:  # Ctrl-C in the first seconds (the subcommands' imports) is an interrupt too, not a traceback
-        if argv is None:  # the real command line, not a call from Python: set up the allocator first
+        if argv is None and not _only_help(sys.argv[1:]):  # the real command line: set up the allocator first
             setup_allocator()
         args = build_parser().parse_args(argv)
     except AllocatorError as err:

@@ -28,7 +28,6 @@ from typing import Iterator, Sequence
 from rlvr.commands.outputs import try_writing
 from rlvr.config import check_out_dir
 from rlvr.data.decontaminate import DEFAULT_MIN_WORDS, decontaminate
-from rlvr.data.dedup import deduplicate
 from rlvr.data.report import CurationResult
 from rlvr.jsonl import write_jsonl
 from rlvr.jsonl import read_jsonl_located
@@ -116,6 +115,8 @@ def _decontaminate(args: argparse.Namespace) -> int:
 
 
 def _dedup(args: argparse.Namespace) -> int:
+    from rlvr.data.dedup import deduplicate  # numpy: imported when the step runs, not for --help
+
     if not 0 < args.threshold <= 1:
         raise ValueError(f"--threshold must be in (0, 1], got {args.threshold}")
     if args.shingle < 1:

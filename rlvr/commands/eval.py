@@ -13,9 +13,6 @@ from pathlib import Path
 from rlvr.commands.outputs import make_out_folder, resolve_out_file
 from rlvr.commands.placement_flags import add_placement_flags, config_from_flags
 from rlvr.commands.task_options import task_from_cli
-from rlvr.eval.evaluate import evaluate, is_eval_jsonl
-from rlvr.thinking.budget import EARLY_STOP_TEXT
-from rlvr.thinking.sweep import add_thinking_budget_args, run_budget_eval
 
 _ORDER = ("accuracy", "reward", "mean_length", "format_error_rate", "truncation_rate")
 
@@ -28,6 +25,28 @@ def _k_list(text: str) -> list[int]:
     if not ks or min(ks) < 1:
         raise argparse.ArgumentTypeError(f"--k values must be >= 1, got {text!r}")
     return sorted(set(ks))  # 1,1,2 asks for pass@1 and pass@2
+
+
+def parse_budgets(text: str) -> list[int]:
+    """`"64,128,256"` -> [64, 128, 256]; argparse type for `--thinking-budget`."""
+    try:
+        budgets = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"thinking budgets must be comma-separated integers, got {text!r}") from None
+    if not budgets or any(b < 1 for b in budgets):
+        raise argparse.ArgumentTypeError(f"thinking budgets must be positive integers, got {text!r}")
+    return budgets
+
+
+def add_thinking_budget_args(parser: argparse.ArgumentParser) -> None:
+    """Add `--thinking-budget 64,128,256` and `--answer-tokens N` to an eval parser."""
+    parser.add_argument("--thinking-budget", type=parse_budgets, default=None, metavar="B1,B2,...",
+                        help="evaluate with thinking cut at each budget (Qwen3 early-stop phrase) and plot "
+                             "accuracy against budget")
+    parser.add_argument("--answer-tokens", type=int, default=None,
+                        help="most new tokens for the answer after the thinking (default: --max-new-tokens, "
+                             "else what the model's context leaves after the prompt, the largest budget and the "
+                             "early-stop text, at most 512)")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -99,6 +118,8 @@ def _new_tokens(args: argparse.Namespace, engine, prompts: list[str]) -> tuple[i
     """(new tokens per completion, new tokens of the answer after the thinking under --thinking-budget), both
     checked against the model's context before any work. The answer's prompt is a prompt, the largest budget's
     thinking and the early-stop text: sized for the plain prompts only, the sweep failed after the eval."""
+    from rlvr.thinking.budget import EARLY_STOP_TEXT
+
     def tokens(texts: list[str], special: bool) -> int:
         return max(map(len, engine.tokenizer(texts, add_special_tokens=special)["input_ids"]))
 
@@ -140,6 +161,8 @@ def out_file(args: argparse.Namespace) -> Path:
     """Where the graded samples go: --out, or eval_TASK.jsonl in it when it is a folder (as `rlvr report --out`
     does), default in the model folder; an existing file only if an earlier eval wrote it. Checked before the
     model loads (`make_out_folder` makes the folder later)."""
+    from rlvr.eval.evaluate import is_eval_jsonl
+
     out = resolve_out_file(args.out, Path(args.model) / f"eval_{args.task}.jsonl", "--out", is_eval_jsonl,
                            "a jsonl of graded samples written by `rlvr eval`")
     return out
@@ -156,8 +179,10 @@ def run(args: argparse.Namespace) -> int:
 
 def run_eval(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     """Greedy (n = 1) then sampled (n = --n) evaluation; returns {mode: metrics}."""
+    from rlvr.eval.evaluate import evaluate
     from rlvr.models import model_folder
     from rlvr.rollout.base import SamplingParams
+    from rlvr.thinking.sweep import run_budget_eval
     from rlvr.tasks import TooFewExamples
     from rlvr.train.preflight import check_model_folder
     from rlvr.train.rollout import inference_engine

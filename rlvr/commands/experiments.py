@@ -14,10 +14,12 @@ from __future__ import annotations
 import argparse
 
 from rlvr.commands.outputs import check_out_folder, make_out_folder
-from rlvr.pipelines.experiments.sort_rewards import PROMPT_SETS, SORT_REWARDS
-from rlvr.pipelines.experiments.sort_toy import (DELTAS, SortToyConfig, format_table, plot_sort_toy, run_sort_toy,
-                                                 save_metrics)
-from rlvr.pipelines.experiments.two_state import check_against_core, format_two_state, two_state_example
+
+# the names of the sort toy's deltas, rewards and prompt sets (rlvr.pipelines.experiments: DELTAS, SORT_REWARDS,
+# PROMPT_SETS), here for the parser: those modules import torch, which `--help` must not
+DELTA_NAMES = ("raw", "centered", "normalized", "max_only")
+REWARD_NAMES = ("exact", "position", "inclusion")
+PROMPT_SET_NAMES = ("lecture", "repeated")
 
 
 def _positive_int(text: str) -> int:
@@ -34,10 +36,13 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def sort_toy_configs(args: argparse.Namespace) -> dict[str, SortToyConfig]:
+def sort_toy_configs(args: argparse.Namespace) -> dict:
     """{label: config} of every run, all checked before the first one trains."""
-    deltas = list(DELTAS) if args.delta == "all" else [args.delta]
-    rewards = list(SORT_REWARDS) if args.reward == "all" else [args.reward]
+    from rlvr.pipelines.experiments.sort_rewards import PROMPT_SETS
+    from rlvr.pipelines.experiments.sort_toy import SortToyConfig
+
+    deltas = list(DELTA_NAMES) if args.delta == "all" else [args.delta]
+    rewards = list(REWARD_NAMES) if args.reward == "all" else [args.reward]
     if "normalized" in deltas and args.responses < 2:
         raise ValueError(f"--responses {args.responses}: --delta {args.delta} runs the normalized delta, which "
                          "needs at least 2 responses per prompt (a std); raise --responses or pick another --delta")
@@ -52,6 +57,8 @@ def sort_toy_configs(args: argparse.Namespace) -> dict[str, SortToyConfig]:
 
 
 def _sort_toy(args: argparse.Namespace) -> int:
+    from rlvr.pipelines.experiments.sort_toy import format_table, plot_sort_toy, run_sort_toy, save_metrics
+
     configs = sort_toy_configs(args)
     name = "_".join(["sort_toy", args.delta] + [args.reward] * (args.reward != "inclusion")
                     + [args.prompts] * (args.prompts != "lecture"))
@@ -83,6 +90,8 @@ def _lecture17(args: argparse.Namespace) -> int:
 
 
 def _two_state(args: argparse.Namespace) -> int:
+    from rlvr.pipelines.experiments.two_state import check_against_core, format_two_state, two_state_example
+
     result = two_state_example()
     print(format_two_state(result, check_against_core(result)))
     return 0
@@ -94,13 +103,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
     toy = sub.add_parser("sort-toy", help="policy gradient on 3-number sorting with raw/centered/normalized/"
                                           "max_only deltas (CS336 lecture 17)")
-    toy.add_argument("--delta", choices=[*DELTAS, "all"], default="all",
+    toy.add_argument("--delta", choices=[*DELTA_NAMES, "all"], default="all",
                      help="which delta multiplies grad log pi; 'all' runs the four and draws them on one figure")
-    toy.add_argument("--reward", choices=[*SORT_REWARDS, "all"], default="inclusion",
+    toy.add_argument("--reward", choices=[*REWARD_NAMES, "all"], default="inclusion",
                      help="reward design (lecture 17): exact (0/1), position (matching positions), inclusion "
                           "(prompt tokens present + ordered pairs, hackable with repeated tokens); "
                           "'all' runs the three")
-    toy.add_argument("--prompts", choices=list(PROMPT_SETS), default="lecture",
+    toy.add_argument("--prompts", choices=list(PROMPT_SET_NAMES), default="lecture",
                      help="lecture: [1 0 2], [3 2 4], [1 2 3]; repeated: prompts that repeat a token, where the "
                           "inclusion reward has maximum-reward answers that are not sorted")
     toy.add_argument("--epochs", type=_positive_int, default=100, help="sampling rounds (lecture: 100)")

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 from pathlib import Path
 
 from rlvr.commands.grammar import add_config_args
@@ -18,6 +19,30 @@ def _presets(args: argparse.Namespace) -> int:
     from rlvr.presets import format_presets
 
     print(format_presets())
+    return 0
+
+
+def shipped_list() -> str:
+    """The shipped configs by command, one line each: the epilog of `rlvr --help` and `rlvr train --help`."""
+    from rlvr.config import shipped_configs
+
+    names: dict[str, list[str]] = {}
+    for command, name, _ in shipped_configs():
+        names.setdefault(command, []).append(name)
+    return "; ".join(f"rlvr {command}: {', '.join(found)}" for command, found in names.items())
+
+
+def _configs(args: argparse.Namespace) -> int:
+    from rlvr.config import SHIPPED_CONFIGS, shipped_configs
+
+    found = shipped_configs()
+    width = max(len(f"rlvr {command} {name}") for command, name, _ in found)
+    room = max(40, shutil.get_terminal_size((120, 24)).columns - width - 5)
+    print(f"Shipped configs ({SHIPPED_CONFIGS}); the name stands for the file wherever a CONFIG is taken:")
+    for command, name, summary in found:
+        cut = summary if len(summary) <= room else summary[: summary.rfind(" ", 0, room - 3)] + "..."
+        print(f"  {f'rlvr {command} {name}':<{width}}  {cut}")
+    print("Every key of a config: rlvr train --help-config (a recipe's stages: rlvr recipe --help-config).")
     return 0
 
 
@@ -85,6 +110,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("presets", help="list the named algorithm presets (grpo, dr_grpo, dapo, ppo, ...)",
                               description="List the named algorithms (algorithm.preset) and the keys each sets.")
     p.set_defaults(func=_presets)
+
+    k = subparsers.add_parser("configs", help="list the shipped configs and recipes, with the command that runs each",
+                              description="List the configs shipped with rlvr (training configs, recipes, "
+                                          "comparisons) and what each trains; a name works wherever a CONFIG file "
+                                          "does (rlvr train sort, rlvr recipe r1).")
+    k.set_defaults(func=_configs)
 
     c = subparsers.add_parser("compare", help="train several algorithm variants on the same task and seed, "
                                               "plot reward, held-out accuracy and completion length together",

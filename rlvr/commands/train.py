@@ -15,6 +15,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from rlvr.commands.grammar import add_config_args, out_override
+from rlvr.commands.pipelines import shipped_list
 from rlvr.config import Config, ConfigError, config_help
 
 
@@ -115,7 +116,8 @@ def _sections() -> str:
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("train", help="run RL (GRPO family, PPO) from a YAML config",
                               description="Run the RL loop from a YAML config (a file, or a shipped config by name: "
-                                          "rlvr configs); see docs/training.md.")
+                                          "rlvr configs); see docs/training.md.",
+                              epilog=f"Shipped configs (rlvr configs describes them): {shipped_list()}.")
     add_config_args(p, f"YAML config, or a shipped config's name (rlvr configs); sections: {_sections()}")
     p.add_argument("--out", default=None, help="run folder (the config key out_dir)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")

@@ -10,7 +10,7 @@ turns that into exit code 2. Registry names are checked when a run is set up (`r
 
 from rlvr.config.checks import check_out_dir, validate
 from rlvr.config.load import (SHIPPED_CONFIGS, apply_overrides, config_file, config_help, from_dict, load_config,
-                              parse_yaml, read_yaml, save_config, with_absolute_paths)
+                              parse_yaml, read_yaml, save_config, shipped_configs, with_absolute_paths)
 from rlvr.config.offline import (OfflineConfig, PackedSFTConfig, PreferenceConfig, RewardModelConfig, RFTConfig,
                                  SFTRunConfig)
 from rlvr.config.sections import (OLD_LOGPROBS, AlgorithmConfig, BaseModelConfig, CheckpointConfig, Config,
@@ -20,8 +20,8 @@ from rlvr.config.sections import (OLD_LOGPROBS, AlgorithmConfig, BaseModelConfig
                                   check_finite_number, f)
 
 __all__ = [
-    "check_out_dir", "validate", "SHIPPED_CONFIGS", "apply_overrides", "config_file",
-    "config_help", "from_dict", "load_config", "parse_yaml", "read_yaml", "save_config", "with_absolute_paths",
+    "check_out_dir", "validate", "SHIPPED_CONFIGS", "apply_overrides", "config_file", "config_help", "from_dict",
+    "load_config", "parse_yaml", "read_yaml", "save_config", "shipped_configs", "with_absolute_paths",
     "OfflineConfig", "PackedSFTConfig", "PreferenceConfig", "RewardModelConfig", "RFTConfig", "SFTRunConfig",
     "OLD_LOGPROBS", "AlgorithmConfig", "BaseModelConfig", "CheckpointConfig", "Config", "ConfigError",
     "DistributedConfig", "EnvConfig", "EvalConfig", "GenerationConfig", "GuardConfig", "LogConfig", "LoRAConfig",

@@ -29,6 +29,31 @@ from rlvr.presets import deep_merge, get_preset, nested
 SHIPPED_CONFIGS = Path(__file__).resolve().parents[1] / "configs"  # package data: demo, sort, recipes, compare
 
 
+# the folders of the shipped configs and the command that runs each kind
+SHIPPED_KINDS = {"": "train", "environments": "train", "recipes": "recipe", "compare": "compare"}
+
+
+def shipped_configs() -> list[tuple[str, str, str]]:
+    """(command, name, its header comment's first paragraph) of every shipped config: what `rlvr configs` lists; the
+    name is what CONFIG takes (`rlvr train sort`, `rlvr recipe r1`, `rlvr compare compare/length_bias`)."""
+    found = []
+    for folder, command in SHIPPED_KINDS.items():
+        for path in sorted((SHIPPED_CONFIGS / folder).glob("*.yaml")):
+            name = path.stem if folder in ("", "recipes") else f"{folder}/{path.stem}"  # as config_file finds it
+            found.append((command, name, _summary(path.read_text(encoding="utf-8"))))
+    return found
+
+
+def _summary(text: str) -> str:
+    """The first paragraph of a YAML file's header comment (up to a list, a blank line or the first key)."""
+    lines = []
+    for line in text.splitlines():
+        if not line.startswith("#") or line.startswith(("#  ", "#\t")) or line.strip() == "#":
+            break
+        lines.append(line[1:].strip())
+    return " ".join(lines)
+
+
 def config_file(name: str | Path, folder: str = "", what: str = "config file") -> Path:
     """A YAML path as given, else a shipped config by name (`sort`, `recipes/r1`, or `r1` in `folder`)."""
     path = Path(name)

@@ -89,28 +89,6 @@ def format_budget_table(points: Sequence[BudgetPoint]) -> str:
     return "\n".join(lines)
 
 
-def parse_budgets(text: str) -> list[int]:
-    """`"64,128,256"` -> [64, 128, 256]; argparse type for `--thinking-budget`."""
-    try:
-        budgets = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"thinking budgets must be comma-separated integers, got {text!r}") from None
-    if not budgets or any(b < 1 for b in budgets):
-        raise argparse.ArgumentTypeError(f"thinking budgets must be positive integers, got {text!r}")
-    return budgets
-
-
-def add_thinking_budget_args(parser: argparse.ArgumentParser) -> None:
-    """Add `--thinking-budget 64,128,256` and `--answer-tokens N` to an eval parser."""
-    parser.add_argument("--thinking-budget", type=parse_budgets, default=None, metavar="B1,B2,...",
-                        help="evaluate with thinking cut at each budget (Qwen3 early-stop phrase) and plot "
-                             "accuracy against budget")
-    parser.add_argument("--answer-tokens", type=int, default=None,
-                        help="most new tokens for the answer after the thinking (default: --max-new-tokens, "
-                             "else what the model's context leaves after the prompt, the largest budget and the "
-                             "early-stop text, at most 512)")
-
-
 def run_budget_eval(args: argparse.Namespace, engine: RolloutEngine, task: Any, examples: Sequence[Any],
                     out_dir: str | Path, sampling: SamplingParams | None = None) -> list[BudgetPoint]:
     """What `rlvr eval` runs when `args.thinking_budget` is set: sweep, print a table, write

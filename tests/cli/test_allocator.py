@@ -96,6 +96,8 @@ def test_setup_reexecs_once_and_reports_the_allocator():
 
 
 def test_cli_rejects_a_bad_choice_in_one_line_with_exit_code_2():
-    out = run(["-m", "rlvr.cli", "--version"], RLVR_ALLOCATOR="bogus")
+    out = run(["-m", "rlvr.cli", "presets"], RLVR_ALLOCATOR="bogus")
     assert out.returncode == 2 and out.stdout == "" and len(out.stderr.splitlines()) == 1
     assert "RLVR_ALLOCATOR='bogus' is not an allocator" in out.stderr
+    out = run(["-m", "rlvr.cli", "--version"], RLVR_ALLOCATOR="bogus")  # help runs nothing: no allocator set up
+    assert out.returncode == 0 and out.stdout.startswith("rlvr ") and out.stderr == ""

@@ -14,6 +14,7 @@ import pytest
 from rlvr.cli import main
 from rlvr.environments import TOOLS, get_tools, run_tool_call
 from rlvr.environments.tools import ToolCall
+from rlvr.commands.grammar import set_args
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "environments.md"
@@ -34,7 +35,7 @@ def test_the_worked_example_trains_as_written(tmp_path, monkeypatch):
     command = re.search(r"```bash\nPYTHONPATH=\. rlvr (.*?)\n```", section, re.S).group(1)
     monkeypatch.syspath_prepend(str(tmp_path))  # PYTHONPATH=.
     try:
-        assert main([*shlex.split(command), "--set", *TINY, f"out_dir={tmp_path / 'run'}"]) == 0
+        assert main([*shlex.split(command), *set_args([*TINY, f"out_dir={tmp_path / 'run'}"])]) == 0
     finally:
         sys.modules.pop("my_envs", None)
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]

@@ -16,6 +16,7 @@ from rlvr.cli import main
 from rlvr.config import ConfigError, load_config
 from rlvr.logging.trackers import IDS, flat_params, mlflow_key, open_trackers
 from rlvr.logging.sinks import tracker_values
+from rlvr.commands.grammar import set_args
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["model.tiny_preset=test", "task.train_size=64", "task.eval_size=4", "sft.steps=2", "sft.batch_size=8",
@@ -83,7 +84,7 @@ def test_a_run_reports_to_every_tracker(tmp_path):
     """A 2-step tiny run with all five: each tracker holds the steps' completion length (and the timings under
     time/, the throughput under perf/) as metrics.jsonl and timings.jsonl do."""
     run = tmp_path / "tracked"
-    assert main(["train", str(ROOT / "configs" / "sort.yaml"), "--set", *TINY, ALL, f"out_dir={run}"]) == 0
+    assert main(["train", str(ROOT / "configs" / "sort.yaml"), *set_args([*TINY, ALL, f"out_dir={run}"])]) == 0
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     timings = [json.loads(line) for line in (run / "timings.jsonl").read_text().splitlines() if '"s_per_step"' in line]
     lengths = [(r["step"], r["completion_length"]) for r in metrics if "completion_length" in r]
@@ -149,7 +150,7 @@ def test_a_tracker_that_is_not_installed_is_one_line_naming_the_pip_command(tmp_
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
     run = tmp_path / "run"
     assert main(["train", str(ROOT / "configs" / "sort.yaml"), "--set", "log.report_to=[wandb]",
-                 f"out_dir={run}"]) == 2
+                 "--set", f"out_dir={run}"]) == 2
     err = capsys.readouterr().err
     assert err == ("rlvr train: error: log.report_to: wandb is not installed; pip install 'rlvr[wandb]' "
                    "(or pip install wandb)\n")

@@ -3,16 +3,15 @@ import json
 
 import pytest
 
+from rlvr.commands.eval import add_thinking_budget_args, parse_budgets
 from rlvr.models import build_char_tokenizer, build_tiny_model
 from rlvr.rollout import HFEngine, SamplingParams
 from rlvr.tasks.base import Example
 from rlvr.thinking import (
     EARLY_STOP_TEXT,
     ThinkingBudgetEngine,
-    add_thinking_budget_args,
     budget_sweep,
     format_budget_table,
-    parse_budgets,
     run_budget_eval,
 )
 

@@ -22,6 +22,7 @@ from rlvr.train.guard import RunGuard, RunStopped, nonfinite_weights
 from rlvr.train.loop import train
 from rlvr.train.preflight import check_checkpoint
 from rlvr.train.setup import prepare_run
+from rlvr.commands.grammar import set_args
 
 # configs/sort.yaml made small: a 20-step warm start (entropy 3.30 of ln 101 = 4.62 at step 1), 64 samples a step
 SORT = ["sft.steps=20", "train.steps=6", "train.batch_size=64", "train.mini_batch_size=32", "task.eval_size=16",
@@ -38,7 +39,7 @@ def _records(run):
 
 def test_lr_1e6_on_the_sort_config_stops_with_one_line_and_the_doctor_names_the_cause(tmp_path, capsys):
     run = tmp_path / "run"
-    assert main(["train", "configs/sort.yaml", "--set", *SORT, "optim.lr=1e6", f"out_dir={run}"]) == 1
+    assert main(["train", "configs/sort.yaml", *set_args([*SORT, "optim.lr=1e6", f"out_dir={run}"])]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("rlvr train: stopped: step 1: policy collapse: the importance "
                                                    "ratio exploded within the update: KL to the sampling policy")
@@ -107,7 +108,7 @@ def test_nan_weights_after_an_update_stop_that_step_before_its_checkpoint(tmp_pa
 
 def test_the_off_switch_lets_the_run_go_on_and_the_doctor_still_names_it(tmp_path, capsys):
     run = tmp_path / "run"
-    argv = ["train", "configs/sort.yaml", "--set", *SORT, *ONE_STEP, "optim.lr=1e6", "guard.collapse=false"]
+    argv = ["train", "configs/sort.yaml", *set_args([*SORT, *ONE_STEP, "optim.lr=1e6", "guard.collapse=false"])]
     assert main([*argv, f"out_dir={run}"]) == 0
     assert max(_records(run)) == 6 and (run / "final_model").is_dir()
     findings = diagnose(run)
