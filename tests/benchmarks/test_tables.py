@@ -1,0 +1,58 @@
+"""The performance docs' tables are benchmarks/tables.py's output from benchmarks/results/*.jsonl, and the
+results files are complete records (every row says which run, when, where and how)."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+spec = importlib.util.spec_from_file_location("tables", ROOT / "benchmarks" / "tables.py")
+tables = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(tables)
+
+
+@pytest.mark.parametrize("doc", tables.DOCS, ids=lambda p: p.name)
+def test_the_committed_tables_are_the_scripts_output(doc):
+    text = doc.read_text(encoding="utf-8")
+    assert tables.update(text) == text, f"run .venv/bin/python benchmarks/tables.py to refresh {doc.name}"
+    named = {m.group("name") for m in tables.MARK.finditer(text)}
+    assert named and named <= set(tables.TABLES)
+
+
+def test_every_table_is_in_a_doc_and_every_results_row_is_a_full_record():
+    shown = {m.group("name") for doc in tables.DOCS for m in tables.MARK.finditer(doc.read_text(encoding="utf-8"))}
+    assert shown == set(tables.TABLES)
+    machines = tables.machines()
+    for path in sorted(tables.RESULTS.glob("*.jsonl")):
+        if path.stem == "machines":
+            continue
+        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            row = json.loads(line)
+            missing = [k for k in ("run", "date", "machine", "command") if not row.get(k)]
+            assert not missing, f"{path.name}:{i} lacks {missing}"
+            assert row["machine"] in machines, f"{path.name}:{i}: unknown machine {row['machine']!r}"
+
+
+def test_the_newest_run_of_each_group_by_date_then_time_then_line():
+    rows = [{"run": "a", "task": "x", "date": "2026-12-02"}, {"run": "b", "task": "x", "date": "2026-12-01"},
+            {"run": "c", "task": "y", "date": "2026-12-02", "time_utc": "09:00"},
+            {"run": "d", "task": "y", "date": "2026-12-02", "time_utc": "08:00"},
+            {"run": "e", "task": "x", "date": "2026-12-02"}]  # same date as a, a later line: newer
+    assert tables.latest_runs(rows, ["task"]) == ["c", "e"]
+    assert tables.latest_runs(rows, []) == ["c"]
+
+
+def test_trl_medians_by_hand():
+    rows = [{"task": "demo", "per_step": 1.7, "to_target": 1.2, "rss_rlvr_mib": 440, "rss_trl_mib": 600},
+            {"task": "demo", "per_step": 1.9, "to_target": 1.6, "rss_rlvr_mib": 450, "rss_trl_mib": 600},
+            {"task": "demo", "per_step": 1.8, "to_target": 1.3, "rss_rlvr_mib": 430, "rss_trl_mib": 600}]
+    (med,) = tables._trl_medians(rows)
+    assert (med["per_step"], med["to_target"], med["rss_ratio"], med["rollout_ratio"]) == (1.8, 1.3, "0.73", None)
+
+
+def test_history_prints_every_run():
+    text = tables.history("bench_update")
+    runs = {json.loads(line)["run"] for line in (tables.RESULTS / "bench_update.jsonl").read_text().splitlines()}
+    assert {line.split(": ", 1)[1] for line in text.splitlines() if line.startswith("## ")} == runs
