@@ -14,7 +14,7 @@ from rlvr.commands.outputs import make_out_folder, resolve_out_file
 from rlvr.commands.placement_flags import add_placement_flags, config_from_flags
 from rlvr.commands.task_options import task_from_cli
 
-_ORDER = ("accuracy", "reward", "mean_length", "format_error_rate", "truncation_rate")
+_ORDER = ("accuracy", "reward", "mean_length", "format_error_rate", "formatted_wrong_rate", "truncation_rate")
 
 
 def _k_list(text: str) -> list[int]:

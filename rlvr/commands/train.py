@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import argparse
+import time
 from dataclasses import fields
 from pathlib import Path
 
@@ -25,6 +26,7 @@ def _train(args: argparse.Namespace) -> int:
         return 0
     from rlvr.config import load_config
     from rlvr.train.loop import train, train_to_end
+    from rlvr.train.summary import print_summary
 
     overrides = out_override(args)
     if args.resume:
@@ -42,14 +44,12 @@ def _train(args: argparse.Namespace) -> int:
         cfg = load_config(args.config, overrides)
     if cfg.distributed.backend == "ray":
         from rlvr.distributed.run import train_distributed as train
+    start = time.perf_counter()
     if args.resume_or_start:  # also a folder stopped before its first checkpoint: started again
         result = train_to_end(cfg, run_train=train)
     else:
         result = train(cfg, resume=bool(args.resume))
-    acc = result.final_eval.get("eval/greedy_accuracy")
-    if acc is not None:
-        print(f"held-out greedy exact-match accuracy: {acc:.3f}")
-    print(f"run folder: {result.run_dir}")
+    print_summary(result, time.perf_counter() - start)
     return 0
 
 
@@ -63,9 +63,8 @@ def _sft(args: argparse.Namespace) -> int:
 
     from rlvr.config import load_config
     from rlvr.models import model_folder, resolve_placement
-    from rlvr.tasks import get_task
     from rlvr.train.evaluate import evaluate_heldout
-    from rlvr.train.preflight import check_context, check_output_folder, preflight
+    from rlvr.train.preflight import check_context, check_output_folder, preflight, run_task
     from rlvr.train.rollout import inference_engine
     from rlvr.train.setup import held_out_examples, start_model
 
@@ -80,7 +79,7 @@ def _sft(args: argparse.Namespace) -> int:
     # an RL run's folder (its metrics, its init_model) or an earlier SFT's model is not written over unasked
     check_output_folder(cfg.out_dir, ["sft_model", "init_model", "metrics.jsonl"], args.overwrite,
                         "--out" if args.out else "out_dir")
-    task = get_task(cfg.task.name, **cfg.task.options)
+    task = run_task(cfg)
     held_out = held_out_examples(cfg, task)  # before training: the task may not have that many
     check_context(cfg, [ex.prompt for ex in held_out])
     if cfg.threads:  # as `rlvr train` (rlvr.train.setup.prepare_run)

@@ -55,11 +55,12 @@ def _summary(text: str) -> str:
 
 
 def config_file(name: str | Path, folder: str = "", what: str = "config file") -> Path:
-    """A YAML path as given, else a shipped config by name (`sort`, `recipes/r1`, or `r1` in `folder`)."""
+    """A YAML path as given, else a shipped config by name (`sort`, `recipes/r1`, or `r1` in `folder`; a one-stage
+    recipe's name, `smollm2_full`, as well: `rlvr train` runs it)."""
     path = Path(name)
     if path.is_file():
         return path
-    for candidate in (SHIPPED_CONFIGS / folder / path, SHIPPED_CONFIGS / path):
+    for candidate in (SHIPPED_CONFIGS / folder / path, SHIPPED_CONFIGS / path, SHIPPED_CONFIGS / "recipes" / path):
         for shipped in (candidate, candidate.with_name(candidate.name + ".yaml")):
             if shipped.is_file():
                 return shipped

@@ -18,9 +18,10 @@ from rlvr.distributed.data_parallel import DataParallelLearner, ShardedLearner
 from rlvr.models import load_model, load_tokenizer, resolve_placement
 from rlvr.rollout.scored import ScoredBatch
 from rlvr.seeds import seed_everything
-from rlvr.tasks import Example, get_task
+from rlvr.tasks import Example
 from rlvr.train.learner import Learner
 from rlvr.rollout.engines import build_engine, engine_spec
+from rlvr.train.preflight import run_task
 from rlvr.train.rollout import Rollout
 
 
@@ -44,7 +45,7 @@ class RolloutWorker:
         samples_policy = engine_spec(cfg).samples_policy
         policy = load_model(init_path).to(resolve_placement(cfg.model).device) if samples_policy else None
         engine = build_engine(cfg, policy, tokenizer, init_path)
-        self.rollout = Rollout(cfg, get_task(cfg.task.name, **cfg.task.options), engine)
+        self.rollout = Rollout(cfg, run_task(cfg), engine)
         self.group, self.layout = None, []  # the weight-sync group, with `distributed.weight_sync: collective`
 
     def collect(self, step: int, stream_state: dict | None, version: int) -> tuple[ScoredBatch, dict]:

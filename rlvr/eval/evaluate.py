@@ -4,8 +4,8 @@
                        sampling=SamplingParams(temperature=1.0, max_new_tokens=512), k_list=(1, 4, 8))
 
 Metrics: accuracy (mean correctness of all samples), pass@k (unbiased), maj@k, mean reward,
-mean completion length (tokens), format-error rate (when the task defines a format) and
-truncation rate (finish_reason == "length").
+mean completion length (tokens), format-error rate and the share of well-formatted wrong answers (when the
+task defines a format) and truncation rate (finish_reason == "length").
 """
 
 from __future__ import annotations
@@ -69,9 +69,10 @@ def summarize(records: Sequence[dict[str, Any]], n: int, k_list: Sequence[int] =
            "reward": mean([r["reward"] for r in records]),
            "mean_length": mean([float(r["length"]) for r in records]),
            "truncation_rate": mean([float(r["finish_reason"] == "length") for r in records])}
-    formats = [r["format_ok"] for r in records if r["format_ok"] is not None]
+    formats = [r for r in records if r["format_ok"] is not None]
     if formats:
-        out["format_error_rate"] = mean([float(not ok) for ok in formats])
+        out["format_error_rate"] = mean([float(not r["format_ok"]) for r in formats])
+        out["formatted_wrong_rate"] = mean([float(r["format_ok"] and not r["correct"]) for r in formats])
     for k in sorted(set(k_list)):
         if k > n:
             raise ValueError(f"k={k} needs at least k samples per prompt; n={n}")

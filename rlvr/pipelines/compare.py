@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+import typing
+from dataclasses import dataclass, is_dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from rlvr.presets import PRESETS, preset_overrides
-from rlvr.config import ConfigError, load_config, read_yaml
+from rlvr.config import Config, ConfigError, load_config, read_yaml
 from rlvr.jsonl import read_jsonl
 from rlvr.train.loop import train_to_end
 from rlvr.train.preflight import preflight
@@ -50,17 +51,18 @@ class Variant:
         return ["algorithm.preset"] if self.preset else [_key(item) for item in self.overrides]
 
 
-def _flatten(tree: dict[str, Any]) -> list[str]:
+def _flatten(tree: dict[str, Any], section: type | None = Config, prefix: str = "") -> list[str]:
     """{"algorithm": {"beta": 0}, "seed": 1} -> ["algorithm.beta=0", "seed=1"]: config files are
-    sections of keys; mappings and lists inside a section (task.options, ...) are written as JSON,
-    which `--set` reads as YAML."""
-    out = []
+    sections of keys, and sections inside them (model.lora); other mappings and lists (task.options, ...) are
+    written as JSON, which `--set` reads as YAML. An unknown key is left for `--set` to name."""
+    out, kinds = [], typing.get_type_hints(section) if section else {}
     for key, value in tree.items():
-        items = value.items() if isinstance(value, dict) else [(None, value)]
-        for sub, leaf in items:
-            name = key if sub is None else f"{key}.{sub}"
-            text = "null" if leaf is None else json.dumps(leaf) if isinstance(leaf, (dict, list, bool)) else leaf
-            out.append(f"{name}={text}")
+        kind = kinds.get(key)
+        if isinstance(value, dict) and (is_dataclass(kind) or not prefix):  # a section (or an unknown one's keys)
+            out += _flatten(value, kind if is_dataclass(kind) else None, f"{prefix}{key}.")
+            continue
+        text = "null" if value is None else json.dumps(value) if isinstance(value, (dict, list, bool)) else value
+        out.append(f"{prefix}{key}={text}")
     return out
 
 

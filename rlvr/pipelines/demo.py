@@ -7,15 +7,14 @@ Prints held-out greedy exact-match accuracy before and after RL and whether the 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 
 from rlvr.config import SHIPPED_CONFIGS, load_config
 from rlvr.logging.progress import TrainProgress
-from rlvr.train.loop import train
+from rlvr.train.loop import RunResult, train
 from rlvr.train.setup import prepare_run
+from rlvr.train.summary import summary_table, where_lines
 
 DEMO_CONFIG = SHIPPED_CONFIGS / "demo.yaml"
 TARGET_ACCURACY, TARGET_GAIN = 0.9, 0.2
@@ -33,18 +32,15 @@ def _intro(cfg) -> str:
             f"loss={cfg.algorithm.policy_loss}, mu={cfg.algorithm.mu}")
 
 
-def _report(console: Console, before: float, after: float, run_dir: Path, seconds: float) -> bool:
-    table = Table(title="held-out greedy exact-match accuracy")
-    for column in ("after SFT (before RL)", "after GRPO", "gain"):
-        table.add_column(column, justify="right")
-    table.add_row(f"{before:.3f}", f"{after:.3f}", f"{after - before:+.3f}")
-    console.print(table)
+def _report(console: Console, result: RunResult, seconds: float) -> bool:
+    before, after = result.first_eval[ACC], result.final_eval[ACC]
+    console.print(summary_table(result.first_eval, result.final_eval, "after SFT (before RL)", "after GRPO"))
     passed = after >= TARGET_ACCURACY and after - before >= TARGET_GAIN
     verdict = "[green]reached" if passed else "[red]did NOT reach"
     console.print(f"{verdict}[/] the demo's bar: accuracy >= {TARGET_ACCURACY} and a gain >= {TARGET_GAIN} "
-                  f"over the warm start ({seconds:.0f} s in all)")
-    console.print(f"run folder [bold]{run_dir}[/]: config.yaml, metrics.jsonl, timings.jsonl, samples.jsonl, "
-                  f"tensorboard/, plots/*.png, final_model/ (a Hugging Face checkpoint)")
+                  f"over the warm start")
+    for line in where_lines(result.run_dir, seconds):
+        console.print(line, soft_wrap=True)
     return passed
 
 
@@ -58,6 +54,5 @@ def run_demo(out: str | None = None, seed: int = 0, overrides: list[str] = ()) -
     with TrainProgress(cfg.sft.steps, description="SFT ", enabled=cfg.log.progress) as bar:
         run = prepare_run(cfg, on_sft=lambda step, loss: bar.update(step, {"sft_loss": loss}))
     result = train(cfg, run=run)
-    before, after = result.first_eval[ACC], result.final_eval[ACC]
-    passed = _report(console, before, after, result.run_dir, time.perf_counter() - start)
+    passed = _report(console, result, time.perf_counter() - start)
     return 0 if passed else 1

@@ -19,22 +19,23 @@ from rlvr.models import load_policy, load_tokenizer, resolve_placement, save_mod
 from rlvr.pipelines.recipe_options import fusion_rows
 from rlvr.rollout.base import SamplingParams
 from rlvr.rollout.hf_engine import HFEngine
-from rlvr.tasks import Example, get_task
+from rlvr.tasks import Example
 from rlvr.tasks.subset import write_examples
 from rlvr.thinking.fusion import THINK_FLAG, build_fusion_data, split_thinking, write_fusion_jsonl
 from rlvr.thinking.sweep import budget_sweep, save_budget_sweep
 from rlvr.train.loop import train_to_end
+from rlvr.train.preflight import run_task
 from rlvr.train.setup import start_model
 
 
 def initial_model(base: Config, out_dir: Path) -> Path:
     """`base.model.path`, or a tiny model built in `out_dir` (warm-started if `base.sft.steps`)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    return start_model(base, out_dir, get_task(base.task.name, **base.task.options))
+    return start_model(base, out_dir, run_task(base))
 
 
 def _task(base: Config):
-    return get_task(base.task.name, **base.task.options)
+    return run_task(base)
 
 
 def _load(base: Config, model_path: Path):

@@ -37,8 +37,8 @@ from rlvr.pipelines.compare import _flatten
 from rlvr.config import (Config, ConfigError, apply_overrides, check_out_dir, config_file, from_dict, load_config,
                          read_yaml)
 from rlvr.config.stages import STAGE_KINDS
-from rlvr.tasks import TooFewExamples, get_task
-from rlvr.train.preflight import SettingsChanged, describe, differences, plain
+from rlvr.tasks import TooFewExamples
+from rlvr.train.preflight import SettingsChanged, describe, differences, plain, run_task
 from rlvr.train.rollout import check_one_engine
 from rlvr.train.setup import held_out_examples
 from rlvr.train.validate import check_registries
@@ -126,7 +126,7 @@ def load_recipe(path: str | Path, overrides: list[str] = ()) -> Recipe:
 def check_held_out(cfg: Config, size: int | None = None, key: str = "") -> None:
     """The task has `size` (`key`; default task.eval_size) distinct held-out examples, as the stages that evaluate
     will draw them: refused before any work, not after the starting model and the stages before it were made."""
-    task = get_task(cfg.task.name, **cfg.task.options)
+    task = run_task(cfg)
     if size is None:
         held_out_examples(cfg, task)  # ConfigError naming task.eval_size
         return

@@ -15,7 +15,7 @@ import re
 from typing import Any, Mapping, Sequence
 
 from rlvr.rewards.base import BatchContext, RewardBatch, RewardOutput, bounded
-from rlvr.rewards.extract import extract_answer
+from rlvr.rewards.extract import extract_answer, last_boxed
 from rlvr.rewards.math_grader import MathGrader, get_grader
 from rlvr.rewards.safe import as_mapping
 
@@ -23,6 +23,7 @@ _TAGS = ("<think>", "</think>", "<answer>", "</answer>")
 _STRICT = re.compile(r"<think>\n.*?\n</think>\n<answer>\n.*?\n</answer>\n?", re.DOTALL)
 _LENIENT = re.compile(r"\s*<think>.*?</think>\s*<answer>.*?</answer>\s*", re.DOTALL)
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+MARKERS = ("boxed", "tags")  # where a chat or plain prompt asks for the final answer (rlvr.tasks.templates)
 
 
 def with_prompt_prefix(prompt: str, completion: str) -> str:
@@ -56,6 +57,15 @@ def answer_in_tags(text: str) -> str | None:
     return extract_answer("<answer>" + blocks[-1] + "</answer>") if blocks else None
 
 
+def marked_answer(text: str, marker: str) -> str | None:
+    """The answer `text` states in the marker a prompt asked for: `boxed` (its last `\\boxed{}`) or `tags` (its
+    last `<answer>` block); None when it has no such marker, or an empty one."""
+    if marker not in MARKERS:
+        raise ValueError(f"unknown answer marker {marker!r}; choose from {list(MARKERS)}")
+    found = last_boxed(text) if marker == "boxed" else answer_in_tags(text)
+    return found.strip() or None if found is not None else None
+
+
 def final_answer(prompt: str, completion: str) -> str | None:
     """The answer the completion states: its last `<answer>` block (after a prompt that may open `<think>`),
     else what `extract_answer` finds; a `\\boxed{}` in the reasoning never overrides the `<answer>` block."""
@@ -67,19 +77,19 @@ def final_answer(prompt: str, completion: str) -> str | None:
 class MathReward:
     """1.0 when the completion's final answer equals `example[answer_key]` (`math_equal`), else 0.0.
 
-    format_gate: None, "lenient" or "strict". With a gate this is the R1-Zero reward: the answer
-    is read from the `<answer>` block and the score is format_ok * correct (components `format`
-    and `correct` are reported separately; `correct` falls back to `extract_answer` when there is
-    no `<answer>` block, so that it shows correctness apart from format).
+    format_gate: None, "lenient" or "strict" (R1-Zero's layout), "boxed" or "tags" (the marker a chat prompt
+    asked for). With a gate the score is format_ok * correct: the R1-Zero reward, or an answer that counts only in
+    its marker (components `format` and `correct` are reported separately; `correct` falls back to
+    `extract_answer` when there is no marker, so that it shows correctness apart from format).
     """
 
     def __init__(self, answer_key: str = "answer", format_gate: str | None = None,
                  grader: MathGrader | None = None) -> None:
-        if format_gate not in (None, "lenient", "strict"):
-            raise ValueError(f"format_gate must be None, 'lenient' or 'strict', got {format_gate!r}")
+        if format_gate not in (None, "lenient", "strict", *MARKERS):
+            raise ValueError(f"format_gate must be None, 'lenient', 'strict', 'boxed' or 'tags', got {format_gate!r}")
         self.answer_key, self.format_gate = answer_key, format_gate
         self.grader = grader
-        self.__name__ = "r1_zero" if format_gate else "math"
+        self.__name__ = "r1_zero" if format_gate in ("lenient", "strict") else "math"
 
     def _truth(self, example: Mapping[str, Any]) -> str:
         if self.answer_key not in example or example[self.answer_key] is None:
@@ -90,6 +100,8 @@ class MathReward:
         if self.format_gate is None:
             return extract_answer(completion), True
         # The `correct` component stays meaningful without the tags; the score is gated anyway.
+        if self.format_gate in MARKERS:
+            return final_answer(prompt, completion), marked_answer(completion, self.format_gate) is not None
         text = with_prompt_prefix(prompt, completion)
         return final_answer(prompt, completion), format_ok(text, strict=self.format_gate == "strict")
 

@@ -14,7 +14,7 @@ from typing import Any
 from rlvr.rewards.countdown import CountdownReward, countdown_equal, evaluate_countdown
 from rlvr.rewards.format import final_answer
 from rlvr.tasks.base import Example, register_task
-from rlvr.tasks.templates import ANSWER_TAGS, check_template, load_tokenizer_option, render_prompt
+from rlvr.tasks.templates import ANSWER_TAGS, check_template, load_tokenizer_option, render_prompt, resolve_template
 
 _EVAL_BUCKETS = 10
 _MAX_TARGET = 1000
@@ -43,7 +43,7 @@ def question(numbers: list[int], target: int) -> str:
 class CountdownTask:
     n_numbers: int = 4
     max_number: int = 99
-    template: str = "r1_zero"
+    template: str = "auto"  # auto: the model's chat template when it has one, else r1_zero
     tokenizer: Any = None
     format_score: float = 0.0  # reward for a stated but wrong expression (TinyZero uses 0.1)
     name: str = "countdown"
@@ -54,6 +54,7 @@ class CountdownTask:
         if not 2 <= self.max_number <= 1000:
             raise ValueError(f"countdown: max_number must be in 2..1000, got {self.max_number}")
         self.tokenizer = load_tokenizer_option(self.tokenizer)
+        self.template = resolve_template(self.template, self.tokenizer)
         check_template(self.template, self.tokenizer)
 
     def _sample(self, n: int, seed: int, held_out: bool) -> list[Example]:

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 from rlvr.rewards.base import RewardOutput
 from rlvr.rewards.format import final_answer
 from rlvr.tasks.base import Example, TaskOptionError, kind_problem, register_task
-from rlvr.tasks.templates import ANSWER_TAGS, check_template, load_tokenizer_option, render_prompt
+from rlvr.tasks.templates import ANSWER_TAGS, check_template, load_tokenizer_option, render_prompt, resolve_template
 
 _EVAL_SEED_OFFSET = 1_000_003  # eval items use seeds far from any training seed
 
@@ -65,7 +65,7 @@ class GymReward:
 class ReasoningGymTask:
     dataset: str
     config: dict = field(default_factory=dict)  # keyword options of the dataset's config
-    template: str = "r1_zero"
+    template: str = "auto"  # auto: the model's chat template when it has one, else r1_zero
     tokenizer: Any = None
     name: str = "reasoning_gym"
 
@@ -76,6 +76,7 @@ class ReasoningGymTask:
                              f"choose from {sorted(gym.factory.DATASETS)}")
         self._check_config(gym.factory.DATASETS[self.dataset][1])
         self.tokenizer = load_tokenizer_option(self.tokenizer)
+        self.template = resolve_template(self.template, self.tokenizer)
         check_template(self.template, self.tokenizer)
 
     def _check_config(self, config_cls: type) -> None:

@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from rlvr.rewards.extract import extract_answer, last_boxed
-from rlvr.rewards.format import MathReward, final_answer, format_ok, with_prompt_prefix
+from rlvr.rewards.extract import last_boxed
+from rlvr.rewards.format import MARKERS, MathReward, final_answer, format_ok, marked_answer, with_prompt_prefix
 from rlvr.rewards.math_grader import get_grader, plain_number
 from rlvr.tasks.base import Example, register_task
 from rlvr.tasks.data import gsm8k_answer, map_fields, read_records, record_place, shared_file
-from rlvr.tasks.templates import check_template, load_tokenizer_option, render_prompt
+from rlvr.tasks.templates import INSTRUCTIONS, check_template, load_tokenizer_option, render_prompt, resolve_template
 
 ANSWER_FORMATS = ("plain", "gsm8k", "boxed")
 
@@ -67,8 +67,97 @@ def field_text(value: Any, field_name: str, numbers: bool = False) -> str:
     raise ValueError(f"field {field_name!r} must be {kind}, got {json.dumps(value, default=str)[:80]}")
 
 
+class MathAnswers:
+    """Prompting and grading shared by the tasks whose answer is a number or expression (`MathTask`'s files, the
+    generated `word_problems`): the prompt asks for the final answer in `\\boxed{}` or `<answer>` tags
+    (`answer_style`), the verifier is `MathReward` (`math_equal` on the answer the completion states). With the
+    R1-Zero template the reward is R1-Zero's (format gate x correctness); with another, `require_format` gates it
+    on the marker asked for (the answer must be in it), so that the format is learned, not only the value."""
+
+    template: str
+    tokenizer: Any
+    answer_style: str
+    system_prompt: str | None
+    instruction: str | None
+    strict_format: bool
+    require_format: bool
+    name: str
+
+    def _set_up_prompting(self) -> None:
+        if self.answer_style not in INSTRUCTIONS:
+            raise ValueError(f"{self.name}: answer_style must be one of {list(INSTRUCTIONS)}, got "
+                             f"{self.answer_style!r}")
+        self.tokenizer = load_tokenizer_option(self.tokenizer)
+        self.template = resolve_template(self.template, self.tokenizer)
+        check_template(self.template, self.tokenizer)
+
+    def render(self, question: str) -> str:
+        return render_prompt(self.template, question, self.tokenizer,
+                             self.instruction or INSTRUCTIONS[self.answer_style], self.system_prompt)
+
+    def format_gate(self) -> str | None:
+        if self.template == "r1_zero":
+            return "strict" if self.strict_format else "lenient"
+        return self.answer_style if self.require_format else None
+
+    def reward_fn(self) -> MathReward:
+        get_grader().start()  # its workers import sympy while the caller loads the model
+        return MathReward(format_gate=self.format_gate())
+
+    def predicted(self, completion: str, example: Example) -> str | None:
+        """The answer graded: with `require_format` (not R1-Zero), only the one in the asked marker, so that
+        accuracy is what the reward counts; else the answer the completion states in any form (`final_answer`)."""
+        if self.format_gate() in MARKERS:
+            return marked_answer(completion, self.answer_style)
+        return final_answer(example.prompt, completion)
+
+    def is_correct(self, completion: str, example: Example) -> bool:
+        return self.correct_batch([completion], [example])[0]
+
+    def correct_batch(self, completions: list[str], examples: list[Example]) -> list[bool]:
+        """Correctness of many completions at once (the grader's pool works in parallel)."""
+        pairs = [(self.predicted(c, e), e.answer) for c, e in zip(completions, examples)]
+        return get_grader().equal_batch(pairs)
+
+    def format_ok(self, completion: str, example: Example) -> bool:
+        """The completion states its answer as asked: R1-Zero's layout, else in the `answer_style` marker."""
+        if self.template == "r1_zero":
+            return format_ok(with_prompt_prefix(example.prompt, completion), strict=self.strict_format)
+        return marked_answer(completion, self.answer_style) is not None
+
+    def answer_key(self, completion: str, example: Example) -> str | None:
+        """What majority voting counts: the exact value of a number, else the answer without spaces; None when
+        nothing is stated. Keys that differ may still be one answer (`\\sqrt{2}/2`, `\\frac{1}{\\sqrt{2}}`):
+        `same_answers` says which, and `rlvr.eval` groups them."""
+        pred = self.predicted(completion, example)
+        if pred is None:
+            return None
+        value = plain_number(pred)
+        return str(value) if value is not None else re.sub(r"\s+", "", pred)
+
+    def same_answers(self, pairs: Sequence[tuple[str, str]], example: Example) -> list[bool]:
+        """Whether each pair of completions states one answer, for majority voting (Minerva's maj@k groups answers
+        by equivalence): two numbers by their exact values, without the grader; anything else when the grader finds
+        them equal either way round (`math_equal(p, t)` is not symmetric); a completion stating none equals none."""
+        answers = {text: self.predicted(text, example)  # once per completion, not once per pair it is in
+                   for text in dict.fromkeys(text for pair in pairs for text in pair)}
+        stated = [(answers[a], answers[b]) for a, b in pairs]
+        out: list[bool | None] = []
+        for a, b in stated:
+            if a is None or b is None:
+                out.append(False)
+                continue
+            va, vb = plain_number(a), plain_number(b)
+            out.append(va == vb if va is not None and vb is not None else None)
+        todo = [i for i, v in enumerate(out) if v is None]
+        same = get_grader().equal_batch([stated[i] for i in todo] + [stated[i][::-1] for i in todo]) if todo else []
+        for j, i in enumerate(todo):
+            out[i] = same[j] or same[j + len(todo)]
+        return out  # type: ignore[return-value]
+
+
 @dataclass
-class MathTask:
+class MathTask(MathAnswers):
     """Question/answer rows -> prompts + `math_equal` verification.
 
     eval_path: held-out file; without one, a fixed `eval_fraction` of `path` is held out (the same
@@ -80,9 +169,13 @@ class MathTask:
     question_field: str = "question"
     answer_field: str = "answer"
     answer_format: str = "plain"  # how to read the ground truth: plain, gsm8k (#### N), boxed
-    template: str = "r1_zero"
+    template: str = "auto"  # auto: the model's chat template when it has one, else r1_zero
     tokenizer: Any = None
+    answer_style: str = "boxed"  # chat and plain templates: the final answer in \\boxed{} or <answer> tags
+    system_prompt: str | None = None
+    instruction: str | None = None  # chat and plain templates: how the prompt asks for it (None: answer_style's)
     strict_format: bool = False  # R1-Zero template: open-r1's strict layout instead of lenient
+    require_format: bool = False  # other templates: only an answer in the answer_style marker scores
     eval_fraction: float = 0.1
     name: str = "math_file"
     _cache: dict = field(default_factory=dict, init=False, repr=False)
@@ -94,8 +187,7 @@ class MathTask:
             raise ValueError(f"{self.name}: answer_format must be one of {ANSWER_FORMATS}, got {self.answer_format!r}")
         if not 0 < self.eval_fraction < 1:
             raise ValueError(f"{self.name}: eval_fraction must be in (0, 1), got {self.eval_fraction}")
-        self.tokenizer = load_tokenizer_option(self.tokenizer)
-        check_template(self.template, self.tokenizer)
+        self._set_up_prompting()
         for path in (self.path, self.eval_path):  # read now, so a bad row stops a command before any work
             if path is not None:
                 self._rows(path)
@@ -133,7 +225,7 @@ class MathTask:
 
     def _example(self, row: dict) -> Example:
         question = row["question"]
-        return Example(prompt=render_prompt(self.template, question, self.tokenizer), answer=row["answer"],
+        return Example(prompt=self.render(question), answer=row["answer"],
                        fields={"question": question})
 
     def held_out_note(self) -> str:
@@ -148,59 +240,6 @@ class MathTask:
 
     def eval_examples(self, n: int, seed: int) -> list[Example]:
         return [self._example(r) for r in pick(self._split(held_out=True), n, seed)]
-
-    # --- verification ----------------------------------------------------------------------------
-
-    def reward_fn(self) -> MathReward:
-        get_grader().start()  # its workers import sympy while the caller loads the model
-        gate = ("strict" if self.strict_format else "lenient") if self.template == "r1_zero" else None
-        return MathReward(format_gate=gate)
-
-    def predicted(self, completion: str, example: Example) -> str | None:
-        return final_answer(example.prompt, completion)
-
-    def is_correct(self, completion: str, example: Example) -> bool:
-        return self.correct_batch([completion], [example])[0]
-
-    def correct_batch(self, completions: list[str], examples: list[Example]) -> list[bool]:
-        """Correctness of many completions at once (the grader's pool works in parallel)."""
-        pairs = [(self.predicted(c, e), e.answer) for c, e in zip(completions, examples)]
-        return get_grader().equal_batch(pairs)
-
-    def format_ok(self, completion: str, example: Example) -> bool:
-        if self.template == "r1_zero":
-            return format_ok(with_prompt_prefix(example.prompt, completion), strict=self.strict_format)
-        return extract_answer(completion) is not None
-
-    def answer_key(self, completion: str, example: Example) -> str | None:
-        """What majority voting counts: the exact value of a number, else the answer without spaces; None when
-        nothing is stated. Keys that differ may still be one answer (`\\sqrt{2}/2`, `\\frac{1}{\\sqrt{2}}`):
-        `same_answers` says which, and `rlvr.eval` groups them."""
-        pred = self.predicted(completion, example)
-        if pred is None:
-            return None
-        value = plain_number(pred)
-        return str(value) if value is not None else re.sub(r"\s+", "", pred)
-
-    def same_answers(self, pairs: Sequence[tuple[str, str]], example: Example) -> list[bool]:
-        """Whether each pair of completions states one answer, for majority voting (Minerva's maj@k groups answers
-        by equivalence): two numbers by their exact values, without the grader; anything else when the grader finds
-        them equal either way round (`math_equal(p, t)` is not symmetric); a completion stating none equals none."""
-        answers = {text: self.predicted(text, example)  # once per completion, not once per pair it is in
-                   for text in dict.fromkeys(text for pair in pairs for text in pair)}
-        stated = [(answers[a], answers[b]) for a, b in pairs]
-        out: list[bool | None] = []
-        for a, b in stated:
-            if a is None or b is None:
-                out.append(False)
-                continue
-            va, vb = plain_number(a), plain_number(b)
-            out.append(va == vb if va is not None and vb is not None else None)
-        todo = [i for i, v in enumerate(out) if v is None]
-        same = get_grader().equal_batch([stated[i] for i in todo] + [stated[i][::-1] for i in todo]) if todo else []
-        for j, i in enumerate(todo):
-            out[i] = same[j] or same[j + len(todo)]
-        return out  # type: ignore[return-value]
 
 
 @register_task("gsm8k")
@@ -224,4 +263,4 @@ def math_file(path: str | Path, **options: Any) -> MathTask:
     return MathTask(path=path, **options)
 
 
-__all__ = ["MathTask", "gsm8k", "math500", "math_file", "pick"]
+__all__ = ["MathAnswers", "MathTask", "gsm8k", "math500", "math_file", "pick"]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rlvr.jsonl import read_jsonl_located
-from rlvr.tasks.base import Example, TaskOptionError, get_task, register_task
+from rlvr.tasks.base import TASKS, Example, TaskOptionError, get_task, register_task, task_options
 
 
 def write_examples(examples: Sequence[Example], path: str | Path) -> Path:
@@ -44,11 +44,15 @@ class SubsetTask:
     path: str
     task: str = "sort"
     options: dict = field(default_factory=dict)
+    tokenizer: Any = None  # handed on to the task when it takes one and `options` name none (a run's model's)
     name: str = "subset"
 
     def __post_init__(self) -> None:
+        options = dict(self.options)
+        if self.tokenizer is not None and self.task in TASKS and "tokenizer" in task_options(TASKS[self.task])[0]:
+            options.setdefault("tokenizer", self.tokenizer)
         try:
-            self.base: Any = get_task(self.task, **self.options)
+            self.base: Any = get_task(self.task, **options)
         except TaskOptionError as err:  # the inner task's option, not one of subset's own
             raise ValueError(f"subset: options: {err}") from None
         self.examples = read_examples(self.path)

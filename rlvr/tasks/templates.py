@@ -1,5 +1,7 @@
 """Prompt templates: R1-Zero (think/answer tags), the tokenizer's chat template, plain text, or any
-format string with a `{question}` field."""
+format string with a `{question}` field; `auto` (the default of the tasks that take a template) follows the
+model: its chat template when its tokenizer has one, else R1-Zero. An optional system prompt goes in the chat
+template's system message (or on a line of its own before the other templates)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ R1_ZERO = (
     "<answer> answer here </answer>.\nUser: {question}\nAssistant: <think>")
 BOXED = "Please reason step by step, and put your final answer within \\boxed{}."
 ANSWER_TAGS = "Think step by step, then give only the final answer inside <answer> </answer> tags."
-TEMPLATES = ("r1_zero", "chat", "plain")
+INSTRUCTIONS = {"boxed": BOXED, "tags": ANSWER_TAGS}  # how the chat and plain templates ask for the final answer
+TEMPLATES = ("auto", "r1_zero", "chat", "plain")
 
 
 def load_tokenizer_option(tokenizer: Any) -> Any:
@@ -28,6 +31,14 @@ def load_tokenizer_option(tokenizer: Any) -> Any:
     return build_char_tokenizer() if tokenizer == "char" else load_tokenizer(str(tokenizer))
 
 
+def resolve_template(template: str, tokenizer: Any) -> str:
+    """`auto` as the model asks: `chat` when `tokenizer` has a chat template (an instruct model's), else `r1_zero`
+    (a base model, or no tokenizer given); any other template as given."""
+    if template != "auto":
+        return template
+    return "chat" if getattr(tokenizer, "chat_template", None) else "r1_zero"
+
+
 def check_template(template: str, tokenizer: Any) -> None:
     if template == "chat":
         if tokenizer is None:
@@ -39,17 +50,22 @@ def check_template(template: str, tokenizer: Any) -> None:
                          "or give a format string containing '{question}'")
 
 
-def render_prompt(template: str, question: str, tokenizer: Any = None, instruction: str = BOXED) -> str:
-    """The full prompt text for `question`. `instruction` (how to state the final answer) is added by
-    the chat and plain templates; R1-Zero's own text already asks for <answer> tags."""
-    question = question.strip()
-    if template == "r1_zero":
-        return R1_ZERO.format(question=question)
-    if template == "plain":
-        return f"Question: {question}\n{instruction}\nAnswer:"
+def render_prompt(template: str, question: str, tokenizer: Any = None, instruction: str = BOXED,
+                  system: str | None = None) -> str:
+    """The full prompt text for `question` (`auto` resolved by `resolve_template`). `instruction` (how to state the
+    final answer) is added by the chat and plain templates; R1-Zero's own text already asks for <answer> tags.
+    `system`: the chat template's system message (replacing the model's default one, as any system message
+    does), else a line of its own before the prompt."""
+    question, template = question.strip(), resolve_template(template, tokenizer)
     if template == "chat":
         check_template(template, tokenizer)
         messages = [{"role": "user", "content": f"{question}\n\n{instruction}"}]
+        messages = [{"role": "system", "content": system}, *messages] if system else messages
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    head = f"{system}\n" if system else ""
+    if template == "r1_zero":
+        return head + R1_ZERO.format(question=question)
+    if template == "plain":
+        return head + f"Question: {question}\n{instruction}\nAnswer:"
     check_template(template, tokenizer)
-    return template.replace("{question}", question)
+    return head + template.replace("{question}", question)

@@ -27,8 +27,11 @@ def evaluate_heldout(engine: RolloutEngine, task: Task, examples: Sequence[Examp
     """Greedy and sampled evaluation -> (metrics, sample rows for samples.jsonl), graded by `reward` (the
     task's verifier made safe; default as in `rlvr.eval.grade`).
 
-    Metrics: eval/greedy_{accuracy,reward,length}, eval/sampled_{accuracy,reward} and eval/pass@k
-    (unbiased estimator, Chen et al. 2021) for k = 1, 2, 4, ... up to `samples`.
+    Metrics: eval/greedy_{accuracy,reward,length}, with a task that defines a format eval/greedy_format (the
+    share stating the answer as asked) and eval/greedy_formatted_wrong (stated as asked, but wrong: the value, not
+    the format), eval/sampled_{accuracy,reward} and eval/pass@k (unbiased estimator, Chen et al. 2021) for
+    k = 1, 2, 4, ... up to `samples`; over the examples without an `eval_group`, and the same under
+    eval/<group>/ for each group (`eval_groups`).
     """
     return _evaluate(lambda ex, n, sampling: grade(engine, task, ex, n, sampling, reward), examples,
                      max_new_tokens, samples, temperature, seed, log_samples)
@@ -45,21 +48,52 @@ def evaluate_episodes(play: Episodes, examples: Sequence[Example], max_new_token
                      samples, temperature, seed, log_samples)
 
 
+def eval_groups(examples: Sequence[Example]) -> dict[str | None, list[int]]:
+    """The held-out examples by their `eval_group` field (None: the main set), as indices, in order: a task may
+    hold out a part of its set that training must not reach in another way (`word_problems`' held-out families),
+    reported as metrics of its own."""
+    groups: dict[str | None, list[int]] = {}
+    for i, example in enumerate(examples):
+        groups.setdefault(example.fields.get("eval_group"), []).append(i)
+    return groups
+
+
+def _by_group(records: list[dict[str, Any]], groups: dict[str | None, list[int]], n: int) -> dict:
+    """(metric prefix, the group's records) per group: an example's n records are contiguous, as graded."""
+    return {f"eval/{name}/" if name else "eval/": [r for i in rows for r in records[i * n:(i + 1) * n]]
+            for name, rows in groups.items()}
+
+
+def _greedy(prefix: str, records: list[dict[str, Any]]) -> dict[str, float]:
+    g = summarize(records, 1)
+    metrics = {f"{prefix}greedy_accuracy": g["accuracy"], f"{prefix}greedy_reward": g["reward"],
+               f"{prefix}greedy_length": g["mean_length"], **_turns(records, f"{prefix}greedy")}
+    if "format_error_rate" in g:  # a task that says what a well-formatted answer is
+        metrics |= {f"{prefix}greedy_format": 1.0 - g["format_error_rate"],
+                    f"{prefix}greedy_formatted_wrong": g["formatted_wrong_rate"]}
+    return metrics
+
+
+def _sampled(prefix: str, records: list[dict[str, Any]], samples: int) -> dict[str, float]:
+    ks = sorted({2**j for j in range(samples.bit_length()) if 2**j <= samples} | {samples})
+    s = summarize(records, samples, ks)
+    return {f"{prefix}sampled_accuracy": s["accuracy"], f"{prefix}sampled_reward": s["reward"],
+            **_turns(records, f"{prefix}sampled"), **{f"{prefix}pass@{k}": s[f"pass@{k}"] for k in ks}}
+
+
 def _evaluate(grade_fn: Callable[[Sequence[Example], int, SamplingParams], list[dict[str, Any]]],
               examples: Sequence[Example], max_new_tokens: int, samples: int, temperature: float, seed: int,
               log_samples: int) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    groups, metrics = eval_groups(examples), {}
     greedy = grade_fn(examples, 1, SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens))
-    g = summarize(greedy, 1)
-    metrics = {"eval/greedy_accuracy": g["accuracy"], "eval/greedy_reward": g["reward"],
-               "eval/greedy_length": g["mean_length"], **_turns(greedy, "greedy")}
+    for prefix, records in _by_group(greedy, groups, 1).items():
+        metrics |= _greedy(prefix, records)
     rows = _rows(greedy, "greedy", log_samples)
     if samples > 0:
         sampling = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
         sampled = grade_fn(examples, samples, sampling)
-        ks = sorted({2**j for j in range(samples.bit_length()) if 2**j <= samples} | {samples})
-        s = summarize(sampled, samples, ks)
-        metrics |= {"eval/sampled_accuracy": s["accuracy"], "eval/sampled_reward": s["reward"],
-                    **_turns(sampled, "sampled"), **{f"eval/pass@{k}": s[f"pass@{k}"] for k in ks}}
+        for prefix, records in _by_group(sampled, groups, samples).items():
+            metrics |= _sampled(prefix, records, samples)
         rows += _rows(sampled, "sampled", log_samples)
     return metrics, rows
 
@@ -80,10 +114,11 @@ def grade_episodes(play: Episodes, examples: Sequence[Example], n: int, sampling
     return records
 
 
-def _turns(records: list[dict[str, Any]], mode: str) -> dict[str, float]:
-    """Mean turns per episode and per solved episode (when one was solved); nothing for single completions."""
+def _turns(records: list[dict[str, Any]], name: str) -> dict[str, float]:
+    """Mean turns per episode and per solved episode (when one was solved), as `{name}_turns` (`eval/greedy`);
+    nothing for single completions."""
     if not records or "turns" not in records[0]:
         return {}
     solved = [r["turns"] for r in records if r["correct"]]
-    out = {f"eval/{mode}_turns": sum(r["turns"] for r in records) / len(records)}
-    return out | ({f"eval/{mode}_turns_solved": sum(solved) / len(solved)} if solved else {})
+    out = {f"{name}_turns": sum(r["turns"] for r in records) / len(records)}
+    return out | ({f"{name}_turns_solved": sum(solved) / len(solved)} if solved else {})

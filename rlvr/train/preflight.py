@@ -17,6 +17,8 @@ from rlvr.algorithms.sft import encode_pairs, located_pairs_from_jsonl
 from rlvr.config import Config, ConfigError, check_out_dir, load_config, with_absolute_paths
 from rlvr.models import PRESETS, build_char_tokenizer, load_tokenizer, resolve_model, tiny_config
 from rlvr.rollout.engines import EngineSpec, check_engine
+from rlvr.tasks import TASKS, Task, get_task
+from rlvr.tasks.base import task_options
 from rlvr.train.checkpoint import (CHECKPOINTS, LATEST, WARM_START, BadPointer, latest_checkpoint, load_state,
                                    step_folders, step_number)
 
@@ -135,6 +137,19 @@ def run_tokenizer(cfg: Config) -> Any:
     """The tokenizer of the model the run starts from: model.path's, or the tiny model's to be built."""
     path = model_path(cfg)
     return load_tokenizer(path) if path else build_char_tokenizer()
+
+
+def run_task(cfg: Config) -> Task:
+    """The run's task, `get_task(task.name, **task.options)`, handed the start model's tokenizer when the task takes
+    a `tokenizer` option the options leave out: its `template: chat` and default `auto` template read the model's
+    own chat template, and a config never names the model a second time."""
+    options = dict(cfg.task.options)
+    if "tokenizer" not in options and cfg.task.name in TASKS and "tokenizer" in task_options(TASKS[cfg.task.name])[0]:
+        try:
+            options["tokenizer"] = run_tokenizer(cfg)
+        except (OSError, ValueError) as err:
+            raise ConfigError(f"model.path: {err}") from None
+    return get_task(cfg.task.name, **options)
 
 
 def check_context(cfg: Config, prompts: list[str]) -> None:

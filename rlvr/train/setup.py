@@ -16,10 +16,10 @@ from rlvr.logging.throughput import ModelShape, Throughput, gpu_peak_tflops
 from rlvr.logging.trackers import open_trackers
 from rlvr.models import make_tiny_model_dir, resolve_placement
 from rlvr.seeds import seed_everything
-from rlvr.tasks import Example, Task, TooFewExamples, get_task
+from rlvr.tasks import Example, Task, TooFewExamples
 from rlvr.train.checkpoint import load_state, set_rng_state
 from rlvr.train.learner import Learner
-from rlvr.train.preflight import check_context, model_path, plain, preflight, run_tokenizer
+from rlvr.train.preflight import check_context, model_path, plain, preflight, run_task, run_tokenizer
 from rlvr.rollout.engines import build_engine
 from rlvr.train.episodes import first_prompts
 from rlvr.train.rollout import Rollout
@@ -110,7 +110,7 @@ def prepare_run(cfg: Config, resume: bool = False, on_sft=None, or_start: bool =
         raise ConfigError(f"run folder {str(run_dir)!r} already holds a run; resume it with --resume {run_dir} "
                           f"(--resume-or-start also starts it again if it stopped before its first checkpoint), or "
                           f"choose another out_dir")
-    task = get_task(cfg.task.name, **cfg.task.options)
+    task = run_task(cfg)
     eval_examples = held_out_examples(cfg, task)  # drawn before any work: a task may not have that many
     check_context(cfg, first_prompts(cfg, task, eval_examples, run_tokenizer(cfg)))
     if cfg.threads:

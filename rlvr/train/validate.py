@@ -17,10 +17,11 @@ from rlvr.rewards.safe import worker_problem
 from rlvr.rollout.engines import check_engine
 from rlvr.rewards.scoring import build_reward
 from rlvr.models.tiny import ARCHS
-from rlvr.tasks import TASKS, TaskOptionError, get_task
+from rlvr.tasks import TASKS, TaskOptionError
 from rlvr.tasks.base import Example
 from rlvr.data.stream import PROMPT_SAMPLERS, build_prompt_stream
 from rlvr.train.family import check_family_options
+from rlvr.train.preflight import run_task
 from rlvr.algorithms.optim import check_schedule
 
 
@@ -76,7 +77,9 @@ def check_registries(cfg: Config) -> Config:
     except ValueError as err:
         raise ConfigError(f"algorithm: {err}") from None
     try:
-        task = get_task(cfg.task.name, **cfg.task.options)
+        task = run_task(cfg)
+    except ConfigError:  # the model's tokenizer, which the task reads: named as model.path's
+        raise
     except TaskOptionError as err:  # named as the user writes it: task.options.length
         raise ConfigError(f"task.options{'' if err.missing else '.' + err.key}: {err}") from None
     except (TypeError, ValueError) as err:

@@ -226,3 +226,12 @@ def test_a_stages_held_out_accuracy_grades_the_answer_after_the_thinking(monkeyp
     examples = get_task("sort", length=3).eval_examples(8, base.task.eval_seed)
     monkeypatch.setattr(recipe_stages, "_engine", lambda *_: Engine())
     assert recipe_stages._heldout(base, None, None) == {"heldout_greedy_accuracy": 1.0}
+
+
+def test_a_plain_config_with_a_section_inside_a_section_loads_as_a_recipe(tmp_path):
+    """model.lora in a one-stage recipe was flattened to `model.lora={...}`, which --set refuses (a section)."""
+    path = tmp_path / "lora.yaml"
+    path.write_text("model: {tiny_preset: test, lora: {r: 4, alpha: 8}}\ntrain: {steps: 3}\n")
+    recipe = load_recipe(path)
+    cfg = rl_config(recipe, recipe.stages[0], None, tmp_path / "run", None)
+    assert (cfg.model.lora.r, cfg.model.lora.alpha, cfg.train.steps) == (4, 8.0, 3)

@@ -86,6 +86,7 @@ def test_evaluate_on_fake_engine(tmp_path):
     assert m["mean_length"] == pytest.approx((10 + 20 + 30 + 40 + 40) / 8)
     assert m["truncation_rate"] == pytest.approx(1 / 8)
     assert m["format_error_rate"] == pytest.approx(2 / 8)
+    assert m["formatted_wrong_rate"] == pytest.approx(3 / 8)  # the three well-formatted "-1"
     assert m["reward"] == pytest.approx(3 / 8)
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 8 and rows[0]["mode"] == "sampled" and rows[0]["correct"] is True

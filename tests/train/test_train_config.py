@@ -287,3 +287,33 @@ def test_with_absolute_paths_makes_every_path_absolute_and_nothing_else(tmp_path
     assert out.task.rewards[1] == cfg.task.rewards[1] and out.model.path is None and out.value.path is None
     assert cfg.out_dir == "runs/a" and cfg.task.options["path"] == "d/train.jsonl"  # the argument is not changed
     assert with_absolute_paths(out) == out
+
+
+def test_a_one_stage_recipe_loads_by_name_from_any_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert load_config("dapo").algorithm.preset == "dapo"  # configs/recipes/dapo.yaml
+
+
+def test_the_task_reads_the_start_models_tokenizer_and_its_template_follows_the_model(tmp_path):
+    """`template: chat` needed the model's folder written again as `tokenizer:`; the default was r1_zero whatever
+    the model. Now the run hands the task its start model's tokenizer, and `auto` picks its chat template."""
+    from rlvr.models import load_tokenizer, make_tiny_model_dir
+    from rlvr.tasks.templates import R1_ZERO
+    from rlvr.train.preflight import run_task
+
+    data = tmp_path / "q.jsonl"
+    data.write_text('{"question": "1+1?", "answer": "2"}\n' * 4)
+    chat = make_tiny_model_dir(tmp_path / "chat", preset="test")  # the char tokenizer has a chat template
+    sets = ["task.name=math_file", f"task.options.path={data}", "task.options.eval_fraction=0.5"]
+    for template in ("chat", "auto"):
+        task = run_task(load_config(None, [f"model.path={chat}", *sets, f"task.options.template={template}"]))
+        assert task.template == "chat" and task.eval_examples(1, 0)[0].prompt.startswith("<bos>1+1?\n\n")
+    base = make_tiny_model_dir(tmp_path / "base", preset="test")
+    tokenizer = load_tokenizer(base)
+    tokenizer.chat_template = None  # a base model's tokenizer
+    tokenizer.save_pretrained(base)
+    (base / "chat_template.jinja").unlink(missing_ok=True)
+    task = run_task(load_config(None, [f"model.path={base}", *sets]))
+    assert task.template == "r1_zero" and task.eval_examples(1, 0)[0].prompt == R1_ZERO.format(question="1+1?")
+    with pytest.raises(ConfigError, match="^task.options: template 'chat': this tokenizer has no chat_template"):
+        check_registries(load_config(None, [f"model.path={base}", *sets, "task.options.template=chat"]))

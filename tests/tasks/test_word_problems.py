@@ -1,0 +1,119 @@
+"""word_problems: generated arithmetic word problems in families of phrasings, with held-out numbers and held-out
+families; prompting through the model's chat template; graded by the math verifier, the answer counted only in
+the marker the prompt asked for."""
+
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlvr.models import build_char_tokenizer
+from rlvr.tasks import TooFewExamples, get_task
+from rlvr.tasks.templates import R1_ZERO, render_prompt, resolve_template
+from rlvr.tasks.word_problems import DIFFICULTIES, FAMILIES, HELD_OUT_GROUP, held_out_pair
+
+TOK = build_char_tokenizer()  # has a chat template: '<bos>' + the user turn
+
+
+def _parse(example) -> tuple[str, int, int]:
+    """(op, a, b) of a question, read back through the phrasing it was made from."""
+    family = FAMILIES[example.fields["family"]]
+    for op, templates in family.items():
+        for template in templates:
+            pattern = re.escape(template).replace(r"\{a\}", r"(?P<a>\d+)").replace(r"\{b\}", r"(?P<b>\d+)")
+            pattern = pattern.replace(r"\{name\}", r"\w+").replace(r"\{items\}", r"\w+")
+            found = re.fullmatch(pattern, example.fields["question"])
+            if found:
+                return op, int(found["a"]), int(found["b"])
+    raise AssertionError(f"no phrasing of {example.fields['family']} makes {example.fields['question']!r}")
+
+
+@pytest.mark.parametrize("difficulty", list(DIFFICULTIES))
+def test_every_answer_is_the_questions_sum_or_difference_in_range(difficulty):
+    ops, lo, hi = DIFFICULTIES[difficulty]
+    task = get_task("word_problems", difficulty=difficulty, tokenizer=TOK)
+    for example in task.train_examples(200, seed=1) + task.eval_examples(50, seed=0):
+        op, a, b = _parse(example)
+        assert op in ops and lo <= a <= hi and lo <= b <= hi
+        assert example.answer == str(a + b if op == "+" else a - b) and int(example.answer) >= 0
+
+
+def test_hand_checked_questions():
+    task = get_task("word_problems", families=["direct"], tokenizer=TOK)
+    example = task.train_examples(1, seed=0)[0]
+    _, a, b = _parse(example)
+    assert example.fields["question"] in {f"What is {a} + {b}?", f"Compute {a} + {b}.", f"Calculate {a} plus {b}."}
+    assert example.answer == str(a + b) and example.prompt == f"<bos>{example.fields['question']}\n\n" + \
+        "Please reason step by step, and put your final answer within \\boxed{}."
+    assert held_out_pair("+", 3, 4) == held_out_pair("+", 3, 4)  # a fixed partition: no seed in it
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), held=st.sampled_from(list(FAMILIES)))
+def test_training_never_sees_held_out_numbers_or_families(seed, held):
+    task = get_task("word_problems", difficulty="medium", held_out_templates=[held], tokenizer=TOK)
+    for example in task.train_examples(40, seed):
+        assert example.fields["family"] != held and not held_out_pair(*_parse(example))
+        assert "eval_group" not in example.fields
+    held_out = task.eval_examples(10, seed)
+    seen, unseen = held_out[:10], held_out[10:]
+    assert len(unseen) == 10 and all(e.fields["family"] == held and e.fields["eval_group"] == HELD_OUT_GROUP
+                                     for e in unseen)
+    assert all(e.fields["family"] != held and "eval_group" not in e.fields for e in seen)
+    for example in held_out:
+        assert held_out_pair(*_parse(example))
+    assert len({e.prompt for e in held_out}) == 20
+
+
+def test_about_one_pair_in_five_is_held_out():
+    pairs = [("+", a, b) for a in range(1, 100) for b in range(1, 100)]
+    share = sum(held_out_pair(*p) for p in pairs) / len(pairs)
+    assert 0.18 < share < 0.22
+
+
+def test_a_held_out_set_larger_than_the_space_is_refused():
+    task = get_task("word_problems", families=["direct"], tokenizer=TOK)  # 3 phrasings x ~80 held-out sums
+    with pytest.raises(TooFewExamples, match="could not draw 1000 distinct held-out questions"):
+        task.eval_examples(1000, seed=0)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"difficulty": "insane"}, "difficulty must be one of ['easy', 'medium', 'hard']"),
+    ({"held_out_templates": ["poems"]}, "held_out_templates ['poems'] are not families"),
+    ({"families": ["direct"], "held_out_templates": ["direct"]}, "leave no family to train on"),
+    ({"answer_style": "box"}, "answer_style must be one of ['boxed', 'tags']"),
+])
+def test_bad_options_are_one_line(options, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        get_task("word_problems", tokenizer=TOK, **options)
+
+
+def test_the_template_follows_the_model_and_takes_a_system_prompt():
+    assert resolve_template("auto", TOK) == "chat" and resolve_template("auto", None) == "r1_zero"
+    assert get_task("word_problems").template == "r1_zero"  # no tokenizer: a base model's prompt
+    prompt = get_task("word_problems").train_examples(1, 0)[0].prompt
+    assert prompt.startswith(R1_ZERO.split("{question}")[0])
+    task = get_task("word_problems", tokenizer=TOK, system_prompt="Be brief.", answer_style="tags")
+    prompt = task.train_examples(1, 0)[0].prompt
+    assert prompt.startswith("<bos>Be brief.\n") and prompt.endswith("inside <answer> </answer> tags.")
+    assert render_prompt("plain", "2+2?", system="Be brief.") == \
+        "Be brief.\nQuestion: 2+2?\nPlease reason step by step, and put your final answer within \\boxed{}.\nAnswer:"
+
+
+def test_only_the_asked_marker_counts_and_format_is_told_apart_from_value():
+    task = get_task("word_problems", tokenizer=TOK)
+    example = task.eval_examples(1, seed=0)[0]
+    truth, wrong = example.answer, str(int(example.answer) + 1)
+    reward = task.reward_fn()
+    cases = {f"so \\boxed{{{truth}}}": (1.0, 1.0, 1.0), f"The answer is {truth}.": (0.0, 0.0, 1.0),
+             f"\\boxed{{{wrong}}}": (0.0, 1.0, 0.0), f"<answer>{truth}</answer>": (0.0, 0.0, 1.0)}
+    for text, (score, fmt, correct) in cases.items():
+        out = reward("", text, example.as_dict())
+        assert (out.score, out.components["format"], out.components["correct"]) == (score, fmt, correct), text
+        assert task.is_correct(text, example) == bool(score) and task.format_ok(text, example) == bool(fmt)
+    tags = get_task("word_problems", tokenizer=TOK, answer_style="tags")
+    assert tags.is_correct(f"<answer>{truth}</answer>", example) and not tags.is_correct(f"\\boxed{{{truth}}}", example)
+    lenient = get_task("word_problems", tokenizer=TOK, require_format=False)
+    assert lenient.is_correct(f"The answer is {truth}.", example)
+    assert lenient.reward_fn()("", f"The answer is {truth}.", example.as_dict()).score == 1.0
