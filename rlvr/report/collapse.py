@@ -33,16 +33,23 @@ def guard_settings(config: dict[str, Any]) -> GuardConfig:
     return GuardConfig(**{f.name: section[f.name] for f in fields(GuardConfig) if f.name in section})
 
 
-def vocab_size(run_dir: str | Path, model_path: str | None) -> int | None:
-    """V, the number of logits of the run's policy (its entropy is at most log V): the start model's
-    config.json, `model.path`'s or the tiny model's the run built in its folder; None when unreadable."""
-    folder = Path(model_path) if model_path else Path(run_dir) / "init_model"
-    try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    size = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
-    return int(size) if isinstance(size, int) and size > 1 else None
+def vocab_size(run_dir: str | Path, model_path: str | Path | None) -> int | None:
+    """V, the number of logits of the run's policy (its entropy is at most log V), from the config.json of the
+    first model folder that has one: the start model's (`model_path`; a GGUF file or an embedded model's name has
+    none), the tiny model or warm start the run built, its final model, its checkpoints'; None when none does."""
+    run_dir = Path(run_dir)
+    folders = [Path(model_path)] if model_path else []
+    folders += [run_dir / name for name in ("init_model", "sft_model", "final_model")]
+    folders += sorted(run_dir.glob("checkpoints/step_*/model"))
+    for folder in folders:
+        try:
+            config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        size = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
+        if isinstance(size, int) and size > 1:
+            return size
+    return None
 
 
 def number(value: Any) -> float:

@@ -27,6 +27,7 @@ from rlvr.report.collapse import (NONFINITE_WEIGHTS, collapse_signal, first_entr
 from rlvr.report.doctor import RunLog, check_entropy, check_reward_collapse, check_spikes
 from rlvr.train.checkpoint import (CHECKPOINTS, LATEST, WARM_START, latest_checkpoint, step_folders, step_number,
                                    write_atomic_text)
+from rlvr.train.preflight import model_path
 
 logger = logging.getLogger(__name__)
 
@@ -108,7 +109,7 @@ class CollapseRule:
         """None when guard.collapse is off. `history`: the records a resumed run logged before."""
         if not cfg.guard.collapse:
             return None
-        return cls(cfg.guard, vocab_size(cfg.out_dir, cfg.model.path), cfg.optim.lr, cfg.optim.max_grad_norm,
+        return cls(cfg.guard, vocab_size(cfg.out_dir, model_path(cfg)), cfg.optim.lr, cfg.optim.max_grad_norm,
                    first_entropy(history))
 
 

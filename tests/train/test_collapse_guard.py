@@ -167,6 +167,10 @@ def test_the_vocabulary_comes_from_the_start_models_config(tmp_path):
     (tmp_path / "vlm" / "config.json").write_text(json.dumps({"text_config": {"vocab_size": 151936}}))
     assert vocab_size(tmp_path, None) == 101 and vocab_size(tmp_path, str(tmp_path / "vlm")) == 151936
     assert vocab_size(tmp_path / "nowhere", None) is None
+    gguf = tmp_path / "gguf_run"  # a GGUF file or an embedded model's name has no config.json: the run's models do
+    (gguf / "checkpoints" / "step_000002" / "model").mkdir(parents=True)
+    (gguf / "checkpoints" / "step_000002" / "model" / "config.json").write_text(json.dumps({"vocab_size": 7}))
+    assert vocab_size(gguf, str(tmp_path / "model.gguf")) == 7
 
 
 def test_a_guard_without_the_rule_never_stops_for_collapse(tmp_path):
