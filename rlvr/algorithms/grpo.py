@@ -113,9 +113,11 @@ class GroupObjective:
 
     def __init__(self, pg: GroupPolicyGradient, temperature: float = 1.0, packing: str = "never",
                  micro_batch_size: int = 1, single_step: bool = False, overlong_filter: bool = False,
-                 is_cap: float = 0.0, is_mode: str = "truncate", top_k: int = 0, top_p: float = 1.0) -> None:
+                 is_cap: float = 0.0, is_mode: str = "truncate", top_k: int = 0, top_p: float = 1.0,
+                 logprob_chunk: int = 0) -> None:
         self.pg, self.temperature, self.packing, self.micro_batch_size = pg, temperature, packing, micro_batch_size
-        self.scoring = dict(top_k=top_k, top_p=top_p)  # the sampler's processing of the logits
+        # the sampler's processing of the logits; positions the output layer scores at a time (0: all)
+        self.scoring = dict(top_k=top_k, top_p=top_p, chunk=logprob_chunk)
         self.single_step, self.overlong_filter = single_step, overlong_filter
         self.is_cap, self.is_mode = is_cap, is_mode
         self.needs_reference = pg.needs_reference

@@ -98,7 +98,8 @@ def build_objective(cfg: Config) -> Objective:
     r = cfg.rollout
     settings = dict(temperature=r.temperature, top_k=r.top_k, top_p=r.top_p, packing=cfg.train.packing,
                     micro_batch_size=cfg.micro_batch_size, single_step=single_step(cfg),
-                    overlong_filter=a.overlong_filter, is_cap=a.is_cap, is_mode=a.is_mode)
+                    overlong_filter=a.overlong_filter, is_cap=a.is_cap, is_mode=a.is_mode,
+                    logprob_chunk=cfg.train.logprob_chunk)
     pg = GroupPolicyGradient.from_config(a, cfg.rollout.max_new_tokens)
     token = token_advantages(cfg)
     if token is None:

@@ -44,7 +44,8 @@ from rlvr.core import (
     masked_whiten,
 )
 from rlvr.models import load_model, resolve_model
-from rlvr.models.forward import completion_index, packed_call, packs, policy_logprobs, scored_logprobs, to_completions
+from rlvr.models.forward import completion_index, packed_call, packs, policy_logprobs, to_completions
+from rlvr.models.head import scores_of_hidden
 from rlvr.rollout.batch import RolloutBatch
 from rlvr.rollout.scored import ScoredBatch
 
@@ -153,8 +154,8 @@ def _check_plain_lm_head(policy: nn.Module) -> None:
 
 
 def forward_with_values(policy: nn.Module, value_model: ValueModel, batch, temperature: float,
-                        with_entropy: bool = False, packing: str = "never", top_k: int = 0, top_p: float = 1.0
-                        ) -> tuple[Tensor, Tensor | None, Tensor]:
+                        with_entropy: bool = False, packing: str = "never", top_k: int = 0, top_p: float = 1.0,
+                        chunk: int = 0) -> tuple[Tensor, Tensor | None, Tensor]:
     """(log pi (B, W), entropy (B, W) or None, V (B, W)) of a `RolloutBatch`.
 
     Shared: one pass through the policy trunk feeds both the LM head and the value head. Separate:
@@ -164,7 +165,7 @@ def forward_with_values(policy: nn.Module, value_model: ValueModel, batch, tempe
     """
     if not value_model.shared:
         logprobs, entropy = policy_logprobs(policy, batch, temperature, with_entropy, packing=packing, top_k=top_k,
-                                            top_p=top_p)
+                                            top_p=top_p, chunk=chunk)
         return logprobs, entropy, value_model.values(batch, packing)
     packed = packs(policy.config, batch, packing)
     if packed:
@@ -174,8 +175,8 @@ def forward_with_values(policy: nn.Module, value_model: ValueModel, batch, tempe
         hidden = policy.base_model(input_ids=batch.input_ids, attention_mask=batch.attention_mask.long(),
                                    use_cache=False).last_hidden_state[:, batch.start : -1]  # (B, W, H)
         labels = batch.input_ids[:, batch.start + 1 :]  # (B, W)
-    logits = policy.get_output_embeddings()(hidden)  # (B, W, V), packed (M, V)
-    logprobs, entropy = scored_logprobs(logits, labels, temperature, top_k, top_p, with_entropy)  # (B, W), (M,)
+    logprobs, entropy = scores_of_hidden(policy, hidden, labels, temperature, top_k, top_p, with_entropy,
+                                         chunk)  # (B, W), packed (M,)
     values = value_model.head(hidden)
     columns = partial(to_completions, mask=batch.mask) if packed else lambda x: x  # packed (M,) -> (B, W)
     return columns(logprobs), None if entropy is None else columns(entropy), columns(values)

@@ -287,6 +287,12 @@ class TrainConfig:
                                   "sampler's log-probs when they are the same quantity (the in-process engine in "
                                   "float32, weights of this update) and skips a forward pass; "
                                   "'recompute' always runs it.", choices=OLD_LOGPROBS)
+    logprob_chunk: int = f(0, "Positions scored at a time by the output layer in the learner's passes: log-probs "
+                              "and entropies computed chunk by chunk from the last hidden states, in the forward and "
+                              "again in the backward, so the (positions, vocabulary) logits and their gradient are "
+                              "never held whole (Liger-Kernel's fused linear cross-entropy; 1.2 GB at 1,024 positions "
+                              "of Qwen's 151,936 columns in float32). The same values to float rounding (1e-6). "
+                              "0 = the whole logits (docs/sizing.md).", ge=0)
     zero_advantage_rows: str = f("auto", "Rows whose advantage is exactly 0 (every group whose rewards are all equal) "
                                          "add nothing to the gradient when the loss has no other term that reads them: "
                                          "'auto' leaves them out of the training forward and backward there (beta 0, "

@@ -18,6 +18,7 @@ from rlvr.core.advantages import (
     rloo_advantages,
     whitened_advantages,
 )
+from rlvr.core.head import head_chunk_rows, head_logprobs
 from rlvr.core.importance import IS_MODES, behaviour_is_weights
 from rlvr.core.kl import (
     KL_ESTIMATORS,
@@ -65,6 +66,8 @@ __all__ = [
     "informative_groups",
     "IS_MODES",
     "behaviour_is_weights",
+    "head_chunk_rows",
+    "head_logprobs",
     "apply_top_k",
     "apply_top_p",
     "filtered_out",

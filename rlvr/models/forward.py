@@ -14,7 +14,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from rlvr.core import entropy_from_logits, process_logits, token_logprobs
+from rlvr.models.head import Scorer
 from rlvr.models.prefix import PrefixPlan, full_attention_only, plan_shared_prefix, shared_prefix_logits, shares_prefix
 from rlvr.models.varlen import forward_packed, uses_varlen
 
@@ -32,23 +32,9 @@ class Rows(Protocol):
     def select(self, index: Tensor | slice) -> "Rows": ...
 
 
-def scored_logprobs(logits: Tensor, labels: Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0,
-                    with_entropy: bool = False) -> tuple[Tensor, Tensor | None]:
-    """The learner's one rule (docs/core.md): log q(label) (...) under the processed distribution q the
-    completions were sampled from (`rlvr.core.process_logits`: logits / T, then top-k, then top-p, the label
-    always kept), and optionally q's entropy (...) without gradient. logits (..., V), labels (...)."""
-    logits = process_logits(logits, temperature, top_k, top_p, keep=labels)
-    logprobs = token_logprobs(logits, labels)
-    entropy = None
-    if with_entropy:
-        with torch.no_grad():
-            entropy = entropy_from_logits(logits.detach())
-    return logprobs, entropy
-
-
 def policy_logprobs(model, batch: Rows, temperature: float, with_entropy: bool = False,
-                    share_prefix: bool = True, packing: str = "never", top_k: int = 0, top_p: float = 1.0
-                    ) -> tuple[Tensor, Tensor | None]:
+                    share_prefix: bool = True, packing: str = "never", top_k: int = 0, top_p: float = 1.0,
+                    chunk: int = 0) -> tuple[Tensor, Tensor | None]:
     """log pi(label) per position (B, W) and, optionally, the entropy (B, W) without gradient.
 
     pi is the distribution the completions were sampled from, processed by the sampling temperature,
@@ -57,36 +43,41 @@ def policy_logprobs(model, batch: Rows, temperature: float, with_entropy: bool =
     share a prompt (a GRPO group) have it computed once (`rlvr.models.prefix`) where that saves work
     and `share_prefix` allows it. `packing` (`train.packing`: auto, always, never) runs the rows without
     padding instead (`packed_logprobs`), always or where that costs less (`packs`). With either,
-    positions outside the completions (`batch.mask` False) hold 0.
+    positions outside the completions (`batch.mask` False) hold 0. `chunk` > 0 (`train.logprob_chunk`): the
+    output layer scores that many positions at a time, never holding the (positions, V) logits
+    (`rlvr.models.head`).
     """
     plan = plan_shared_prefix(batch.input_ids, batch.attention_mask, batch.mask, batch.start) \
         if share_prefix and packing != "always" and shares_prefix(model) else None
     if packs(model.config, batch, packing, plan):
-        return packed_logprobs(model, batch, temperature, with_entropy, top_k, top_p)
+        return packed_logprobs(model, batch, temperature, with_entropy, top_k, top_p, chunk)
+    drop_last = lambda z: z[:, :-1]  # noqa: E731  the last position predicts past the end
     if plan is None:
         keep = batch.input_ids.shape[1] - batch.start  # positions start .. L-1
-        out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask.long(),
-                    logits_to_keep=keep, use_cache=False)
-        logits = out.logits[:, :-1]  # (B, W, V): drop the last position, it predicts past the end
-        labels = batch.input_ids[:, batch.start + 1 :]  # (B, W)
+        scorer = Scorer(batch.input_ids[:, batch.start + 1 :], drop_last, temperature, top_k, top_p, with_entropy,
+                        chunk)  # labels (B, W)
+        with scorer.inside(model):
+            out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask.long(),
+                        logits_to_keep=keep, use_cache=False)
+        logprobs, entropy = scorer.result(out.logits)  # (B, W)
     else:
-        logits = shared_prefix_logits(model, plan)  # (B, S - 1, V)
-        labels = plan.suffix_ids[:, 1:]  # (B, S - 1)
-    logprobs, entropy = scored_logprobs(logits, labels, temperature, top_k, top_p, with_entropy)
-    if plan is not None:  # suffix label positions -> the batch's (B, W) label columns
-        logprobs = _to_columns(logprobs, plan.columns, batch.mask)
+        scorer = Scorer(plan.suffix_ids[:, 1:], drop_last, temperature, top_k, top_p, with_entropy, chunk)
+        logprobs, entropy = scorer.result(shared_prefix_logits(model, plan, scorer.inside))  # (B, S - 1)
+        logprobs = _to_columns(logprobs, plan.columns, batch.mask)  # suffix label positions -> (B, W) columns
         entropy = None if entropy is None else _to_columns(entropy, plan.columns, batch.mask)
     return logprobs, entropy
 
 
 def packed_logprobs(model, batch: Rows, temperature: float, with_entropy: bool = False, top_k: int = 0,
-                    top_p: float = 1.0) -> tuple[Tensor, Tensor | None]:
+                    top_p: float = 1.0, chunk: int = 0) -> tuple[Tensor, Tensor | None]:
     """`policy_logprobs` without padding (`packed_call`): logits only at the positions that predict a
     completion token, so the forward costs the batch's real tokens, not B x its longest row."""
     keep = completion_index(batch)  # (M,)
-    logits = packed_call(model, batch, logits_to_keep=keep).logits[0]  # (M, V)
     labels = batch.input_ids[:, batch.start + 1 :][batch.mask]  # (M,)
-    logprobs, entropy = scored_logprobs(logits, labels, temperature, top_k, top_p, with_entropy)
+    scorer = Scorer(labels, lambda z: z[0], temperature, top_k, top_p, with_entropy, chunk)  # one packed row
+    with scorer.inside(model):
+        out = packed_call(model, batch, logits_to_keep=keep)
+    logprobs, entropy = scorer.result(out.logits)  # (M,)
     return to_completions(logprobs, batch.mask), None if entropy is None else to_completions(entropy, batch.mask)
 
 
@@ -168,11 +159,12 @@ def _to_columns(values: Tensor, columns: Tensor, mask: Tensor) -> Tensor:
 
 @torch.no_grad()
 def cached_logprobs(model, batch: Rows, temperature: float, micro_batch_size: int,
-                    packing: str = "never", top_k: int = 0, top_p: float = 1.0) -> Tensor:
+                    packing: str = "never", top_k: int = 0, top_p: float = 1.0, chunk: int = 0) -> Tensor:
     """log-probs (B, W) of the whole batch under `model`, in micro-batches, without gradient."""
     out = torch.zeros(batch.mask.shape, dtype=torch.float32, device=batch.mask.device)
     for lo in range(0, len(batch), micro_batch_size):
         part = batch.select(slice(lo, lo + micro_batch_size))
-        logprobs, _ = policy_logprobs(model, part, temperature, packing=packing, top_k=top_k, top_p=top_p)
+        logprobs, _ = policy_logprobs(model, part, temperature, packing=packing, top_k=top_k, top_p=top_p,
+                                      chunk=chunk)
         out[lo : lo + micro_batch_size, : logprobs.shape[1]] = logprobs
     return out

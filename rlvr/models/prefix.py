@@ -20,10 +20,12 @@ switches the cache off in training); `shares_prefix` says when that holds.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.distributed.fsdp import FSDPModule
 from transformers import DynamicCache
 
@@ -102,15 +104,18 @@ def _checkpointing(model) -> bool:
 _RECURRENT = ("mamba", "mamba2", "falcon_mamba", "jamba", "bamba", "zamba", "zamba2", "falcon_h1", "rwkv")
 
 
-def shared_prefix_logits(model, plan: PrefixPlan) -> Tensor:
-    """Logits (B, S - 1, V) of the S - 1 suffix labels: position j predicts suffix token j + 1."""
+def shared_prefix_logits(model, plan: PrefixPlan, suffix_call: Callable[[nn.Module], Any] = lambda _: nullcontext()
+                         ) -> Tensor:
+    """Logits (B, S, V) of the suffix positions: position j predicts suffix token j + 1 (the last, past the end).
+    `suffix_call(model)`: a context around the suffix's call (`rlvr.models.head.Scorer.inside`)."""
     cache = DynamicCache()
     kwarg = cache_kwarg(model)
     model(input_ids=plan.prefix_ids, attention_mask=plan.prefix_mask.long(), use_cache=True, logits_to_keep=1,
           **{kwarg: cache})
     cache.batch_select_indices(plan.rows)  # (U, ...) -> (B, ...); differentiable
     attention = torch.cat([plan.prefix_mask[plan.rows], plan.suffix_mask], dim=1).long()  # (B, P + S)
-    out = model(input_ids=plan.suffix_ids, attention_mask=attention, position_ids=plan.positions, use_cache=True,
-                **{kwarg: cache})
-    return out.logits[:, :-1]
+    with suffix_call(model):
+        out = model(input_ids=plan.suffix_ids, attention_mask=attention, position_ids=plan.positions,
+                    use_cache=True, **{kwarg: cache})
+    return out.logits
 

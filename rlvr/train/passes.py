@@ -39,7 +39,7 @@ class NoGradPasses:
     def _no_grad_pass(self, model: nn.Module, rows: RolloutBatch) -> Tensor:
         r = self.cfg.rollout  # the distribution the sampler drew from: logits / T, top-k, top-p
         return cached_logprobs(model, rows, r.temperature, self.cfg.micro_batch_size, self.cfg.train.packing,
-                               r.top_k, r.top_p)
+                               r.top_k, r.top_p, self.cfg.train.logprob_chunk)
 
     def stands_in(self, batch: ScoredBatch) -> bool:
         """Whether the sampler's log-probs and entropies are the training forward's: the same quantity

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from torch import Tensor
 
 from rlvr.core import apply_top_k, apply_top_p, process_logits
-from rlvr.models.forward import scored_logprobs
+from rlvr.models.head import scored_logprobs
 from rlvr.rollout.sampling import invert_cdf, sample_next
 
 NEG = float("-inf")
