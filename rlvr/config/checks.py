@@ -46,6 +46,9 @@ def _check_distributed(cfg: Config) -> None:
                                                                "run as many forward passes)")]:
             if unmet:
                 raise ConfigError(f"distributed.shard: true needs {need}")
+    if d.mixed_precision and cfg.model.dtype == "float32":
+        raise ConfigError("distributed.mixed_precision: true gathers the parameters in model.dtype; set "
+                          "model.dtype=bfloat16 (or float16 on a GPU)")
     if d.learners > 1 and cfg.mini_batch_size % d.learners:
         raise ConfigError(f"train.mini_batch_size ({cfg.mini_batch_size}) must be divisible by "
                           f"distributed.learners ({d.learners})")

@@ -29,7 +29,14 @@ class DistributedConfig:
     shard: bool = f(False, "With learners > 1: FSDP2 (torch fully_shard) shards the policy, its gradients and "
                            "AdamW moments over the learners, 1/M each, instead of a whole copy per learner; the "
                            "update is the same. Full-parameter policy, fixed-size micro-batches; the KL "
-                           "reference stays whole on every learner (docs/distributed.md).")
+                           "reference is sharded alike (docs/distributed.md).")
+    mixed_precision: bool = f(False, "With shard: FSDP2 mixed precision (MixedPrecisionPolicy): parameters "
+                                     "gathered in model.dtype (bfloat16: half the bytes of every gather), "
+                                     "gradients reduced in float32, the shards and AdamW stay float32. Needs "
+                                     "model.dtype bfloat16 or float16.")
+    cpu_offload: bool = f(False, "With shard: FSDP2 CPU offload (CPUOffloadPolicy): the float32 shards, their "
+                                 "gradients and AdamW's moments live in host memory and the optimizer steps on the "
+                                 "CPU; the device holds only the block being gathered (docs/sizing.md).")
     weight_sync: str = f("object_store", "How new weights reach the rollout workers after each update. "
                                          "object_store: learner rank 0 puts them in Ray's object store once, every "
                                          "worker reads that object. collective: rank 0 broadcasts them to a "
@@ -49,6 +56,9 @@ class DistributedConfig:
         if self.address not in ("local", "auto") and head_address(self.address) is None:
             raise ConfigError(f"{prefix}address must be local, auto, HOST:PORT or ray://HOST:PORT, got "
                               f"{self.address!r}")
+        for key in ("mixed_precision", "cpu_offload"):
+            if getattr(self, key) and not self.shard:
+                raise ConfigError(f"{prefix}{key}: true is an FSDP2 setting; it needs {prefix}shard: true")
         if self.learners > 1 and self.learner_cpus + self.learner_gpus <= 0:
             raise ConfigError(f"{prefix}learner_cpus or learner_gpus must be > 0 with learners > 1 (they are placed "
                               "as a group)")
@@ -58,7 +68,8 @@ class DistributedConfig:
 # it was silently ignored (an address never joined, GPUs never reserved)
 _RAY_ONLY = {"address": "one process joins no Ray cluster", "learners": "one process runs one learner",
              "rollout_workers": "one process runs one rollout", "weight_sync": "one process has no weights to send",
-             "shard": "one process holds the whole policy", "max_restarts": "one process restarts no actor"}
+             "shard": "one process holds the whole policy", "max_restarts": "one process restarts no actor",
+             "mixed_precision": "one process shards nothing", "cpu_offload": "one process shards nothing"}
 
 
 def head_address(address: str) -> tuple[str, int] | None:

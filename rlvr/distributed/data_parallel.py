@@ -29,11 +29,11 @@ from torch import Tensor
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                      get_optimizer_state_dict, set_optimizer_state_dict)
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
 from rlvr.config import Config
-from rlvr.models import load_policy, save_policy
+from rlvr.models import load_policy, resolve_placement, save_policy
 from rlvr.rollout.batch import RolloutBatch
 from rlvr.train.learner import Learner
 
@@ -56,15 +56,28 @@ def add_over_ranks(sums: dict[str, float], maxes: dict[str, float]) -> tuple[dic
     return dict(zip(sum_keys, added.tolist())), dict(zip(max_keys, largest.tolist()))
 
 
-def shard_policy(policy: torch.nn.Module, world: int, device_type: str) -> None:
+def fsdp_policies(device: torch.device, param_dtype: torch.dtype | None, offload: bool) -> dict[str, Any]:
+    """`fully_shard`'s precision and placement (`distributed.mixed_precision`, `cpu_offload`): parameters gathered in
+    `param_dtype` with gradients reduced in float32 (None: as stored, float32); shards, gradients and optimizer
+    state in host memory, pinned where there is a GPU to copy to (pinning needs one)."""
+    policies: dict[str, Any] = {}
+    if param_dtype is not None:
+        policies["mp_policy"] = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
+    if offload:
+        policies["offload_policy"] = CPUOffloadPolicy(pin_memory=device.type == "cuda")
+    return policies
+
+
+def shard_policy(policy: torch.nn.Module, world: int, device_type: str, **policies: Any) -> None:
     """FSDP2 over `world` ranks: each transformer block (the model's `_no_split_modules`) its own unit,
-    the rest (embeddings, final norm, head) the root's; gradients summed over ranks."""
+    the rest (embeddings, final norm, head) the root's; gradients summed over ranks. `policies`:
+    `fsdp_policies`'."""
     mesh = init_device_mesh(device_type, (world,))
     blocks = set(getattr(policy, "_no_split_modules", None) or [])
     for module in policy.modules():
         if type(module).__name__ in blocks:
-            fully_shard(module, mesh=mesh)
-    fully_shard(policy, mesh=mesh)
+            fully_shard(module, mesh=mesh, **policies)
+    fully_shard(policy, mesh=mesh, **policies)
     for module in policy.modules():
         if isinstance(module, FSDPModule):  # a plain SUM (gloo has no pre-scaled sum, PREMUL_SUM)
             module.set_gradient_divide_factor(1.0)
@@ -161,7 +174,12 @@ class ShardedLearner(RankShare):
     def _distribute(self) -> None:
         for p in self.policy.parameters():  # identical start even if a head was initialised randomly
             dist.broadcast(p.data, src=0)
-        shard_policy(self.policy, self.world, self.device.type)
+        d = self.cfg.distributed
+        policies = fsdp_policies(self.device, resolve_placement(self.cfg.model).dtype if d.mixed_precision else None,
+                                 d.cpu_offload)
+        shard_policy(self.policy, self.world, self.device.type, **policies)
+        if self.reference is not None:  # frozen, in the compute dtype: sharded alike, gathered block by block
+            shard_policy(self.reference, self.world, self.device.type, **policies)
 
     def named_weights(self) -> Iterator[tuple[str, Tensor]]:
         """Whole tensors, gathered from the ranks' shards (every rank must iterate them)."""

@@ -163,12 +163,14 @@ def load_policy(m: ModelConfig, path: str | Path, adapter: str | Path | None = N
 
 def load_reference(m: ModelConfig, policy: torch.nn.Module, path: str | Path) -> Any:
     """The frozen KL reference: for a LoRA policy, the policy itself with adapters disabled (no second
-    copy in memory); otherwise the model in `path`, placed like the policy."""
+    copy in memory); otherwise the model in `path`, placed like the policy, its weights in the compute dtype:
+    frozen, it needs no float32 master copy (half the bytes in bfloat16; its matmuls run in that dtype under
+    autocast either way)."""
     if hasattr(policy, "peft_config"):
         from rlvr.models.lora import AdaptersDisabled
 
         return AdaptersDisabled(policy)
-    return load_policy(m, path).requires_grad_(False)
+    return load_policy(m, path).requires_grad_(False).to(resolve_placement(m).dtype)
 
 
 def save_policy(model: torch.nn.Module, tokenizer, path: str | Path, adapter_path: str | Path) -> None:

@@ -170,3 +170,52 @@ def test_the_learners_group_backend_is_the_weight_syncs_for_the_policys_device(t
         LearnerWorker(cfg, tmp_path, tmp_path, 0, 2, ("127.0.0.1", 0))
     expected = weight_sync.backend_for(placement.resolve_placement(cfg.model).device)
     assert str(joined.value) == expected == ("nccl" if device != "cpu" and cuda else "gloo")
+
+
+@pytest.mark.skipif(not placement.cpu_supports_bf16(), reason="bfloat16 needs AVX512-BF16/AMX on a CPU")
+def test_sharded_learners_in_mixed_precision_with_offload_and_a_sharded_reference(ray_cluster, tmp_path, warm_model):
+    """`distributed.mixed_precision` (parameters gathered in bfloat16, gradients reduced in float32),
+    `cpu_offload` (shards and AdamW in host memory; on a CPU, unpinned) and a KL reference held in bfloat16 and
+    sharded like the policy, with the output layer scored in chunks: two FSDP2 ranks train as one bfloat16
+    learner does, to bfloat16's rounding (the ranks cast activations at every block, the one process keeps them
+    float32 between its autocast matmuls), and each holds half of the reference."""
+    base = tiny_config(tmp_path / "run", warm_model, algorithm={"beta": 0.1},
+                       train={"steps": 2, "batch_size": 8, "group_size": 4, "micro_batch_size": 4,
+                              "logprob_chunk": 5},
+                       distributed=ray_sections(learners=2, shard=True, mixed_precision=True, cpu_offload=True))
+    cfg = load_config(None, ["model.dtype=bfloat16"], base=base)
+    task = get_task(cfg.task.name, **cfg.task.options)
+    learner, rollout = local_roles(cfg, task, warm_model, warm_model)
+    assert next(learner.reference.parameters()).dtype == torch.bfloat16  # frozen: no float32 copy
+    remote = ray_cluster.remote(LearnerWorker).options(num_cpus=0.5)
+    master = ("127.0.0.1", _free_port())
+    ranks = [remote.remote(cfg, warm_model, warm_model, r, 2, master) for r in range(2)]
+
+    def held(worker):  # in a learner actor: what it stores, and the dtype its blocks compute with
+        seen = []
+        block = next(m for m in worker.learner.policy.modules() if type(m).__name__.endswith("DecoderLayer"))
+        block.register_forward_pre_hook(lambda m, args: seen.append(next(m.parameters()).dtype))
+        worker.learner.gathered = seen
+        return ({p.to_local().dtype for p in worker.learner.policy.parameters()},
+                sum(p.to_local().numel() for p in worker.learner.reference.parameters()))
+
+    stored = ray_cluster.get([rank.__ray_call__.remote(held) for rank in ranks])
+    total = sum(p.numel() for p in learner.reference.parameters())
+    assert all(dtypes == {torch.float32} for dtypes, _ in stored)  # the shards stay float32 master weights
+    assert sum(n for _, n in stored) == total and max(n for _, n in stored) < 0.51 * total
+    for step in (1, 2):
+        batch = rollout.collect(step)
+        one = learner.update(batch)
+        two = ray_cluster.get([rank.update.remote(batch) for rank in ranks])
+        assert two[0] == two[1] and two[0].keys() == one.keys()
+        for key in ("loss", "kl", "grad_norm", "entropy"):
+            assert two[0][key] == pytest.approx(one[key], abs=2e-3, rel=5e-2), (step, key)
+        rollout.load_weights(learner.named_weights())
+    gathered = ray_cluster.get(ranks[0].__ray_call__.remote(lambda w: set(w.learner.gathered)))
+    assert gathered == {torch.bfloat16}  # every block ran on parameters gathered in bfloat16
+    weights = ray_cluster.get([rank.weights.remote() for rank in ranks])[1]
+    for name, tensor in learner.named_weights():
+        assert weights[name].dtype == torch.float32
+        torch.testing.assert_close(weights[name], tensor, atol=2e-3, rtol=0)
+    for rank in ranks:
+        ray_cluster.kill(rank)

@@ -130,6 +130,10 @@ SHARD = ["distributed.backend=ray", "distributed.learners=2", "distributed.shard
     ({}, [*SHARD, "algorithm.advantage=gae"], "not gae"),
     ({}, [*SHARD, "train.micro_batch_tokens=64"],
      "needs train.micro_batch_tokens=0"),
+    ({}, ["distributed.backend=ray", "distributed.learners=2", "distributed.cpu_offload=true"],
+     "distributed.cpu_offload: true is an FSDP2 setting; it needs distributed.shard: true"),
+    ({}, [*SHARD, "distributed.mixed_precision=true"], "distributed.mixed_precision: true gathers the parameters in "
+                                                       "model.dtype; set model.dtype=bfloat16"),
     ({}, ["train.logprob_chunk=-1"], "train.logprob_chunk must be >= 0, got -1"),
     ({}, ["distributed.learner_gpus=-1"], "distributed.learner_gpus must be >= 0, got -1"),
     ({}, ["distributed.backend=ray", "distributed.max_restarts=-2"], "distributed.max_restarts must be >= 0, got -2"),
