@@ -152,21 +152,28 @@ def run_task(cfg: Config) -> Task:
     return get_task(cfg.task.name, **options)
 
 
-def check_context(cfg: Config, prompts: list[str]) -> None:
+def completion_budget(cfg: Config) -> tuple[str, int]:
+    """(key, tokens) bounding a row after its first prompt: an episode's env.max_tokens, a completion's
+    rollout.max_new_tokens."""
+    return ("env.max_tokens", cfg.env.max_tokens) if cfg.env.name else \
+        ("rollout.max_new_tokens", cfg.rollout.max_new_tokens)
+
+
+def check_context(cfg: Config, prompts: list[str]) -> int:
     """rollout.max_new_tokens fits the model's context after the longest of `prompts` (the held-out set):
     checked before any work; it failed at the first evaluation, after the warm start and the first record
-    of metrics.jsonl, which then blocked a plain re-run."""
+    of metrics.jsonl, which then blocked a plain re-run. Returns the longest prompt's tokens (0 for none)."""
+    tokens = run_tokenizer(cfg)(prompts, add_special_tokens=not cfg.env.name)["input_ids"] if prompts else []
+    longest = max(map(len, tokens), default=0)  # rendered
     positions = getattr(model_config(cfg), "max_position_embeddings", None)
     if positions is None or not prompts:
-        return
-    longest = max(map(len, run_tokenizer(cfg)(prompts, add_special_tokens=not cfg.env.name)["input_ids"]))  # rendered
-    # an episode's tokens after its first prompt are bounded by env.max_tokens, a completion's by max_new_tokens
-    key, new = ("env.max_tokens", cfg.env.max_tokens) if cfg.env.name else \
-        ("rollout.max_new_tokens", cfg.rollout.max_new_tokens)
+        return longest
+    key, new = completion_budget(cfg)
     if longest + new > positions:
         fits = f"at most {positions - longest} fit" if positions > longest else "no room is left"
         raise ConfigError(f"{key}={new}: the longest held-out prompt ({longest} tokens) + {new} "
                           f"exceeds the model's max_position_embeddings ({positions}); {fits}")
+    return longest
 
 
 def check_lora_targets(cfg: Config) -> None:

@@ -19,7 +19,8 @@ from rlvr.seeds import seed_everything
 from rlvr.tasks import Example, Task, TooFewExamples
 from rlvr.train.checkpoint import load_state, set_rng_state
 from rlvr.train.learner import Learner
-from rlvr.train.preflight import check_context, model_path, plain, preflight, run_task, run_tokenizer
+from rlvr.train.memory import check_learner_memory
+from rlvr.train.preflight import check_context, model_config, model_path, plain, preflight, run_task, run_tokenizer
 from rlvr.rollout.engines import build_engine
 from rlvr.train.episodes import first_prompts
 from rlvr.train.rollout import Rollout
@@ -112,7 +113,8 @@ def prepare_run(cfg: Config, resume: bool = False, on_sft=None, or_start: bool =
                           f"choose another out_dir")
     task = run_task(cfg)
     eval_examples = held_out_examples(cfg, task)  # drawn before any work: a task may not have that many
-    check_context(cfg, first_prompts(cfg, task, eval_examples, run_tokenizer(cfg)))
+    longest = check_context(cfg, first_prompts(cfg, task, eval_examples, run_tokenizer(cfg)))
+    check_learner_memory(cfg, model_config(cfg), model_path(cfg), longest)  # a set-up that cannot fit: one line
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     seed_everything(cfg.seed)
