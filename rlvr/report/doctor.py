@@ -280,6 +280,27 @@ def check_reward_errors(log: RunLog) -> list[Finding]:
     return out
 
 
+def check_environment(log: RunLog) -> list[Finding]:
+    """Episodes an environment ended by failing (an exception, a call past env.step_timeout, output that is not
+    messages or a finite reward: `rlvr.rollout.env_guard`), and observations cut to env.max_observation_tokens."""
+    out = []
+    for key, what in (("episode/env_errors", "raised an error"), ("episode/env_timeouts", "ran past env.step_timeout"),
+                      ("episode/env_bad_output", "returned what is not messages or a finite reward")):
+        points = [(s, v) for s, v in log.series(key) if v > 0]
+        if points:
+            out.append(Finding(PROBLEM, f"environment {key.split('_', 1)[1].replace('_', ' ')}",
+                               f"in {int(sum(v for _, v in points))} episode(s) the environment {what}; each ended "
+                               "there with the reward it had", tuple(s for s, _ in points),
+                               "the first traceback of each kind is in the log; step the environment by hand on "
+                               "the episodes of samples.jsonl"))
+    cut = [(s, v) for s, v in log.series("episode/truncated_observations") if v > 0]
+    if cut:
+        out.append(Finding(WARNING, "observations cut", f"{int(sum(v for _, v in cut))} observation(s) were longer "
+                           "than env.max_observation_tokens and were cut", tuple(s for s, _ in cut),
+                           "raise env.max_observation_tokens, or make the environment say less"))
+    return out
+
+
 def check_throughput(log: RunLog) -> list[Finding]:
     points = log.series("s_per_step", log.timings)
     finite = [v for _, v in points if math.isfinite(v)]
@@ -295,7 +316,7 @@ def check_throughput(log: RunLog) -> list[Finding]:
 
 
 CHECKS: list[Callable[[RunLog], list[Finding]]] = [
-    check_collapse, check_nonfinite, check_reward_errors, check_flat_groups, check_truncation, check_length,
+    check_collapse, check_nonfinite, check_reward_errors, check_environment, check_flat_groups, check_truncation, check_length,
     check_entropy, check_spikes, check_reward_hacking, check_reward_collapse, check_throughput,
 ]
 
