@@ -97,6 +97,33 @@ def test_greedy_equals_hf_engine_token_for_token(policy, engine):
         torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=LOGPROB_ATOL, rtol=0)
 
 
+def test_episodes_equal_the_hf_engines_and_their_logprobs_the_training_forwards(policy, engine):
+    """Multi-turn episodes on vLLM (histories fed back as token ids, which its prefix cache finds again): greedy, the
+    same tokens as rlvr's engine plays; sampled, the model's tokens' log-probs are the training forward's over the
+    episode, its environment tokens masked out."""
+    from episode_fakes import Echo
+
+    from rlvr.models.forward import policy_logprobs
+    from rlvr.rollout.batch import build_batch, completion_values
+    from rlvr.rollout.episode import EpisodeLimits, model_tokens, run_episodes
+    from rlvr.tasks import Example
+
+    model, tokenizer, _ = policy
+    items, limits = [Example("q:", ""), Example("zz", "")], EpisodeLimits(max_turns=3, max_tokens=40)
+    greedy = SamplingParams(temperature=0, max_new_tokens=6)
+    ours = run_episodes(engine, tokenizer, Echo, items, 1, greedy, limits)
+    reference = run_episodes(HFEngine(model, tokenizer), tokenizer, Echo, items, 1, greedy, limits)
+    assert [c.token_ids for c in ours] == [c.token_ids for c in reference]
+    assert all(0 in c.loss_mask for c in ours)  # the environment spoke
+    sampled = run_episodes(engine, tokenizer, Echo, items, 2, SamplingParams(max_new_tokens=6, seed=0), limits)
+    batch = build_batch([c.prompt_ids for c in sampled], [c.token_ids for c in sampled], None,
+                        torch.zeros(len(sampled)), 0, [c.loss_mask for c in sampled])
+    with torch.no_grad():
+        logprobs, _ = policy_logprobs(model, batch, temperature=1.0)
+    recorded = completion_values(batch.mask, [model_tokens(c.logprobs, c.loss_mask) for c in sampled])
+    torch.testing.assert_close(logprobs[batch.mask], recorded[batch.mask], atol=LOGPROB_ATOL, rtol=0)
+
+
 def test_raw_logprobs_equal_recomputed_logprobs(policy, engine):
     """n = 3 samples of 4 prompts of mixed length; T = 1, then T = 0.7, which raw mode ignores."""
     model, tokenizer, _ = policy

@@ -187,3 +187,24 @@ def test_vllm_lora_run_resumes_as_the_uninterrupted_run(tmp_path, mode, request,
     resumed = read_jsonl(crashed / "metrics.jsonl")
     assert [r["step"] for r in resumed] == [r["step"] for r in metrics] == list(range(STEPS + 1))
     assert resumed == metrics  # measured bit-equal, as the HF engine's resume (test_train_resume.py)
+
+
+def test_an_environment_trains_on_the_vllm_engine(tmp_path):
+    """`rlvr train environments/guess` with rollout.engine=vllm: episodes (histories fed back as token ids) on vLLM,
+    weights synced every step, the same greedy held-out episodes as rlvr's engine plays from the same start."""
+    sets = ["model.tiny_sizes.num_heads=2", "train.steps=2", "eval.every=2", "train.batch_size=32", "sft.steps=20",
+            "eval.samples=2", "log.progress=false", "log.plots=false", "checkpoint.every=0"]
+
+    def run(out, *more):
+        argv = ["train", "environments/guess"]
+        for value in [*sets, f"out_dir={out}", *more]:
+            argv += ["--set", value]
+        assert main(argv) == 0
+        return read_jsonl(out / "metrics.jsonl")
+
+    hf = run(tmp_path / "hf")
+    vllm = run(tmp_path / "vllm", "rollout.engine=vllm", f"model.path={tmp_path / 'hf' / 'sft_model'}", "sft.steps=0")
+    assert _synced_every_step(tmp_path / "vllm")
+    assert vllm[0]["eval/greedy_accuracy"] == hf[0]["eval/greedy_accuracy"]  # same start, greedy is exact
+    assert vllm[0]["eval/greedy_turns"] == hf[0]["eval/greedy_turns"]
+    assert 1 <= vllm[1]["episode/turns"] <= 8 and 0 < vllm[1]["episode/masked_share"] < 1
