@@ -138,9 +138,11 @@ class GroupObjective:
         if self.needs_old_logprobs:
             rows.old_logprobs = passes.old_logprobs(rows, batch, every_row=self.is_cap > 0)
         metrics: dict[str, Tensor] = {}
-        if self.is_cap:
-            rows.is_weights, metrics = behaviour_is_weights(rows.old_logprobs, passes.sampled_logprobs(rows, batch),
-                                                            rows.mask, self.is_cap, self.is_mode)
+        if self.is_cap:  # a token the mode rejects leaves the loss mask: the loss and its denominators (verl)
+            rows.is_weights, kept, metrics = behaviour_is_weights(rows.old_logprobs,
+                                                                  passes.sampled_logprobs(rows, batch), rows.mask,
+                                                                  self.is_cap, self.is_mode)
+            rows.mask = rows.mask & kept
         if self.needs_reference:
             rows.ref_logprobs = passes.reference_logprobs(rows)
         self.annotate(rows, passes)

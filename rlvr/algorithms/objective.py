@@ -30,6 +30,7 @@ from rlvr.algorithms.grpo import GroupPolicyGradient, GroupObjective
 from rlvr.algorithms.ppo import TokenObjective, token_advantages
 from rlvr.config import Config
 from rlvr.rollout.batch import RolloutBatch
+from rlvr.rollout.engines import behaviour_cap
 from rlvr.rollout.scored import ScoredBatch
 
 
@@ -93,12 +94,13 @@ def optimizer_steps(cfg: Config) -> int:
 
 
 def build_objective(cfg: Config) -> Objective:
-    """The run's objective: per-token advantages (`gae` = PPO, `reinforce_pp`) or group ones."""
+    """The run's objective: per-token advantages (`gae` = PPO, `reinforce_pp`) or group ones; the behaviour
+    correction's C is `algorithm.is_cap` with empty resolved by the engine (rlvr.rollout.engines.behaviour_cap)."""
     a = cfg.algorithm
     r = cfg.rollout
     settings = dict(temperature=r.temperature, top_k=r.top_k, top_p=r.top_p, packing=cfg.train.packing,
                     micro_batch_size=cfg.micro_batch_size, single_step=single_step(cfg),
-                    overlong_filter=a.overlong_filter, is_cap=a.is_cap, is_mode=a.is_mode,
+                    overlong_filter=a.overlong_filter, is_cap=behaviour_cap(cfg), is_mode=a.is_mode,
                     logprob_chunk=cfg.train.logprob_chunk)
     pg = GroupPolicyGradient.from_config(a, cfg.rollout.max_new_tokens)
     token = token_advantages(cfg)

@@ -37,6 +37,11 @@ def _check_distributed(cfg: Config) -> None:
     d, k = cfg.distributed, cfg.rollout.max_staleness
     if k > 0 and d.backend != "ray":
         raise ConfigError(f"rollout.max_staleness={k} needs distributed.backend=ray")
+    a = cfg.algorithm
+    if k > 0 and a.is_cap == 0 and not a.allow_uncorrected:
+        raise ConfigError(f"algorithm.is_cap=0 turns the importance correction off, but rollout.max_staleness={k} "
+                          "trains on batches sampled from weights up to that many updates old; leave is_cap empty "
+                          "(auto) or set it > 1, or set algorithm.allow_uncorrected=true to train uncorrected")
     if d.shard:
         for unmet, need in [(d.learners < 2, f"distributed.learners >= 2 (got {d.learners}: one learner holds the "
                                              "whole policy, there is nothing to shard)"),

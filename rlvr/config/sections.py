@@ -14,7 +14,7 @@ OLD_LOGPROBS = ("auto", "recompute")
 ZERO_ADVANTAGE_ROWS = ("auto", "train")
 PACKING = ("auto", "always", "never")
 SCHEDULES = ("constant", "linear", "cosine")
-IS_MODES = ("truncate", "mask")
+IS_MODES = ("truncate", "mask", "sequence_truncate", "sequence_mask")  # rlvr.core.IS_MODES (config imports no torch)
 
 
 @dataclass
@@ -178,8 +178,9 @@ class RolloutConfig(GenerationConfig):
                                             "identical, so every advantage is 0 and nothing is learned.")
     max_staleness: int = f(0, "Asynchronous RL (needs distributed.backend=ray): rollout workers sample the batches "
                               "of steps t+1..t+k while the learners update on step t, so a batch may come from "
-                              "weights k updates old. 0 = synchronous. Pair it with algorithm.is_cap "
-                              "(docs/distributed.md).", ge=0)
+                              "weights k updates old. 0 = synchronous. algorithm.is_cap then corrects by "
+                              "default; is_cap: 0 is refused unless algorithm.allow_uncorrected (docs/distributed.md).",
+                              ge=0)
 
     def check(self, prefix: str) -> None:
         if self.temperature == 0 and not self.allow_zero_temperature:
@@ -237,11 +238,25 @@ class AlgorithmConfig:
     dynamic_sampling_metric: str = f("accuracy", "What must vary in a kept group: accuracy (the DAPO paper, eq. 11: "
                                                  "0 < #correct < G; shaping terms such as the overlong penalty do "
                                                  "not count) or reward (any reward difference).")
-    is_cap: float = f(0.0, "Behaviour-policy correction (0 = off): each token's policy-gradient loss is weighted "
-                           "by min(pi_old / pi_sampler, is_cap), truncated importance sampling (IMPALA; Yao et al. "
-                           "2025). Corrects stale async batches and engine/learner numerical mismatch; > 1.")
-    is_mode: str = f("truncate", "truncate: weight min(ratio, is_cap); mask: drop tokens whose ratio leaves "
-                                 "[1/is_cap, is_cap] (rlvr.core.behaviour_is_weights).", choices=IS_MODES)
+    is_cap: float | None = f(None, "Behaviour-policy correction: each token's policy-gradient loss is weighted by "
+                                   "the importance ratio pi_old / pi_sampler bounded by C = is_cap > 1 (is_mode; "
+                                   "Yao et al. 2025, TIS). Corrects stale async batches and engine/learner numerical "
+                                   "mismatch. Empty (auto): C = 2 (verl's rollout_is_threshold) where the sampler is "
+                                   "not the policy itself (vLLM, Ray rollout workers, rollout.max_staleness > 0), off "
+                                   "where it is (the hf engine on the trained module); 0 = off.", ge=0)
+    is_mode: str = f("truncate", "How the ratio rho = pi_old / pi_sampler is bounded (rlvr.core.behaviour_is_weights, "
+                                 "docs/core.md). truncate: w = min(rho, C) (TIS); mask: w = rho inside [1/C, C], "
+                                 "else the token is rejected, out of the loss and its denominators (IcePop; MIS "
+                                 "as in verl and TRL); sequence_truncate / sequence_mask: the same on one "
+                                 "geometric-mean ratio exp(mean_t log rho_t) per sequence (length-invariant, "
+                                 "verl's geometric seq_mean_k1).", choices=IS_MODES)
+    allow_uncorrected: bool = f(False, "Accept is_cap: 0 with rollout.max_staleness > 0: batches sampled from weights "
+                                       "up to k updates old then train with no importance correction (biased; an "
+                                       "ablation, not a setting to train with).")
+    ref_refresh_every: int = f(0, "Every N optimizer updates (rollout steps) the KL reference takes the policy's "
+                                  "current weights (CS336 lecture 17's compute_ref_model_period); 0 = never, the "
+                                  "reference stays the start model. Needs a reference (beta > 0 or "
+                                  "kl_reward_coef > 0); kept in checkpoints, so a resumed run refreshes alike.", ge=0)
     overlong_filter: bool = f(False, "DAPO: truncated completions leave the loss mask (no policy gradient, no KL, "
                                      "not in token_mean's denominator).")
 
@@ -249,8 +264,8 @@ class AlgorithmConfig:
         if self.kl_unbiased and not self.beta:
             raise ConfigError(f"{prefix}kl_unbiased weights the loss's KL penalty, which {prefix}beta = 0 turns off; "
                               f"set {prefix}beta > 0 or kl_unbiased: false")
-        if self.is_cap and self.is_cap <= 1:
-            raise ConfigError(f"{prefix}is_cap must be 0 (off) or > 1, got {self.is_cap}")
+        if self.is_cap is not None and self.is_cap != 0 and not self.is_cap > 1:
+            raise ConfigError(f"{prefix}is_cap must be empty (auto), 0 (off) or > 1, got {self.is_cap}")
 
 
 @dataclass

@@ -108,7 +108,9 @@ def aggregate_loss(
     `denominator` replaces the outer normaliser (the valid-token count for `token_mean`, `B` for the
     others) with its full-batch value. Summing the losses of micro-batches computed with the full-batch
     denominator then reproduces the full-batch loss and gradient exactly (gradient accumulation).
-    A fully masked sequence makes the `seq_mean_token_mean` loss NaN, by design (see module docstring).
+    A sequence with no valid token (every token rejected by a behaviour correction, `rlvr.core.importance`)
+    adds 0 in every sequence mode and still counts in `B`: under `seq_mean_token_mean` its mean over no token
+    is taken as 0, as the other modes' sums are.
     """
     if mode not in AGGREGATION_MODES:
         raise ValueError(f"unknown aggregation mode {mode!r}; choose from {list(AGGREGATION_MODES)}")
@@ -123,7 +125,7 @@ def aggregate_loss(
         total = masked_sum(per_token, m)
         return total / (masked_count(m, per_token) if denominator is None else denominator)
     if mode == "seq_mean_token_mean":
-        per_seq = masked_mean(per_token, m, dim=-1)  # (B,)
+        per_seq = masked_sum(per_token, m, dim=-1) / masked_count(m, per_token, dim=-1).clamp(min=1)  # (B,)
     elif mode == "seq_mean_token_sum":
         per_seq = masked_sum(per_token, m, dim=-1)  # (B,)
     else:

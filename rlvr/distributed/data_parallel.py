@@ -26,8 +26,8 @@ from typing import Any, Iterator
 import torch
 import torch.distributed as dist
 from torch import Tensor
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
-                                                     get_optimizer_state_dict, set_optimizer_state_dict)
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_optimizer_state_dict,
+                                                     set_model_state_dict, set_optimizer_state_dict)
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
@@ -197,11 +197,13 @@ class ShardedLearner(RankShare):
         return policy
 
     def state_dict(self) -> dict[str, Any]:
-        """The whole optimizer state on rank 0 ({} elsewhere), indexed like a one-process optimizer's."""
+        """The whole optimizer state (and a refreshed reference) on rank 0 ({} elsewhere), indexed like a
+        one-process optimizer's."""
         optimizer = get_optimizer_state_dict(self.policy, self.optimizer, options=_FULL)
+        passes = self.passes_state()  # every rank: a refreshed reference is gathered
         if self.rank:
             return {}
-        return {"optimizer": by_index(optimizer), "scheduler": self.scheduler.state_dict(), "version": self.version}
+        return {"optimizer": by_index(optimizer), "scheduler": self.scheduler.state_dict(), **passes}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Every rank is given the whole state and keeps its shard of it."""
@@ -210,7 +212,24 @@ class ShardedLearner(RankShare):
         set_optimizer_state_dict(self.policy, self.optimizer, by_name(state["optimizer"], order),
                                  options=StateDictOptions(full_state_dict=True))
         self.scheduler.load_state_dict(state["scheduler"])
-        self.version = state.get("version", 0)
+        self.load_passes_state(state)
+
+    @torch.no_grad()
+    def _policy_into_reference(self) -> None:
+        """Shard by shard: the reference is sharded as the policy is, so each rank copies its own shards (both
+        resharded first: a root module keeps its parameters gathered after a forward)."""
+        for module in (*self.policy.modules(), *self.reference.modules()):
+            if isinstance(module, FSDPModule):
+                module.reshard()
+        shards = dict(self.reference.named_parameters())
+        for name, p in self.policy.named_parameters():
+            shards[name].to_local().copy_(p.to_local())
+
+    def _reference_weights(self) -> dict[str, Tensor]:
+        return get_model_state_dict(self.reference, options=_FULL)  # whole on rank 0, gathered by every rank
+
+    def _set_reference(self, weights: dict[str, Tensor]) -> None:
+        set_model_state_dict(self.reference, weights, options=StateDictOptions(full_state_dict=True, strict=False))
 
     def save(self, path: Path, adapter_path: Path) -> None:
         policy = self.plain_policy()

@@ -112,6 +112,29 @@ def sampler_is_policy(cfg: Config) -> bool:
             and cfg.model.dtype == "float32")
 
 
+# The cap of the behaviour correction where `algorithm.is_cap` is left empty and the sampler is not the policy itself:
+# verl's default `rollout_is_threshold`, and the C = 2 of Yao et al. 2025's truncated importance sampling
+DEFAULT_IS_CAP = 2.0
+
+
+def sampler_is_separate(cfg: Config) -> bool:
+    """Whether the tokens are sampled by something other than the trained module at the learner's weights: an engine
+    that does not sample from the policy module (vLLM: its own kernels, up to 1.2e-2 apart in log-prob on a GPU),
+    Ray rollout workers (a copy of the weights in another process), or batches up to `rollout.max_staleness`
+    updates old."""
+    return (not engine_spec(cfg).samples_policy or cfg.distributed.backend == "ray"
+            or cfg.rollout.max_staleness > 0)
+
+
+def behaviour_cap(cfg: Config) -> float:
+    """`algorithm.is_cap` with empty (auto) resolved: DEFAULT_IS_CAP where the sampler is not the policy itself
+    (`sampler_is_separate`), 0 (off) where it is; a number as given (0 = off)."""
+    cap = cfg.algorithm.is_cap
+    if cap is None:
+        return DEFAULT_IS_CAP if sampler_is_separate(cfg) else 0.0
+    return cap
+
+
 def serves_adapters(cfg: Config) -> bool:
     """Whether the engine applies the LoRA adapters itself (`rollout.vllm_lora`), so that a weight sync carries
     the adapter tensors only, instead of the merged weights."""

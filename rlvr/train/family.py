@@ -12,6 +12,7 @@ from rlvr.algorithms.ppo import VALUE_MODELS, token_advantages
 from rlvr.core import TOKEN_ADVANTAGES
 from rlvr.config import Config, ConfigError
 from rlvr.presets import get_preset
+from rlvr.rollout.engines import behaviour_cap
 
 # Kimi k1.5's loss needs r - mean(r) of the prompt's group: these estimators centre per group (grpo and rloo also
 # scale; reinforce_pp_baseline whitens after centring). raw, max_only and whitened do not.
@@ -31,7 +32,12 @@ NEEDS = {
     "algorithm.dynamic_sampling_metric": _DYNAMIC, "algorithm.dynamic_sampling_rounds": _DYNAMIC,
     "algorithm.loss_constant": (lambda c: c.algorithm.aggregation == "seq_sum_constant",
                                 "algorithm.aggregation seq_sum_constant"),
-    "algorithm.is_mode": (lambda c: c.algorithm.is_cap > 0, "algorithm.is_cap > 0"),
+    "algorithm.is_mode": (lambda c: behaviour_cap(c) > 0, "algorithm.is_cap > 1 (or empty where the sampler is not "
+                                                          "the policy itself: vLLM, Ray, staleness)"),
+    "algorithm.allow_uncorrected": (lambda c: c.rollout.max_staleness > 0 and c.algorithm.is_cap == 0,
+                                    "rollout.max_staleness > 0 and algorithm.is_cap=0"),
+    "algorithm.ref_refresh_every": (lambda c: c.algorithm.beta > 0 or c.algorithm.kl_reward_coef > 0,
+                                    "algorithm.beta > 0 (or kl_reward_coef > 0: a reference to refresh)"),
     **{f"value.{k}": _GAE for k in ("model", "path", "coef", "clip", "lr")},
     **{f"model.lora.{k}": _LORA for k in ("alpha", "dropout", "target_modules")},
 }

@@ -117,7 +117,7 @@ class Learner(NoGradPasses):
                 self.optimizer.step()
                 self.scheduler.step()
         self.policy.eval()
-        self.version += 1
+        self.advance()  # one more update: the version, and the reference where it follows the policy
         if entropies is not None:  # every valid token once, no softmax over the vocabulary in the update
             stats.append(counted({"entropy": masked_mean(entropies, rows.mask)}, rows.mask))
         stats.append({NONFINITE_WEIGHTS: nonfinite_weights(self.params)})  # the guard stops a run on any
@@ -181,15 +181,15 @@ class Learner(NoGradPasses):
         return engine_weights(self.policy, adapters=self.adapters_only)
 
     def state_dict(self) -> dict[str, Any]:
-        """Optimizer, scheduler and the objective's modules (PPO's value model): with the policy folder, all a
-        resume needs."""
+        """Optimizer, scheduler, the objective's modules (PPO's value model), a refreshed reference: all a resume
+        needs besides the policy folder."""
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                "version": self.version, **self.objective.state_dict()}
+                **self.passes_state(), **self.objective.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         load_optimizer_state(self.optimizer, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
-        self.version = state.get("version", 0)
+        self.load_passes_state(state)
         self.objective.load_state_dict(state)
 
     def save(self, path: Path, adapter_path: Path) -> None:

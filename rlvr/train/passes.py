@@ -1,8 +1,15 @@
 """The no-grad passes of the Learner that an objective asks for (rlvr.algorithms.objective.Passes): pi_old, pi_ref,
 the sampler's log-probs, each run as the Learner runs models and with its shortcuts: the sampler's log-probs stand
-in for pi_old where they are the same quantity, and rows the update leaves out are not run."""
+in for pi_old where they are the same quantity, and rows the update leaves out are not run.
+
+The reference those passes run may follow the policy: `algorithm.ref_refresh_every: N` copies the policy's weights
+into it after every N-th update (CS336 lecture 17's `compute_ref_model_period`: step N + 1 trains against the policy
+of step N). It is then neither the start model nor a checkpoint's policy, so a checkpoint holds it and a resumed run
+trains against the same one."""
 
 from __future__ import annotations
+
+from typing import Any, Iterable
 
 import torch
 from torch import Tensor, nn
@@ -23,6 +30,7 @@ class NoGradPasses:
     pad_id: int
     version: int
     sampler_is_old: bool  # the engine's log-probs and entropies are the training forward's (at these weights)
+    named_weights: Any  # () -> the policy's (name, tensor) pairs, whole (rlvr.train.learner.Learner.named_weights)
     skips_zero_advantage: bool  # rows of advantage 0 are left out of the update
 
     def tensors(self, batch: ScoredBatch) -> RolloutBatch:
@@ -72,3 +80,46 @@ class NoGradPasses:
             values = self.logprobs(rows.select(keep))  # (k, W'), W' <= W: select trims the padding
             old[keep, : values.shape[1]] = values
         return old
+
+    def advance(self) -> None:
+        """One more optimizer update: the version a batch must have been sampled at for the sampler to stand in,
+        and, after every `algorithm.ref_refresh_every`-th, the policy's weights copied into the reference (every
+        data-parallel rank at once: a sharded policy gathers its weights in `named_weights`)."""
+        self.version += 1
+        every = self.cfg.algorithm.ref_refresh_every
+        if every and self.version % every == 0:
+            self._policy_into_reference()
+
+    def passes_state(self) -> dict[str, Any]:
+        """What a checkpoint keeps of these: the version and a refreshed reference's weights, whole (not the start
+        model, which the run folder holds)."""
+        if not self.cfg.algorithm.ref_refresh_every or self.reference is None:
+            return {VERSION: self.version}
+        return {VERSION: self.version, REFERENCE: self._reference_weights()}
+
+    def load_passes_state(self, state: dict[str, Any]) -> None:
+        self.version = state.get(VERSION, 0)
+        if REFERENCE in state and self.reference is not None:
+            self._set_reference(state[REFERENCE])
+
+    # --- one process's; FSDP2 ranks, whose reference is sharded as the policy is, override them
+    def _policy_into_reference(self) -> None:
+        copy_into(self.reference, self.named_weights())
+
+    def _reference_weights(self) -> dict[str, Tensor]:
+        return {name: p.detach().clone() for name, p in self.reference.named_parameters()}
+
+    def _set_reference(self, weights: dict[str, Tensor]) -> None:
+        copy_into(self.reference, weights.items())
+
+
+VERSION, REFERENCE = "version", "reference"  # their keys in a checkpoint's state
+
+
+@torch.no_grad()
+def copy_into(model: nn.Module, named: Iterable[tuple[str, Tensor]]) -> None:
+    """(name, tensor) pairs copied into `model`'s parameters and buffers in place (cast to their dtype); a name it
+    lacks raises KeyError."""
+    own = {**dict(model.named_buffers()), **dict(model.named_parameters())}
+    for name, tensor in named:
+        own[name].copy_(tensor)

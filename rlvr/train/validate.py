@@ -44,6 +44,9 @@ def check_model(cfg: Config) -> None:
         # float16 gradients underflow without loss scaling (a GradScaler), which the update does not do
         raise ConfigError("model.dtype=float16: training has no loss scaling for float16 gradients; "
                           "use bfloat16 (or float32)")
+    if cfg.model.lora.r > 0 and cfg.algorithm.ref_refresh_every:
+        raise ConfigError("algorithm.ref_refresh_every needs model.lora.r=0: a LoRA policy's reference is its own "
+                          "base with the adapters off, which a refresh cannot move")
     if cfg.model.lora.r > 0 and cfg.algorithm.advantage == "gae":
         raise ConfigError("model.lora.r > 0 with algorithm.advantage=gae: PPO's value model on a LoRA policy "
                           "is not supported; use a group advantage or model.lora.r=0")

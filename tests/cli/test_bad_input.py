@@ -107,6 +107,10 @@ SET_CASES = [pytest.param(["--set", s], key, id=s) for s, key in SETS] + [
     pytest.param(["--set", "task.eval_size=50", "--set", "task.options.length=2"],  # was refused after the warm start
                  "task.eval_size=50: sort: could not draw 50 distinct held-out lists: only about 10 of the 100",
                  id="task.eval_size-beyond-the-held-out-share"),
+    pytest.param(["--set", "distributed.backend=ray", "--set", "rollout.max_staleness=1",
+                  "--set", "algorithm.is_cap=0"],
+                 "algorithm.is_cap=0 turns the importance correction off, but rollout.max_staleness=1",
+                 id="stale-uncorrected"),
     pytest.param(["--set", "rollout.max_new_tokens=600"],  # was refused at the first evaluation, metrics written
                  "rollout.max_new_tokens=600: the longest held-out prompt (11 tokens) + 600 exceeds the model's "
                  "max_position_embeddings (512); at most 501 fit", id="rollout.max_new_tokens-beyond-the-context"),

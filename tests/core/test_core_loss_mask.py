@@ -7,7 +7,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlvr.core import AGGREGATION_MODES, aggregate_loss, behaviour_is_weights, keep_tokens, kl_k3, masked_mean
+from rlvr.core import (AGGREGATION_MODES, IS_MODES, aggregate_loss, behaviour_is_weights, keep_tokens, kl_k3,
+                       masked_mean)
 
 SETTINGS = settings(max_examples=60, deadline=None)
 
@@ -90,7 +91,9 @@ def test_environment_tokens_change_nothing_whatever_their_values(data):
         torch.testing.assert_close(aggregate_loss(noisy, m, mode, constant), aggregate_loss(values, m, mode, constant))
     ref, wild = values * 0.3, torch.nan_to_num(noisy, 1e6)
     torch.testing.assert_close(masked_mean(kl_k3(wild, ref), m), masked_mean(kl_k3(values, ref), m))
-    weights, _ = behaviour_is_weights(values.clamp(-5, 0), wild.clamp(-5, 0), m, 2.0)
-    clean, _ = behaviour_is_weights(values.clamp(-5, 0), values.clamp(-5, 0), m, 2.0)
-    torch.testing.assert_close(weights, clean)
+    for mode in IS_MODES:
+        weights, kept, _ = behaviour_is_weights(values.clamp(-5, 0), wild.clamp(-5, 0), m, 2.0, mode)
+        clean, clean_kept, _ = behaviour_is_weights(values.clamp(-5, 0), values.clamp(-5, 0), m, 2.0, mode)
+        torch.testing.assert_close(weights, clean)
+        assert torch.equal(kept, clean_kept) and not bool((kept & ~m).any())
     assert bool((weights[~m] == 0).all())

@@ -309,8 +309,8 @@ def test_gspo_by_hand_clipped_and_unclipped():
 
 @pytest.mark.parametrize("aggregation, rows", [("token_mean", 1), ("seq_mean_token_sum", 2)])
 def test_gspo_row_with_no_valid_token_has_zero_gradient_not_nan(aggregation, rows):
-    """The overlong filter clears a truncated row's mask (every aggregation but seq_mean_token_mean, where
-    an empty row is NaN by design): its sequence ratio was 0/0, whose NaN reached the gradient (0 x NaN
+    """The overlong filter clears a truncated row's mask (every aggregation but seq_mean_token_mean): its
+    sequence ratio was 0/0, whose NaN reached the gradient (0 x NaN
     through exp) and so every weight. The row now counts as s = 1 with no tokens: no gradient, and the loss
     is the other rows' (over the `rows` the aggregation divides by: token_mean counts tokens, seq_mean_* every
     row)."""

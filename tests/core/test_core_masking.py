@@ -109,6 +109,18 @@ def test_aggregate_loss_modes_by_hand():
     torch.testing.assert_close(dr_grpo, torch.tensor(((1 + 2 + 3) / 3 + 4 / 3) / 2))
 
 
+def test_a_sequence_with_no_valid_token_adds_zero_and_counts_in_every_sequence_mode():
+    """A behaviour correction may reject every token of a sequence (rlvr.core.importance): the sequence adds 0
+    and the sequence modes still divide by B, seq_mean_token_mean included (its mean over no token is 0, not
+    0 / 0); token_mean counts the valid tokens only."""
+    loss = torch.tensor([[1.0, 3.0, 9.0], [5.0, 7.0, 11.0]])
+    mask = torch.tensor([[True, True, False], [False, False, False]])
+    expected = {"token_mean": 4 / 2, "seq_mean_token_mean": (4 / 2) / 2, "seq_mean_token_sum": 4 / 2,
+                "seq_sum_constant": (4 / 10) / 2}
+    for mode, value in expected.items():
+        assert aggregate_loss(loss, mask, mode, 10.0).item() == pytest.approx(value), mode
+
+
 def test_aggregate_loss_rejects_bad_mode_and_missing_constant():
     with pytest.raises(ValueError, match="token_mean"):
         aggregate_loss(X, M, "mean")

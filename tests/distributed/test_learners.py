@@ -17,18 +17,23 @@ from rlvr.tasks import get_task
 from rlvr.train.setup import local_roles
 
 
-@pytest.mark.parametrize("aggregation, shard, micro", [("token_mean", False, 2), ("seq_mean_token_mean", False, 2),
-                                                       ("seq_mean_token_mean", True, 2), ("token_mean", False, 8)])
-def test_two_learners_equal_one_after_three_steps(ray_cluster, tmp_path, warm_model, aggregation, shard, micro):
+@pytest.mark.parametrize("aggregation, shard, micro, refresh", [
+    ("token_mean", False, 2, 0), ("seq_mean_token_mean", False, 2, 0), ("seq_mean_token_mean", True, 2, 0),
+    ("token_mean", False, 8, 0), ("token_mean", True, 2, 1)])
+def test_two_learners_equal_one_after_three_steps(ray_cluster, tmp_path, warm_model, aggregation, shard, micro,
+                                                  refresh):
     """token_mean splits a token-count denominator across ranks, seq_mean_token_mean a sequence count:
     both must give the one-process loss, gradient norm and weights. mu = 2 x two minibatches x two
     micro-batches per rank: accumulation, shuffling and the optimizer state all take part. Sharded
     (FSDP2), each rank holds half of every tensor; what leaves the ranks (weights, the policy and the
     optimizer state of a checkpoint) is whole and equals the one-process learner's. Every logged metric equals
     the one-process one, also where the ranks split the micro-batches otherwise (one micro-batch of 8 rows in
-    one process, one of 4 on each rank: entropy, approx_kl, clip fractions and ratios differed)."""
+    one process, one of 4 on each rank: entropy, approx_kl, clip fractions and ratios differed). `refresh`: a KL
+    reference that takes the policy's weights after every update (algorithm.ref_refresh_every), gathered from
+    the shards on every rank, gives the one-process KL and weights too."""
+    kl = {"beta": 0.04, "ref_refresh_every": refresh} if refresh else {}
     cfg = load_config(None, [], base=tiny_config(
-        tmp_path / "run", warm_model, algorithm={"mu": 2, "aggregation": aggregation},
+        tmp_path / "run", warm_model, algorithm={"mu": 2, "aggregation": aggregation, **kl},
         train={"steps": 3, "batch_size": 16, "group_size": 4, "mini_batch_size": 8, "micro_batch_size": micro,
                "zero_advantage_rows": "train"},  # ranks keep such rows; one process trains on them too
         distributed=ray_sections(learners=2, shard=shard)))
@@ -67,6 +72,20 @@ def test_two_learners_equal_one_after_three_steps(ray_cluster, tmp_path, warm_mo
             for key, value in moments.items():
                 torch.testing.assert_close(state["optimizer"]["state"][i][key], value, atol=1e-5, rtol=1e-5)
         assert (state["scheduler"], state["version"]) == (expected["scheduler"], expected["version"])
+        assert state.keys() == expected.keys()
+        for name, tensor in expected.get("reference", {}).items():  # refreshed: whole, the policy of the last update
+            torch.testing.assert_close(state["reference"][name], tensor, atol=1e-5, rtol=1e-5)
+        if refresh:  # a resume hands every rank the whole reference, which each shards back: the start model's, then
+            # the checkpoint's, read back whole
+            start = {name: p.detach() for name, p in local_roles(cfg, task, warm_model, warm_model)[0]
+                     .policy.named_parameters()}
+            for loaded in (start, state["reference"]):
+                ray_cluster.get([rank.__ray_call__.remote(lambda w, s: w.learner.load_passes_state(s),
+                                                          {"version": 3, "reference": loaded}) for rank in ranks])
+                read = ray_cluster.get([rank.__ray_call__.remote(lambda w: w.learner._reference_weights())
+                                        for rank in ranks])[0]
+                for name, tensor in loaded.items():
+                    torch.testing.assert_close(read[name], tensor, atol=0, rtol=0)
         for name, tensor in learner.policy.state_dict().items():
             torch.testing.assert_close(policy.state_dict()[name], tensor, atol=1e-5, rtol=1e-5)
     for rank in ranks:

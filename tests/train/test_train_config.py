@@ -88,7 +88,19 @@ SHARD = ["distributed.backend=ray", "distributed.learners=2", "distributed.shard
     ({}, ["algorithm.dynamic_sampling_metric=reward"], "algorithm.dynamic_sampling_metric=reward does nothing"),
     ({}, ["algorithm.loss_constant=16"], "algorithm.loss_constant=16.0 does nothing without algorithm.aggregation "
                                          "seq_sum_constant"),
-    ({}, ["algorithm.is_mode=mask"], "algorithm.is_mode=mask does nothing without algorithm.is_cap > 0"),
+    ({}, ["algorithm.is_mode=mask"], "algorithm.is_mode=mask does nothing without algorithm.is_cap > 1 (or empty "
+                                     "where the sampler is not the policy itself"),
+    ({}, ["algorithm.is_cap=2", "algorithm.is_mode=clip"], "algorithm.is_mode: unknown 'clip'; choose from"),
+    ({}, ["algorithm.is_cap=0.5"], "algorithm.is_cap must be empty (auto), 0 (off) or > 1, got 0.5"),
+    ({}, ["algorithm.is_cap=nan"], "algorithm.is_cap must be a finite number, got nan"),
+    ({}, ["distributed.backend=ray", "rollout.max_staleness=2", "algorithm.is_cap=0"],
+     "algorithm.is_cap=0 turns the importance correction off, but rollout.max_staleness=2 trains on batches"),
+    ({}, ["algorithm.allow_uncorrected=true"], "algorithm.allow_uncorrected=True does nothing without "
+                                               "rollout.max_staleness > 0 and algorithm.is_cap=0"),
+    ({}, ["algorithm.ref_refresh_every=2"], "algorithm.ref_refresh_every=2 does nothing without algorithm.beta > 0"),
+    ({}, ["algorithm.ref_refresh_every=-1"], "algorithm.ref_refresh_every must be >= 0, got -1"),
+    ({}, ["algorithm.ref_refresh_every=2", "algorithm.beta=0.1", "model.lora.r=8"],
+     "algorithm.ref_refresh_every needs model.lora.r=0"),
     ({}, ["value.coef=0.5"], "value.coef=0.5 does nothing without algorithm.advantage gae"),
     ({}, ["model.lora.alpha=32"], "model.lora.alpha=32.0 does nothing without model.lora.r > 0"),
     ({}, ["model.lora.target_modules=[q_proj]"], "model.lora.target_modules=['q_proj'] does nothing without"),
@@ -165,6 +177,24 @@ def test_ray_only_settings_need_ray(setting):
     with pytest.raises(ConfigError, match=rf"^{re.escape(key)}=\S+ needs distributed.backend=ray \(.*ignored\)$"):
         load_config(None, [setting])
     load_config(None, [setting, "distributed.backend=ray"])
+
+
+@pytest.mark.parametrize("settings, cap", [
+    ([], 0.0),  # the hf engine on the trained module: the sampler is the policy, no correction
+    (["rollout.engine=vllm"], 2.0),  # vLLM's kernels
+    (["distributed.backend=ray"], 2.0),  # a rollout worker's copy in another process
+    (["distributed.backend=ray", "rollout.max_staleness=1"], 2.0),  # batches up to one update old
+    (["rollout.engine=vllm", "algorithm.is_cap=0"], 0.0),  # an explicit choice is kept
+    (["algorithm.is_cap=3"], 3.0),
+    (["distributed.backend=ray", "rollout.max_staleness=1", "algorithm.is_cap=0", "algorithm.allow_uncorrected=true"],
+     0.0),  # forced: loads, and trains uncorrected
+])
+def test_the_behaviour_correction_is_on_by_default_where_the_sampler_is_not_the_policy(settings, cap):
+    from rlvr.rollout.engines import behaviour_cap
+
+    cfg = load_config(None, [s for s in settings if not s.startswith("rollout.engine")])
+    cfg.rollout.engine = "vllm" if "rollout.engine=vllm" in settings else "hf"  # vllm need not be installed
+    assert behaviour_cap(cfg) == cap
 
 
 def test_presets_and_defaults_never_trip_the_inert_settings_check():
