@@ -17,6 +17,7 @@ import json
 import os
 import platform
 import resource
+import shlex
 import statistics
 import subprocess
 import sys
@@ -75,13 +76,18 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=3, help="runs side by side")
     parser.add_argument("--results", type=Path, default=None, help="append each run's row to this jsonl")
     parser.add_argument("--set", dest="sets", action="append", default=[], help="a config override, as rlvr train")
+    parser.add_argument("--run", default=None, help="the rows' run id (default env-guess-<date>-<time>)")
+    parser.add_argument("--machine", default="epyc-avx2-image2",
+                        help="the machine's name in benchmarks/results/machines.jsonl")
     args = parser.parse_args()
     load = os.getloadavg()[0]
     with ThreadPoolExecutor(args.jobs) as pool:
         rows = list(pool.map(lambda s: run(s, args.out, args.sets), args.seeds))
     cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
-    stamp = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.processor() or platform.machine()}, "
-             f"{os.cpu_count()} cores", "load_at_start": round(load, 1), "load_at_end": round(os.getloadavg()[0], 1),
+    stamp = {"run": args.run or time.strftime("env-guess-%Y-%m-%d-%H%M", time.gmtime()),
+             "date": time.strftime("%Y-%m-%d"), "machine": args.machine,
+             "command": "OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 PYTHONPATH=. .venv/bin/python " + shlex.join(sys.argv),
+             "cpu": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores", "load_at_start": round(load, 1), "load_at_end": round(os.getloadavg()[0], 1),
              "cpu_s_all_runs": round(cpu.ru_utime + cpu.ru_stime, 1), "sets": args.sets}
     if args.results:
         args.results.parent.mkdir(parents=True, exist_ok=True)
