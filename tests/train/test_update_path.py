@@ -93,6 +93,21 @@ def test_the_sampler_reports_what_the_learner_scores(config_factory, temperature
     torch.testing.assert_close(entropy[rows.mask], sampler_entropy[rows.mask], atol=1e-5, rtol=0)
 
 
+def test_the_weight_is_1_to_1e6_when_the_model_itself_does_not_round(config_factory):
+    """The issue's bar (T = 0.7, top-p 0.9: weights of 1 to 1e-6) with the kernel rounding taken out: the policy in
+    float64, so cached decoding and the full forward agree, and what is left is the float32 storage of the
+    log-probs (an ulp of ~1e-6 at magnitude ~10). The float32 model adds up to ~3.4e-6 of kernel rounding."""
+    run = prepare_run(load_config(config_factory("f64", rollout={"temperature": 0.7, "top_k": 0, "top_p": 0.9,
+                                                                 "max_new_tokens": 10})))
+    run.learner.policy.double()
+    batch = run.rollout.collect(1)
+    rows = run.learner.tensors(batch)
+    sampled = completion_values(rows.mask, batch.sampler_logprobs)
+    weights = (run.learner.logprobs(rows).double() - sampled.double())[rows.mask].exp()
+    assert rows.mask.sum() > 50
+    assert float((weights - 1).abs().max()) < 1e-6
+
+
 def test_the_old_pass_runs_when_the_weights_differ(config_factory, monkeypatch):
     rollout, learner = _learner(config_factory, "stale")
     batch = rollout.collect(1)
