@@ -24,6 +24,16 @@ engine with cascade attention off (each prompt's keys/values copied to the n row
     .venv/bin/python benchmarks/bench_rollout.py [--repeats 3] [--threads 2] [--vocab 16384]
     VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind PYTHONPATH=. .venv-vllm/bin/python \
         benchmarks/bench_rollout.py [--no-generate] [--vllm-eager]
+
+`--model M` measures a real model instead (a folder, a .gguf file or an embedded model's name, as `model.path`
+takes): the prompts are the first training prompts of `--config`'s task (default: benchmarks/configs/
+smollm2_add.yaml, issue 37's starting point, through the model's chat template) and the shape is the config's (train.batch_size / train.group_size prompts x group_size
+samples, rollout.max_new_tokens, its temperature), HFEngine built as `rlvr train` builds it (processed log-probs,
+entropies). Where vLLM is not importable here, it runs in a child process of `--vllm-python` (default
+.venv-vllm/bin/python, when it exists), in float32 with torch.compile (`--vllm-eager`: without, as `rlvr train`
+builds it on a CPU): each request is timed inside the child, in its own CPU seconds.
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_rollout.py --model smollm2-135m-instruct [--repeats 3]
 """
 
 from __future__ import annotations
@@ -41,10 +51,16 @@ from pathlib import Path
 
 import torch
 
-from rlvr.models import PRESETS, build_char_tokenizer, build_tiny_model, save_model
+from rlvr.models import PRESETS, build_char_tokenizer, build_tiny_model, load_model, load_tokenizer, save_model
 from rlvr.models.placement import autocast_forward
 import rlvr.rollout.hf_engine as hf_engine
 from rlvr.rollout import HFEngine, SamplingParams
+from rlvr.rollout.sampling import SCORED_LOGPROBS
+
+from _vllm_child import VLLMChild
+
+ROOT = Path(__file__).resolve().parents[1]
+SMOLLM2_CONFIG = ROOT / "benchmarks" / "configs" / "smollm2_add.yaml"  # the real model's recorded rows
 
 MODES = {"full length": True, "with EOS": False}  # mode -> SamplingParams.ignore_eos
 RATIOS = (("HFEngine", "generate"), ("vLLM", "HFEngine"), ("vLLM", "generate"), ("HFEngine", "HFEngine/step casts"),
@@ -90,10 +106,36 @@ def run_hf_generate(model, tokenizer, prompts, n, sampling, dtype=torch.float32)
     return int((~after_eos).sum())
 
 
-def build_engines(args, model, tokenizer, tmp: str) -> dict:
-    """engine name -> run(prompts, n, sampling) -> generated tokens. vLLM joins when importable."""
+def recipe_prompts(config: Path, folder: Path, count: int | None) -> tuple[list[str], dict]:
+    """The first training prompts of `config`'s task, rendered for the model in `folder` (its chat template), and
+    the config's rollout shape: {"prompts", "n", "new_tokens", "temperature"}."""
+    from rlvr.config import load_config
+    from rlvr.train.preflight import run_task
+
+    cfg = load_config(config, [f"model.path={folder}"])
+    shape = {"prompts": cfg.train.batch_size // cfg.train.group_size, "n": cfg.train.group_size,
+             "new_tokens": cfg.rollout.max_new_tokens, "temperature": cfg.rollout.temperature}
+    examples = run_task(cfg).train_examples(count or shape["prompts"], cfg.seed)  # as `rlvr train` draws them
+    return [ex.prompt for ex in examples], shape
+
+
+def vllm_child(args, model, tokenizer, tmp: str, folder: Path | None):
+    """vLLM in a child process of `--vllm-python` (`_vllm_child.VLLMChild`), on `folder` or the model saved."""
+    folder = folder or save_model(model, tokenizer, Path(tmp) / "model")
+    child = VLLMChild(args.vllm_python, folder, args.threads, Path(tmp) / "vllm.log", eager=args.vllm_eager)
+    print(f"vLLM engine up in {child.ready['load_s']:.1f} s in a child process of {args.vllm_python} "
+          f"(enforce_eager={args.vllm_eager})")
+    return child
+
+
+def build_engines(args, model, tokenizer, tmp: str, folder: Path | None = None) -> dict:
+    """engine name -> run(prompts, n, sampling) -> generated tokens, or (tokens, wall s, CPU s) where timed
+    elsewhere. vLLM joins when importable, here or in `--vllm-python`'s child process. `folder`: the real model's."""
     dtype = getattr(torch, args.dtype)
-    engine = HFEngine(model, tokenizer, autocast=dtype)
+    # a real model's engine as `rlvr train` builds it (the log-probs it trains with, entropies); the tiny one's
+    # settings as its recorded history was measured
+    training = {"entropies": True, "logprobs_mode": SCORED_LOGPROBS} if folder else {}
+    engine = HFEngine(model, tokenizer, autocast=dtype, **training)
     engines = {"HFEngine": lambda *a: run_engine(engine, *a)}
     if args.lora and dtype != torch.float32:
         engines["HFEngine/step casts"] = lambda *a: run_per_step_casts(engine, *a)
@@ -108,10 +150,12 @@ def build_engines(args, model, tokenizer, tmp: str) -> dict:
         from rlvr.rollout.vllm_engine import VLLMEngine
 
         start = time.perf_counter()
-        vllm_engine = VLLMEngine(save_model(model, tokenizer, Path(tmp) / "model"), dtype="float32",
-                                 enforce_eager=args.vllm_eager)
+        vllm_engine = VLLMEngine(folder or save_model(model, tokenizer, Path(tmp) / "model"), dtype="float32",
+                                 enforce_eager=args.vllm_eager, **({"logprobs_mode": SCORED_LOGPROBS} if folder else {}))
         print(f"vLLM engine up in {time.perf_counter() - start:.1f} s (enforce_eager={args.vllm_eager})")
         engines["vLLM"] = lambda *a: run_engine(vllm_engine, *a)
+    elif not args.no_vllm and args.vllm_python and Path(args.vllm_python).exists():
+        engines["vLLM"] = vllm_child(args, model, tokenizer, tmp, folder)
     return engines
 
 
@@ -120,16 +164,19 @@ def measure(engines: dict, prompts, args) -> tuple[dict, dict]:
     warmup = SamplingParams(temperature=1.0, max_new_tokens=4, seed=0)  # first-call allocations, lazy inits
     for run in engines.values():
         run(prompts, args.n, warmup)
+        run(prompts, args.n, replace(warmup, max_new_tokens=args.new_tokens))  # the full shape's allocations
     keys = [(engine, mode) for mode in MODES for engine in engines]
     wall: dict[tuple, list[float]] = {key: [] for key in keys}
     cpu: dict[tuple, list[float]] = {key: [] for key in keys}
     for rep in range(args.repeats):
-        base = SamplingParams(temperature=1.0, max_new_tokens=args.new_tokens, seed=rep)
+        base = SamplingParams(temperature=args.temperature, max_new_tokens=args.new_tokens, seed=rep)
         for engine, mode in keys:
             torch.manual_seed(rep)
             start, start_cpu = time.perf_counter(), time.process_time()
             tokens = engines[engine](prompts, args.n, replace(base, ignore_eos=MODES[mode]))
             seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - start_cpu
+            if isinstance(tokens, tuple):  # timed where it ran (vLLM's child process)
+                tokens, seconds, cpu_seconds = tokens
             wall[engine, mode].append(tokens / seconds)
             cpu[engine, mode].append(tokens / cpu_seconds)
             print(f"  round {rep}: {engine:8s} {mode:11s} {tokens:6d} tokens in {seconds:7.2f} s wall "
@@ -156,10 +203,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="bench20m", choices=sorted(PRESETS))
     parser.add_argument("--arch", default="qwen2", choices=["qwen2", "llama"])
-    parser.add_argument("--prompts", type=int, default=16)
-    parser.add_argument("--prompt-len", type=int, default=96)
-    parser.add_argument("--n", type=int, default=8)
-    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--model", help="a real model (folder, .gguf or embedded name) instead of the tiny one")
+    parser.add_argument("--config", type=Path, default=SMOLLM2_CONFIG,
+                        help="with --model: the config whose task's prompts and rollout shape are measured")
+    parser.add_argument("--prompts", type=int, default=None, help="prompts per call (16; --model: the config's)")
+    parser.add_argument("--prompt-len", type=int, default=96, help="the tiny model's prompt length")
+    parser.add_argument("--n", type=int, default=None, help="samples per prompt (8; --model: the config's)")
+    parser.add_argument("--new-tokens", type=int, default=None, help="new tokens (128; --model: the config's)")
+    parser.add_argument("--temperature", type=float, default=None, help="(1.0; --model: the config's)")
+    parser.add_argument("--vllm-python", default=str(ROOT / ".venv-vllm" / "bin" / "python"),
+                        help="where vLLM is not importable here: the interpreter of a venv that has it")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--vocab", type=int, default=None, help="pad the model's vocabulary to this size")
@@ -174,10 +227,23 @@ def main() -> None:
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
-    tokenizer = build_char_tokenizer()
-    model = build_tiny_model(tokenizer, arch=args.arch, **PRESETS[args.preset])
-    if args.vocab:
-        model.resize_token_embeddings(args.vocab)
+    folder = prompts = None
+    if args.model:
+        from rlvr.models.sources import resolve_model
+
+        folder = resolve_model(args.model, "--model")
+        model, tokenizer = load_model(folder), load_tokenizer(folder)
+        prompts, shape = recipe_prompts(args.config, folder, args.prompts)
+        name = f"{args.model} ({folder.name}), prompts of {args.config.name}'s task"
+    else:
+        tokenizer = build_char_tokenizer()
+        model = build_tiny_model(tokenizer, arch=args.arch, **PRESETS[args.preset])
+        if args.vocab:
+            model.resize_token_embeddings(args.vocab)
+        shape = {"prompts": 16, "n": 8, "new_tokens": 128, "temperature": 1.0}
+        name = f"{args.arch}/{args.preset}"
+    for key in ("prompts", "n", "new_tokens", "temperature"):
+        setattr(args, key, shape[key] if getattr(args, key) is None else getattr(args, key))
     params = sum(p.numel() for p in model.parameters())
     if args.lora:
         from rlvr.config.sections import LoRAConfig
@@ -185,14 +251,19 @@ def main() -> None:
 
         model = add_lora(model, LoRAConfig(r=args.lora))
     model = autocast_forward(model, torch.device("cpu"), getattr(torch, args.dtype))
-    prompts = make_prompts(tokenizer, args.prompts, args.prompt_len, seed=0)
+    prompts = prompts or make_prompts(tokenizer, args.prompts, args.prompt_len, seed=0)
+    lengths = [len(tokenizer(p, add_special_tokens=True)["input_ids"]) for p in prompts]
     with tempfile.TemporaryDirectory() as tmp:
-        engines = build_engines(args, model, tokenizer, tmp)
-        print(f"model {args.arch}/{args.preset}: {params / 1e6:.1f}M params, vocab {model.config.vocab_size} | "
-              f"{args.prompts} prompts x {args.prompt_len} tokens, n={args.n}, {args.new_tokens} new tokens, "
-              f"{args.threads} threads, {args.dtype}{f', LoRA r={args.lora}' if args.lora else ''}; "
-              f"load {os.getloadavg()[0]:.2f}")
-        report(*measure(engines, prompts, args))
+        engines = build_engines(args, model, tokenizer, tmp, folder)
+        print(f"model {name}: {params / 1e6:.1f}M params, vocab {model.config.vocab_size} | "
+              f"{args.prompts} prompts x {min(lengths)}-{max(lengths)} tokens, n={args.n}, {args.new_tokens} new "
+              f"tokens, T={args.temperature}, {args.threads} threads, {args.dtype}"
+              f"{f', LoRA r={args.lora}' if args.lora else ''}; load {os.getloadavg()[0]:.2f}")
+        try:
+            report(*measure(engines, prompts, args))
+        finally:
+            for run in engines.values():
+                getattr(run, "close", lambda: None)()
     print(f"load at the end {os.getloadavg()[0]:.2f}")
 
 
