@@ -12,7 +12,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCH_PIN = "torch==2.13.0"  # installed first, from the CPU wheel on local disk: a plain `torch` pulls CUDA
-TRL_PINS = ["trl==1.16.0", "transformers==5.24.0", "accelerate==1.15.0", "datasets==5.2.0"]
+TRL_PINS = ["trl==1.16.0", "transformers==5.24.0", "accelerate==1.15.0", "datasets==5.2.0",
+            "math-verify[antlr4_13_2]==0.9.0"]  # the math tasks' grader (rlvr's), which the TRL side calls too
 
 
 def start_child(argv: list[str], threads: int, log_path: Path, preload: str | None = None,
@@ -55,7 +56,7 @@ def trl_allocator(choice: str) -> tuple[str, str | None]:
 def trl_python(venv: Path) -> Path:
     """The TRL virtualenv's python, created with the pinned versions when missing or different."""
     python = venv / "bin" / "python"
-    want = {p.split("==")[0]: p.split("==")[1] for p in [TORCH_PIN, *TRL_PINS]}
+    want = {p.split("==")[0].split("[")[0]: p.split("==")[1] for p in [TORCH_PIN, *TRL_PINS]}
     probe = ("import json, importlib.metadata as m; print(json.dumps({n: m.version(n) for n in %r}))" % list(want))
     if python.exists():
         got = subprocess.run([python, "-c", probe], capture_output=True, text=True)

@@ -73,9 +73,10 @@ class TrainClock:
         return {"steps": self.steps, "evals": self.evals}
 
 
-def greedy_accuracy(model, tokenizer, task, examples, max_new_tokens: int) -> float:
+def greedy_accuracy(model, tokenizer, task, examples, max_new_tokens: int) -> dict[str | None, float]:
     """Held-out greedy exact-match accuracy with `model.generate`, judged by the task's `is_correct`
-    on the completion decoded without special tokens (what rlvr's engine hands the task)."""
+    on the completion decoded without special tokens (what rlvr's engine hands the task), per evaluation
+    group as rlvr reports it (`eval_group`; None: the main set, `eval/greedy_accuracy`)."""
     import torch
 
     was_training = model.training
@@ -86,7 +87,10 @@ def greedy_accuracy(model, tokenizer, task, examples, max_new_tokens: int) -> fl
                              eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
     texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
     model.train(was_training)
-    return sum(bool(task.is_correct(t, ex)) for t, ex in zip(texts, examples)) / len(examples)
+    groups: dict[str | None, list[bool]] = {}
+    for text, ex in zip(texts, examples):
+        groups.setdefault(ex.fields.get("eval_group"), []).append(bool(task.is_correct(text, ex)))
+    return {group: sum(right) / len(right) for group, right in groups.items()}
 
 
 def _callback(clock: TrainClock, spec: dict, tokenizer, task, held_out):
@@ -97,9 +101,11 @@ def _callback(clock: TrainClock, spec: dict, tokenizer, task, held_out):
 
     def evaluate(model, step: int) -> float:
         with clock.paused():
-            acc = greedy_accuracy(model, tokenizer, task, held_out, spec["max_new_tokens"])
+            groups = greedy_accuracy(model, tokenizer, task, held_out, spec["max_new_tokens"])
+        acc = groups.pop(None)
         clock.evaluated(step, acc)
-        print(f"[trl] step {step}: held-out greedy exact accuracy {acc:.3f}", flush=True)
+        others = "".join(f", {group} {value:.3f}" for group, value in groups.items())
+        print(f"[trl] step {step}: held-out greedy exact accuracy {acc:.3f}{others}", flush=True)
         return acc
 
     class Clock(TrainerCallback):

@@ -12,10 +12,13 @@ the cores barely disturb; wall seconds are printed next to them, with the load a
     .venv/bin/python benchmarks/bench_profile.py demo [--steps 5]
     .venv/bin/python benchmarks/bench_profile.py 20m [--steps 2]
     .venv/bin/python benchmarks/bench_profile.py sort [--steps 20]
+    .venv/bin/python benchmarks/bench_profile.py smollm2 [--steps 3] [--config FILE]
 
 "demo" is `rlvr demo`'s config (SFT warm start included, not timed). "20m" is the same task and
 algorithm on a ~20M Qwen2 (`bench20m`, no warm start), 32 completions per step forced to 128 tokens.
-"sort" is configs/sort.yaml with the exact-match reward (bench_trl.py's second task).
+"sort" is configs/sort.yaml with the exact-match reward (bench_trl.py's second task). "smollm2" is the real
+model, SmolLM2-135M-Instruct, at issue 37's starting point (benchmarks/configs/smollm2_add.yaml: a + b through its
+chat template, 8 prompts x 8, 48 new tokens), at the threads it sets. `--config` swaps a setting's file for another with the same overrides.
 Wrapped names come from `rlvr.train.{loop,learner}` and `rlvr.algorithms.dynamic_sampling`; if one
 goes away the script fails loudly rather than mislabel time.
 """
@@ -45,12 +48,14 @@ from rlvr.train.setup import prepare_run
 QUIET = ["eval.every=1000000", "task.eval_size=8", "eval.samples=1", "checkpoint.every=1000000",
          "log.progress=false", "log.report_to=[]", "log.plots=false"]
 SORT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "sort.yaml"
+SMOLLM2_CONFIG = Path(__file__).resolve().parent / "configs" / "smollm2_add.yaml"  # the real model's rows
 SETTINGS = {  # setting -> (config file, overrides)
     "demo": (DEMO_CONFIG, []),
     "20m": (DEMO_CONFIG, ["model.tiny_preset=bench20m", "sft.steps=0", "rollout.max_new_tokens=128",
                           "train.batch_size=32", "train.group_size=8", "train.mini_batch_size=16"]),
     # the second task of bench_trl.py: sort 5 digits with the exact-match reward, no KL term, one thread
     "sort": (SORT_CONFIG, ["task.options.reward=sparse", "threads=1"]),
+    "smollm2": (SMOLLM2_CONFIG, ["task.eval_size=4"]),
 }
 EXCLUDED = ("evaluation", "checkpoint", "end of run")
 
@@ -153,9 +158,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override one config key, as rlvr train's --set; repeat --set for each")
+    parser.add_argument("--config", type=Path, help="the setting's overrides on this config file instead")
     args = parser.parse_args()
     out = tempfile.mkdtemp(prefix="rlvr-profile-")
     config, setting = SETTINGS[args.setting]
+    config = args.config or config
     cfg = load_config(config, [f"out_dir={out}", f"train.steps={args.steps}", *QUIET, *setting, *args.set])
     run = prepare_run(cfg)
     if args.setting == "20m":  # every completion runs to 128 tokens
@@ -177,7 +184,8 @@ def report(prof: Profile, args, cfg, load: float) -> None:
     prof.cpu["other (logging, Python)"] = prof.cpu.pop("train")
     prof.wall["other (logging, Python)"] = prof.wall.pop("train")
     rows = sorted(((k, v) for k, v in prof.cpu.items() if k not in EXCLUDED), key=lambda kv: -kv[1])
-    print(f"setting {args.setting}: model {cfg.model.tiny_preset}, {cfg.train.batch_size} completions/step, "
+    print(f"setting {args.setting}: model {cfg.model.path or cfg.model.tiny_preset}, {cfg.train.batch_size} "
+          f"completions/step, "
           f"max_new_tokens {cfg.rollout.max_new_tokens}, mu {cfg.algorithm.mu}, threads {cfg.threads}, "
           f"{steps} steps; load {load:.2f} at start, {os.getloadavg()[0]:.2f} at end")
     print(f"{'part':40s} {'CPU ms/step':>11s} {'share':>6s} {'wall ms/step':>12s}")

@@ -119,6 +119,16 @@ def trl_arguments(cfg, steps: int) -> dict:
     }
 
 
+def task_options(name: str, options: dict, model: Path) -> dict:
+    """The task's options as `rlvr train` builds its task: one that takes a tokenizer (a chat template) gets the
+    trained model's, so TRL's side renders the same prompts."""
+    from rlvr.tasks import TASKS
+    from rlvr.tasks.base import task_options as option_names
+
+    takes_tokenizer = name in TASKS and "tokenizer" in option_names(TASKS[name])[0]
+    return {**({"tokenizer": str(model)} if takes_tokenizer else {}), **options}
+
+
 def demo_config(overrides: list[str] = (), path: Path = DEMO_CONFIG):
     from rlvr.config import load_config
 
@@ -133,6 +143,12 @@ def warm_start(sets: list[str], config: Path, work: Path) -> Path:
     (measured: 487-512 MiB with torch imported here, 432 without, the same run)."""
     overrides = [*sets, f"out_dir={work / 'warm'}"]
     cfg = demo_config(overrides, config)  # exactly the config's SFT, its threads too
+    if cfg.model.path and not cfg.sft.steps:  # a real model as it is: its folder (a GGUF's converted one)
+        work.mkdir(parents=True, exist_ok=True)
+        spec = work / "warm_spec.json"
+        spec.write_text(json.dumps({"resolve": cfg.model.path, "out": str(work / "warm_folder.txt")}))
+        subprocess.run([sys.executable, __file__, "--child-warm", str(spec)], check=True)
+        return Path((work / "warm_folder.txt").read_text())
     stamp = json.dumps({k: repr(getattr(cfg, k)) for k in ("seed", "model", "task", "sft")}, sort_keys=True)
     run_dir, stamp_file = Path(cfg.out_dir), Path(cfg.out_dir) / "bench_stamp.json"
     warm = run_dir / ("sft_model" if cfg.sft.steps else "init_model")
@@ -150,7 +166,12 @@ def warm_start(sets: list[str], config: Path, work: Path) -> Path:
 
 
 def warm_child(spec: dict) -> None:
-    """Builds the warm start of `warm_start` (in its child process)."""
+    """Builds the warm start of `warm_start` (in its child process), or resolves a real model's folder."""
+    if spec.get("resolve"):
+        from rlvr.models.sources import resolve_model
+
+        Path(spec["out"]).write_text(str(resolve_model(spec["resolve"])))
+        return
     import torch
 
     from rlvr.tasks import get_task
@@ -276,7 +297,8 @@ def run_pair(args, cfg, config: Path, overrides: list[str], warm: Path, steps: i
             "repo": str(ROOT), "model": str(warm), "out_dir": str(work / "trl"), "threads": threads, "steps": steps,
             "trl_args": trl_arguments(cfg, steps), "updates_per_rollout": per_rollout, "eval_every": args.eval_every,
             "max_new_tokens": cfg.rollout.max_new_tokens, "stop_at": stop_at,
-            "task": {"name": t.name, "options": t.options, "train_size": t.train_size, "seed": cfg.seed,
+            "task": {"name": t.name, "options": task_options(t.name, t.options, warm), "train_size": t.train_size,
+                     "seed": cfg.seed,
                      "eval_size": t.eval_size, "eval_seed": t.eval_seed}}))
         allocator, library = trl_allocator(args.trl_allocator)
         sides["trl"] = ([str(python), str(Path(__file__).parent / "_trl_side.py"), str(spec), str(work / "trl.json")],

@@ -238,3 +238,23 @@ def test_the_warm_start_is_built_in_a_child_so_the_parent_never_maps_torch(tmp_p
     assert out.stdout.count("warm start: 2 SFT steps") == 1  # built once, then reused
     assert (tmp_path / "warm" / "sft_model" / "config.json").is_file()
     assert any((tmp_path / "warm" / "sft_model").glob("*.safetensors"))
+
+
+def test_a_real_models_warm_start_is_its_own_folder(tmp_path):
+    """A config that trains a model as it is (model.path, no SFT) is benchmarked from that model's folder (a GGUF's
+    or an embedded model's converted one; here a folder, returned as given)."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")  # what the config's check looks for (the child loads nothing)
+    sets = [f"model.path={folder}", "sft.steps=0"]
+    assert bench.warm_start(sets, bench.DEMO_CONFIG, tmp_path / "work") == folder
+    assert not (tmp_path / "work" / "warm").exists()  # nothing trained or saved
+
+
+def test_the_trl_side_renders_prompts_with_the_trained_models_tokenizer(tmp_path):
+    """A task that takes a tokenizer (the chat template) gets the warm start's, as `rlvr train` gives it the
+    trained model's, unless the config names one; a task without one is given its options as they are."""
+    model = tmp_path / "model"
+    assert bench.task_options("math_file", {"path": "q.jsonl"}, model) == {"tokenizer": str(model), "path": "q.jsonl"}
+    assert bench.task_options("math_file", {"tokenizer": "other"}, model) == {"tokenizer": "other"}
+    assert bench.task_options("sort", {"length": 5}, model) == {"length": 5}
