@@ -98,32 +98,47 @@ def _shared(plain: str, shared: str, ratio: str) -> Callable[[dict], str]:
     return lambda r: f"{r[plain]:.4f} -> {r[shared]:.4f} ({r[ratio]:.2f}x)"
 
 
+SMOLLM2 = "SmolLM2-135M-Instruct"  # the real model's rows (`model`); the tiny models' rows have no `model`
+TRL_COLUMNS = [
+    ("task, seed", lambda r: f"{r['task']}, {r['seed']}"),
+    ("CPU-s/step rlvr / TRL", pair("rlvr_cpu_s", "trl_cpu_s", ".3f")),
+    ("per step", times("per_step")), ("rollout / update", _split),
+    ("steps to target rlvr / TRL", pair("steps_rlvr", "steps_trl")),
+    ("time to target rlvr / TRL (s)", pair("time_rlvr_s", "time_trl_s")), ("to target", times("to_target")),
+    ("peak RSS MiB rlvr / TRL", _rss)]
+ROLLOUT_COLUMNS = [
+    ("shape", col("shape")), ("engine", col("variant")),
+    ("tokens per CPU-s, full length", _rollout_cell("tok_per_cpu_s_full", "ratio_full", "rounds_full")),
+    ("with EOS", _rollout_cell("tok_per_cpu_s_eos", "ratio_eos", "rounds_eos"))]
+
 TABLES: dict[str, dict[str, Any]] = {
     "machines": {"file": "machines", "meta": False, "columns": [
         ("machine", col("machine")), ("CPU", col("cpu")),
         ("fp32 GEMM peak, 1 thread (GFLOP/s)", col("gemm_peak_fp32_1thread_gflops")), ("rounds", col("rounds")),
         ("dates", col("dates"))]},
-    "bench_trl": {"file": "bench_trl", "group": ["task"], "label": lambda r: r["task"], "extra": _trl_medians,
-                  "columns": [
-        ("task, seed", lambda r: f"{r['task']}, {r['seed']}"),
-        ("CPU-s/step rlvr / TRL", pair("rlvr_cpu_s", "trl_cpu_s", ".3f")),
-        ("per step", times("per_step")), ("rollout / update", _split),
-        ("steps to target rlvr / TRL", pair("steps_rlvr", "steps_trl")),
-        ("time to target rlvr / TRL (s)", pair("time_rlvr_s", "time_trl_s")), ("to target", times("to_target")),
-        ("peak RSS MiB rlvr / TRL", _rss)]},
+    "bench_trl": {"file": "bench_trl", "where": {"model": None}, "group": ["task"], "label": lambda r: r["task"],
+                  "extra": _trl_medians, "columns": TRL_COLUMNS},
+    "bench_trl:smollm2": {"file": "bench_trl", "where": {"model": SMOLLM2}, "group": ["task"],
+                          "label": lambda r: r["task"], "columns": TRL_COLUMNS},
     "bench_profile": {"file": "bench_profile", "group": ["setting", "dtype"], "label": _profile_setting, "columns": [
         ("setting", _profile_setting), ("step", col("step_ms")), ("backward", col("backward_ms")),
         ("training forward", col("forward_ms")), ("rollout", col("rollout_ms")),
         ("reference pass", col("reference_ms")),
         ("pi_old pass", col("old_logprob_ms")), ("log-probs, entropy", col("logprobs_ms")), ("rest", col("rest_ms"))]},
-    "bench_update": {"file": "bench_update", "columns": [
+    "bench_update": {"file": "bench_update", "where": {"model": None}, "columns": [
         ("variant", col("variant")), ("CPU s/step", col("cpu_s_per_step", ".2f")), ("GFLOP/s", col("gflops", ",.1f")),
         ("GEMM peak", col("gemm_peak_gflops", ",.1f")), ("of peak (rounds)", percent("of_peak", "rounds_of_peak")),
         ("peak RSS GB", col("peak_rss_gb", ".2f"))]},
-    "bench_rollout": {"file": "bench_rollout", "group": ["shape"], "label": lambda r: r["shape"], "columns": [
-        ("shape", col("shape")), ("engine", col("variant")),
-        ("tokens per CPU-s, full length", _rollout_cell("tok_per_cpu_s_full", "ratio_full", "rounds_full")),
-        ("with EOS", _rollout_cell("tok_per_cpu_s_eos", "ratio_eos", "rounds_eos"))]},
+    "bench_update:smollm2": {"file": "bench_update", "where": {"model": SMOLLM2}, "columns": [
+        ("variant", col("variant")), ("tokens", col("tokens")), ("CPU s/step", col("cpu_s_per_step", ".2f")),
+        ("tokens per CPU-s", col("tok_per_cpu_s", ",.0f")), ("GFLOP/s", col("gflops", ",.1f")),
+        ("GEMM peak", col("gemm_peak_gflops", ",.1f")), ("of peak", percent("of_peak", "rounds_of_peak")),
+        ("peak RSS GB", col("peak_rss_gb", ".2f"))]},
+    "bench_rollout": {"file": "bench_rollout", "where": {"model": None}, "group": ["shape"],
+                      "label": lambda r: r["shape"], "columns": ROLLOUT_COLUMNS},
+    "bench_rollout:smollm2": {"file": "bench_rollout", "where": {"model": SMOLLM2}, "group": ["shape"],
+                              "label": lambda r: r["shape"], "columns": [
+        *ROLLOUT_COLUMNS, ("tokens per wall s, full / with EOS", pair("tok_per_s_full", "tok_per_s_eos", ",.0f"))]},
     "bench_cascade": {"file": "bench_cascade", "columns": [
         ("model", col("model")), ("prompt", col("prompt")), ("n", col("n")), ("rows", col("rows")),
         ("cascade ms", col("cascade_ms", ",.1f")), ("copied ms", col("copied_ms", ",.1f")),
