@@ -40,6 +40,19 @@ def f(default: Any, help: str, *, gt: float | None = None, ge: float | None = No
     return field(default=default, metadata=meta)
 
 
+_UNSET = object()
+
+
+def like(section: type, name: str, default: Any = _UNSET, help: str | None = None) -> Any:
+    """The field `name` of another `section`, declared again: a command that reads the same setting in a config of
+    its own (`rlvr eval`'s model.device is `rlvr train`'s) shares its help, range and choices, and its default
+    unless `default` is given; `help`, if given, replaces the help."""
+    fld = section.__dataclass_fields__[name]
+    meta = fld.metadata
+    return f(field_default(fld) if default is _UNSET else default, meta["help"] if help is None else help,
+             **{bound: meta.get(bound) for bound in ("gt", "ge", "lt", "le", "choices")})
+
+
 def bound_text(meta: dict) -> str | None:
     """`> 0`, `>= 0` or `in (0, 1]`: the range a field declares, None when it declares none."""
     lo, lo_in = (meta.get("gt"), False) if meta.get("gt") is not None else (meta.get("ge"), True)

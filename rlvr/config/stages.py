@@ -117,13 +117,17 @@ class BudgetEvalStage:
     budgets: list = f([8, 16, 32], "Thinking budgets in tokens, each cut with Qwen3's early-stop phrase.")
     examples: int | None = f(None, "Held-out examples (empty: the base config's task.eval_size).", gt=0)
     answer_tokens: int | None = f(None, "New tokens of the answer after the thinking (empty: rollout.max_new_tokens).",
-                                  gt=0)
+                                  ge=1)
 
     def check(self, prefix: str) -> None:
-        b = self.budgets
-        if not b or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in b):
-            raise ConfigError(f"{prefix}budgets: expected a non-empty list of integers >= 1, e.g. [8, 16, 32], got "
-                              f"{b!r}")
+        check_budgets(f"{prefix}budgets", self.budgets)
+
+
+def check_budgets(key: str, budgets: object) -> None:
+    """Thinking budgets: a non-empty list of integers >= 1 (a recipe's budget_eval stage, `rlvr eval`)."""
+    if not isinstance(budgets, list) or not budgets or \
+            not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in budgets):
+        raise ConfigError(f"{key}: expected a non-empty list of integers >= 1, e.g. [8, 16, 32], got {budgets!r}")
 
 
 STAGE_KINDS: dict[str, type] = {"rl": RLStage, "sft": SFTStage, "rejection_sft": RejectionSFTStage,

@@ -53,7 +53,8 @@ def test_help_pages_import_no_heavy_module_and_every_command_has_a_description()
         assert f"{command} --help" in pages, command
     for name in ("demo", "sort", "arith", "r1", "qwen3", "compare/length_bias"):  # the shipped configs, by name
         assert name in pages["--help"] and name in " ".join(pages["train --help"].split())
-    for command in ("train", "sft", "dpo", "reward-model", "rft", "compare", "recipe", "demo"):
+    for command in ("train", "sft", "eval", "dpo", "reward-model", "rft", "compare", "recipe", "demo"):
         assert pages[f"{command} --help-config"].strip(), command
+    assert "eval.temperature (1.0)" in pages["eval --help-config"]
     assert "optim.lr (1e-06)" in pages["dpo --help-config"]  # DPO's own default, in the RL run's optim section
     assert "kind: fusion_sft" in pages["recipe --help-config"]
