@@ -10,7 +10,9 @@ the user writes it (`train.steps must be > 0, got 0`).
 from __future__ import annotations
 
 import copy
+import difflib
 import math
+import typing
 from dataclasses import MISSING, field, fields, is_dataclass
 from numbers import Real
 from typing import Any, Sequence
@@ -102,6 +104,16 @@ def check_section(section: Any, prefix: str = "") -> None:
     own = getattr(section, "check", None)
     if own is not None:
         own(prefix)
+
+
+def key_meant(name: str, cls: type) -> str | None:
+    """The key of `cls` meant by the unknown `name`: the key of that name in one section of `cls` (an offline
+    trainer's `lr` is `optim.lr`), else the closest key of `cls`, else None."""
+    hints = typing.get_type_hints(cls)
+    moved = [f"{section}.{name}" for section, tp in hints.items()
+             if is_dataclass(tp) and name in typing.get_type_hints(tp)]
+    close = moved if len(moved) == 1 else difflib.get_close_matches(name, list(hints), n=1)
+    return close[0] if close else None
 
 
 def field_default(fld: Any) -> Any:

@@ -9,7 +9,6 @@ by its field; an unknown key names the closest valid one.
 from __future__ import annotations
 
 import copy
-import difflib
 import os
 import types
 import typing
@@ -20,7 +19,7 @@ from typing import Any
 import yaml
 
 from rlvr.config.checks import validate
-from rlvr.config.fields import bound_text
+from rlvr.config.fields import bound_text, key_meant
 from rlvr.config.sections import Config, ConfigError
 from rlvr.config.sources import EMBEDDED_MODELS
 from rlvr.presets import deep_merge, get_preset, nested
@@ -245,14 +244,10 @@ _TRUE, _FALSE = {"true", "yes", "on", "1"}, {"false", "no", "off", "0"}
 
 
 def _unknown(key: str, name: str, cls: type) -> ConfigError:
-    """An unknown key named with the one meant: the key of that name in one section of `cls` (the optimizer's keys
-    of an offline trainer, `lr` -> `optim.lr`), else the closest key of `cls`, else every key."""
+    """An unknown key named with the one meant (`rlvr.config.fields.key_meant`), else every key."""
     prefix = key[: len(key) - len(name)]  # "train." for "train.stpes"
-    hints = typing.get_type_hints(cls)
-    moved = [f"{section}.{name}" for section, tp in hints.items()
-             if is_dataclass(tp) and name in typing.get_type_hints(tp)]
-    close = moved if len(moved) == 1 else difflib.get_close_matches(name, list(hints), n=1)
-    hint = f"; did you mean {prefix + close[0]!r}?" if close else f"; valid keys: {', '.join(hints)}"
+    meant = key_meant(name, cls)
+    hint = f"; did you mean {prefix + meant!r}?" if meant else f"; valid keys: {', '.join(typing.get_type_hints(cls))}"
     return ConfigError(f"unknown config key {key!r}{hint}")
 
 

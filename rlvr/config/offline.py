@@ -10,9 +10,11 @@ and `check_section` (through `validate()`) checks them. A command reads them fro
 from __future__ import annotations
 
 import math
+import typing
 from dataclasses import dataclass, fields
+from typing import Any
 
-from rlvr.config.fields import ConfigError, check_section, f
+from rlvr.config.fields import ConfigError, check_section, f, key_meant
 from rlvr.config.sections import (BaseModelConfig, Config, GenerationConfig, ModelConfig, OptimConfig, RolloutConfig,
                                   SFTConfig, TaskConfig, TaskExamplesConfig)
 
@@ -23,11 +25,33 @@ NO_DEFAULT_BETA = ("ln_dpo",)
 PACKING_ROUTES = ("auto", "varlen", "mask", "position_ids")  # rlvr.algorithms.packing
 
 
+class UnknownKeyword(ConfigError, TypeError):
+    """A keyword that is not a field of the config built from Python: a ConfigError (one line, as a YAML key's), and
+    the TypeError a dataclass raises for it."""
+
+
 class Checked:
-    """`validate()`: the config's fields and rules (`check_section`); ConfigError (a ValueError) naming the key."""
+    """`validate()`: the config's fields and rules (`check_section`); ConfigError (a ValueError) naming the key.
+    Built from Python with a keyword it does not have (an earlier version's `PreferenceConfig(lr=1e-6)`, now
+    `optim.lr`), it raises `UnknownKeyword` naming the key meant, as the YAML path does, not a bare TypeError."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        for name in kwargs:
+            if name not in cls.__dataclass_fields__:
+                raise UnknownKeyword(f"{cls.__name__}({name}=...): {_keyword_hint(cls, name)}")
+        return super().__new__(cls)
 
     def validate(self) -> None:
         check_section(self)
+
+
+def _keyword_hint(cls: type, name: str) -> str:
+    meant = key_meant(name, cls)
+    if meant is None:
+        return f"no such key; keys: {', '.join(cls.__dataclass_fields__)}"
+    section, _, key = meant.partition(".")
+    moved = f" ({section}={typing.get_type_hints(cls)[section].__name__}({key}=...))" if key else ""
+    return f"no such key; did you mean {meant}{moved}?"
 
 
 @dataclass

@@ -1,16 +1,18 @@
 """The one field helper (`rlvr.config.fields.f`) and the checks a field and a section carry with them; configs of
 the commands other than `rlvr train` read through the same loader (`load_config(cls=...)`)."""
 
+import copy
 import math
-from dataclasses import dataclass
+import pickle
+from dataclasses import dataclass, replace
 
 import pytest
 import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rlvr.config import (Config, ConfigError, OptimConfig, PreferenceConfig, SFTRunConfig, config_help, f,
-                         load_config)
+from rlvr.config import (Config, ConfigError, OfflineConfig, OptimConfig, PackedSFTConfig, PreferenceConfig,
+                         RewardModelConfig, RFTConfig, SFTRunConfig, config_help, f, load_config)
 from rlvr.config.fields import bound_text, check_section, check_value
 
 
@@ -108,6 +110,34 @@ def test_an_unknown_key_names_the_key_meant():
         load_config(None, base={"weight_decay": 0.1}, cls=PreferenceConfig)
     with pytest.raises(ConfigError, match=r"^unknown config key 'train.stpes'; did you mean 'train.steps'\?$"):
         load_config(None, ["train.stpes=3"])
+
+
+OLD_OPTIM_KEYWORDS = ("lr", "max_grad_norm", "weight_decay", "warmup_steps", "schedule", "min_lr_ratio")
+
+
+@pytest.mark.parametrize("cls", [PreferenceConfig, RewardModelConfig, PackedSFTConfig, RFTConfig, OfflineConfig])
+@pytest.mark.parametrize("name", OLD_OPTIM_KEYWORDS)
+def test_an_old_keyword_from_python_names_the_key_meant(cls, name):
+    """An earlier version's keyword (`PreferenceConfig(lr=1e-6)`: the optimizer's keys moved into `optim`) was a bare
+    TypeError; it is one line naming the new key and how to write it, a ConfigError and still a TypeError."""
+    message = (f"{cls.__name__}({name}=...): no such key; did you mean optim.{name} "
+               f"(optim=OptimConfig({name}=...))?")
+    for kind in (ConfigError, TypeError):
+        with pytest.raises(kind) as err:
+            cls(**{name: 1e-6}, seed=1)
+        assert str(err.value) == message
+
+
+def test_an_unknown_keyword_from_python_names_the_closest_key_or_lists_them():
+    with pytest.raises(ConfigError, match=r"^PreferenceConfig\(betaa=\.\.\.\): no such key; did you mean beta\?$"):
+        PreferenceConfig(betaa=0.1)
+    with pytest.raises(ConfigError, match=r"^SFTRunConfig\(zzz=\.\.\.\): no such key; keys: seed, out_dir, "):
+        SFTRunConfig(zzz=1)
+    cfg = PreferenceConfig(beta=0.2, optim=OptimConfig(lr=1e-6))  # the fields themselves, as before
+    assert (cfg.beta, cfg.optim.lr) == (0.2, 1e-6) and copy.deepcopy(cfg) == cfg
+    assert replace(cfg, beta=0.3).beta == 0.3 and pickle.loads(pickle.dumps(cfg)) == cfg
+    with pytest.raises(ConfigError, match=r"^PreferenceConfig\(lr=\.\.\.\): no such key; did you mean optim.lr"):
+        replace(cfg, lr=1e-5)
 
 
 def test_rlvr_sft_reads_its_keys_of_an_rl_config_file(tmp_path):
