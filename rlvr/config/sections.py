@@ -101,6 +101,9 @@ class EnvConfig:
     step_timeout: float = f(10.0, "Seconds one reset() or step() call of the environment may take; past it the "
                                   "episode ends with the reward it had and counts in episode/env_timeouts, so a "
                                   "hung environment cannot hang the run (0 = no limit).", ge=0)
+    workers: int = f(1, "Episodes whose environment steps run at once, in threads: for environments that wait on a "
+                        "process or I/O (the code environment's sandbox runs), not Python work. 1 steps them in turn. "
+                        "In a thread a step past step_timeout is abandoned, not interrupted.", ge=1)
 
 
 @dataclass

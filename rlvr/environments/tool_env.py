@@ -6,9 +6,11 @@ scored by the task's verifier.
 
 Every tool call of a turn runs (`rlvr.environments.tools`: errors come back as `error: ...` observations,
 counted in the step's `tool_errors`) and its output comes back as a `tool` message; the episode then goes
-on. The answer's reward is the task's verifier (`task.reward_fn()`), `correct` its `is_correct`; an episode
-that runs out of turns scores 0. The tools are described in a system message (the calculator's format by
-example), and passed to chat templates that render tool schemas themselves (Qwen2.5's).
+on. The question is the item's `question` field (a task's raw question, not its rendered prompt) with
+`instruction` after it (how to state the answer, e.g. in \\boxed{}); the answer's reward is the task's verifier
+(`task.reward_fn()`), `correct` its `is_correct`; an episode that runs out of turns scores 0. The tools are
+described in a system message (the call format by example), and passed to chat templates that render tool
+schemas themselves (Qwen2.5's).
 """
 
 from __future__ import annotations
@@ -33,15 +35,18 @@ def tool_prompt(tools: list[Any]) -> str:
 
 @register_environment("tools")
 class ToolEnv:
-    def __init__(self, task: Any, tools: list = ("calculator",), system: str | None = None) -> None:
+    def __init__(self, task: Any, tools: list = ("calculator",), system: str | None = None,
+                 instruction: str = "") -> None:
         self.task, self.tool_list = task, get_tools(list(tools))
         self.tools = [t.spec() for t in self.tool_list]  # for chat templates that render tool schemas
         self.system = tool_prompt(self.tool_list) if system is None else system
+        self.instruction = instruction
         self.score = task.reward_fn()
 
     def reset(self, item: Any) -> list[Message]:
         self.item = item
-        question = item.fields.get("question", item.prompt)
+        question = item.fields.get("question", item.prompt)  # a task's own rendering (its chat prompt) stays out
+        question = f"{question}\n\n{self.instruction}" if self.instruction else question
         return ([{"role": "system", "content": self.system}] if self.system else []) + \
             [{"role": "user", "content": question}]
 

@@ -23,6 +23,7 @@ every turn (assistant text, its tokens, observations, reward, info) for samples.
 from __future__ import annotations
 
 import random
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
@@ -42,11 +43,14 @@ class EpisodeLimits:
     max_tokens: int = 256  # tokens after the first prompt, the model's and the environment's together
     max_observation_tokens: int = 128  # per observation message; longer ones are cut (and counted)
     step_timeout: float = 10.0  # seconds per reset() or step() call; 0 = none
+    workers: int = 1  # episodes stepped at once, in threads (environments that wait on a process: the sandbox)
 
     def __post_init__(self) -> None:
         for name in ("max_turns", "max_tokens", "max_observation_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.workers < 1:
+            raise ValueError(f"workers must be >= 1, got {self.workers}")
         if self.step_timeout < 0:
             raise ValueError(f"step_timeout must be >= 0, got {self.step_timeout}")
 
@@ -101,9 +105,14 @@ def run_episodes(engine: RolloutEngine, tokenizer: Any, make_env: Callable[[], E
         params = replace(sampling, max_new_tokens=min(sampling.max_new_tokens, room), seed=seed)
         for e, c in zip(live, _sample(engine, live, n if turn == 0 else 1, params)):
             _model_turn(e, c, tokenizer, limits)
-        for e in live:
-            if e.end is None:
-                _env_turn(e, renderer, tokenizer, limits, last_turn=turn == limits.max_turns - 1)
+        stepped = [e for e in live if e.end is None]
+        last = turn == limits.max_turns - 1
+        if limits.workers > 1 and len(stepped) > 1:  # each episode's step touches its own environment alone
+            with ThreadPoolExecutor(min(limits.workers, len(stepped))) as pool:
+                list(pool.map(lambda e: _env_turn(e, renderer, tokenizer, limits, last), stepped))
+        else:
+            for e in stepped:
+                _env_turn(e, renderer, tokenizer, limits, last)
     return [_completion(e, tokenizer) for e in episodes]
 
 

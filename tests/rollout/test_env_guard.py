@@ -104,3 +104,20 @@ def test_what_a_step_may_return():
         assert err.value.kind == "bad_output"
     with pytest.raises(EnvProblem):
         check_messages(env, {"role": "user", "content": "x"}, "reset()")
+
+
+def test_stepping_episodes_in_threads_plays_the_same_episodes_and_contains_a_hang():
+    """env.workers > 1: each episode's step runs in a thread of a pool (for environments that wait on a process);
+    the episodes are those played in turn, and a hang there is abandoned at the timeout like one off the main
+    thread."""
+    engine = lambda: ScriptedEngine(["ab", "cd", "stop"])  # noqa: E731
+    one = run_episodes(engine(), TOK, Echo, [ITEM], 4, SAMPLING, LIMITS)
+    pooled = run_episodes(engine(), TOK, Echo, [ITEM], 4, SAMPLING, EpisodeLimits(3, 64, step_timeout=0.5,
+                                                                                   workers=3))
+    assert [(c.token_ids, c.loss_mask, c.extra) for c in one] == [(c.token_ids, c.loss_mask, c.extra) for c in pooled]
+    mixed = iter([Hangs, Echo, Hangs, Echo])
+    start = time.monotonic()
+    out = run_episodes(engine(), TOK, lambda: next(mixed)(), [ITEM], 4, SAMPLING,
+                       EpisodeLimits(3, 64, step_timeout=0.5, workers=4))
+    assert time.monotonic() - start < 10
+    assert [c.extra["episode"]["end"] for c in out] == ["timeouts", "done", "timeouts", "done"]
