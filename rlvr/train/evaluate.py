@@ -107,18 +107,25 @@ def grade_episodes(play: Episodes, examples: Sequence[Example], n: int, sampling
     for i, c in enumerate(play(examples, n, sampling)):
         episode, example = c.extra["episode"], examples[i // n]
         last = episode["turns"][-1]["assistant"].strip() if episode["turns"] else ""
+        info = [t.get("info", {}) for t in episode["turns"]]
         records.append({"index": i // n, "prompt": c.prompt, "completion": c.text, "answer": example.answer,
                         "correct": bool(episode["correct"]), "reward": float(episode["reward"]),
                         "length": len(c.token_ids), "finish_reason": c.finish_reason, "format_ok": None,
-                        "answer_key": last, "components": {"episode": episode}, "turns": len(episode["turns"])})
+                        "answer_key": last, "components": {"episode": episode}, "turns": len(episode["turns"]),
+                        "tool_calls": sum(float(i.get("tool_calls", 0)) for i in info),
+                        "tool_errors": sum(float(i.get("tool_errors", 0)) for i in info)})
     return records
 
 
 def _turns(records: list[dict[str, Any]], name: str) -> dict[str, float]:
-    """Mean turns per episode and per solved episode (when one was solved), as `{name}_turns` (`eval/greedy`);
-    nothing for single completions."""
+    """Mean turns per episode and per solved episode (when one was solved), as `{name}_turns` (`eval/greedy`), tool
+    calls per episode and the share of them that failed (when one was made); nothing for single completions."""
     if not records or "turns" not in records[0]:
         return {}
     solved = [r["turns"] for r in records if r["correct"]]
-    out = {f"{name}_turns": sum(r["turns"] for r in records) / len(records)}
+    calls = sum(r["tool_calls"] for r in records)
+    out = {f"{name}_turns": sum(r["turns"] for r in records) / len(records),
+           f"{name}_tool_calls": calls / len(records)}
+    if calls:
+        out[f"{name}_tool_call_errors"] = sum(r["tool_errors"] for r in records) / calls
     return out | ({f"{name}_turns_solved": sum(solved) / len(solved)} if solved else {})
