@@ -149,6 +149,11 @@ TABLES: dict[str, dict[str, Any]] = {
         ("token slots plain / shared", col("token_slots_plain_shared")),
         ("forward + backward (s)", _shared("fwd_bwd_plain_s", "fwd_bwd_shared_s", "fwd_bwd_ratio")),
         ("no-grad pass (s)", _shared("no_grad_plain_s", "no_grad_shared_s", "no_grad_ratio"))]},
+    "bench_episodes": {"file": "bench_episodes", "group": ["preset"], "label": lambda r: r["preset"], "columns": [
+        ("tiny model", col("preset")), ("episodes", col("episodes")), ("turns", col("turns")),
+        ("tokens after the prompt", col("tokens")), ("whole history (CPU-s)", col("whole_s", ".3f")),
+        ("kept keys/values (CPU-s)", col("kept_s", ".3f")), ("ratio (rounds)", times("ratio", "rounds")),
+        ("same episodes", col("same_episodes"))]},
     "bench_sampling": {"file": "bench_sampling", "columns": [
         ("method", col("method")), ("CPU ms per step", col("cpu_ms_per_step"))]},
     "bench_logprobs": {"file": "bench_logprobs", "columns": [

@@ -5,10 +5,10 @@
 Each example's `n` episodes start from the environment's reset messages, rendered with the model's chat
 template (`rlvr.rollout.chat`); the engine samples every live episode's next turn in one batched call (the
 first turn of a group as one prompt with n samples, so the prompt is prefilled once: HFEngine's cascade
-attention, vLLM's prefix cache; later turns feed each episode's whole history back as token ids, which
-vLLM's prefix caching finds again, and which HFEngine prefills once per turn); then each environment is
-stepped with its episode's assistant message (calls contained, `rlvr.rollout.env_guard`), and its
-observations are appended as the template renders them. The model's tokens are kept exactly as sampled,
+attention, vLLM's prefix cache; later turns feed each episode's whole history back as token ids, whose keys/values
+vLLM's prefix caching finds again, as HFEngine's `reuse_histories` does: a turn prefills only what it added);
+then each environment is stepped with its episode's assistant message (calls contained, `rlvr.rollout.env_guard`),
+and its observations are appended as the template renders them. The model's tokens are kept exactly as sampled,
 with their sampler log-probs; the environment's tokens get loss-mask 0 (they never train) and log-prob 0.
 
 An episode stops when the environment says done, after `max_turns` model turns, when its tokens after the
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import random
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
@@ -96,6 +97,15 @@ def run_episodes(engine: RolloutEngine, tokenizer: Any, make_env: Callable[[], E
     for e in episodes:
         if e.failed_reset is None:
             e.prompt_ids = renderer.prompt_ids(e.messages)
+    # an engine that can keep each turn's keys/values prefills only the observations of the next (HFEngine)
+    with getattr(engine, "reuse_histories", nullcontext)():
+        _play(engine, episodes, n, sampling, renderer, tokenizer, limits)
+    return [_completion(e, tokenizer) for e in episodes]
+
+
+def _play(engine: RolloutEngine, episodes: list[_Episode], n: int, sampling: SamplingParams, renderer: ChatRenderer,
+          tokenizer: Any, limits: EpisodeLimits) -> None:
+    """The turns: every live episode's model turn in one engine call, then every environment's step."""
     for turn in range(limits.max_turns):
         live = [e for e in episodes if e.end is None]
         if not live:
@@ -113,7 +123,6 @@ def run_episodes(engine: RolloutEngine, tokenizer: Any, make_env: Callable[[], E
         else:
             for e in stepped:
                 _env_turn(e, renderer, tokenizer, limits, last)
-    return [_completion(e, tokenizer) for e in episodes]
 
 
 def _start(env: Any, item: Any, tokenizer: Any, limits: EpisodeLimits) -> _Episode:

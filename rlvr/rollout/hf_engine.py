@@ -22,8 +22,8 @@ What makes it faster than `model.generate(num_return_sequences=n)` on CPU:
 
 from __future__ import annotations
 
-from contextlib import nullcontext
-from typing import Iterable
+from contextlib import contextmanager, nullcontext
+from typing import Iterable, Iterator
 
 import torch
 from torch import Tensor
@@ -35,7 +35,8 @@ from rlvr.models.prefix import KERNELS, full_attention_only
 from rlvr.models.tokenizer import pad_token_id
 from rlvr.rollout.base import Completion, Prompt, SamplingParams, encode_prompts, prompt_text
 from rlvr.rollout.cascade import CASCADE, SharedPrefix, decoding_kernel
-from rlvr.rollout.kv_cache import PreallocatedKVCache
+from rlvr.rollout.histories import Histories, keep_ended, prefill_continuing
+from rlvr.rollout.kv_cache import PreallocatedKVCache, RowKeys
 from rlvr.rollout.sampling import LOGPROBS_MODES, sample_next
 from rlvr.rollout.stops import StopChecker, cut_at_stop
 
@@ -95,6 +96,9 @@ class HFEngine:
         self.cascade = cascade
         self.entropies = entropies
         self._casts: dict[str, Tensor] = {}  # during a call: frozen linear weights cast to `autocast`
+        # inside `reuse_histories`: the last call's sequences (read), and this call's (written)
+        self._histories: Histories | None = None
+        self._keeping: Histories | None = None
 
     # --- public API -------------------------------------------------------------------------------
 
@@ -105,6 +109,8 @@ class HFEngine:
         seed = sampling.seed if sampling.seed is not None else int(torch.randint(2**62, (1,)).item())
         generator = torch.Generator(device=self.device).manual_seed(seed)
         rows: list[tuple[list[int], list[float], str | None, bool, list[float] | None]] = []
+        if self._histories is not None:
+            self._keeping = Histories()
         was_training = self.model.training
         self.model.eval()
         try:
@@ -117,11 +123,24 @@ class HFEngine:
         finally:
             self.model.train(was_training)
             self._casts = {}
+        if self._histories is not None:
+            self._histories, self._keeping = self._keeping, None
         owners = [i for i in range(len(prompts)) for _ in range(n)]
         texts = self.tokenizer.batch_decode([row[0] for row in rows], skip_special_tokens=True)
         shown = [prompt_text(self.tokenizer, p) for p in prompts]
         return [self._completion(shown[i], prompt_ids[i], row, text, sampling)
                 for i, row, text in zip(owners, rows, texts)]
+
+    @contextmanager
+    def reuse_histories(self) -> Iterator[None]:
+        """Within the block, each call keeps its sequences' keys/values and the next call prefills only what its
+        prompts add to them (`rlvr.rollout.histories`): a multi-turn episode's turns feed their histories back.
+        Kept for one call only; weights must not change inside the block (the kept keys would be stale)."""
+        self._histories = Histories()
+        try:
+            yield
+        finally:
+            self._histories = self._keeping = None
 
     def load_weights(self, named_tensors: Iterable[tuple[str, Tensor]]) -> None:
         """Copy tensors into the model in place, by state-dict name; unknown names raise KeyError. A PEFT
@@ -219,8 +238,15 @@ class HFEngine:
         only when stop strings must be checked; generated tokens and log-probs stay on the device
         until the chunk ends."""
         max_new, cascade = sampling.max_new_tokens, self._uses_cascade(counts, max(map(len, prompt_ids)))
-        cache, attend, positions, logits = self._prefill(prompt_ids, counts, max_new, cascade)
+        kept = [self._histories.longest(p) for p in prompt_ids] if self._histories and max(counts) == 1 else []
+        if kept and all(length for length, _ in kept):  # every prompt continues a kept sequence
+            cache, attend, positions, logits = prefill_continuing(self._forward, self.pad_id, self.device,
+                                                                  self.model.config, prompt_ids, kept, max_new)
+            cascade = False
+        else:
+            cache, attend, positions, logits = self._prefill(prompt_ids, counts, max_new, cascade)
         rows, dev = cache.rows, self.device
+        owner = [g for g, count in enumerate(counts) for _ in range(count)]  # each sequence's prompt
         tokens = torch.zeros(rows, max_new, dtype=torch.long, device=dev)  # (R, T) by sequence id
         logprobs = torch.zeros(rows, max_new, device=dev)
         entropies = torch.zeros(rows, max_new, device=dev) if self.entropies else None
@@ -241,7 +267,11 @@ class HFEngine:
                 lengths[seq] = torch.where(done, t + 1, lengths[seq])  # no boolean indexing: that would sync
                 stopped[seq] = stopped[seq] | done
                 finished = int(done.sum())  # the one sync every step
-                if t == max_new - 1 or finished == seq.numel():
+                last = t == max_new - 1 or finished == seq.numel()
+                if self._keeping is not None and (finished or last):  # before the rows' cache slots are reused
+                    ended = torch.ones_like(done) if last else done
+                    keep_ended(self._keeping, cache, attend, seq, ended, t, [prompt_ids[g] for g in owner], tokens)
+                if last:
                     break
                 if finished:
                     keep = self._compact(cache, done.cpu()).to(dev)  # (R',)
@@ -276,23 +306,6 @@ class HFEngine:
         return Completion(prompt=prompt, prompt_ids=list(prompt_ids), token_ids=token_ids, logprobs=logprobs,
                           text=text, finish_reason="stop" if finished else "length",
                           extra={"stop_reason": stop_reason}, entropies=entropies)
-
-
-class RowKeys:
-    """What the decoding steps attend to when every row holds its own copy of the prompt: the model's own
-    kernel, given which cache columns of each row are real (not left padding)."""
-
-    def __init__(self, valid: Tensor):
-        self.valid = valid  # (R, P + T) bool
-
-    def select(self, keep: Tensor) -> RowKeys:
-        """The rows `keep` (R',) in that order."""
-        return RowKeys(self.valid[keep])
-
-    def step_kwargs(self, length: int) -> dict:
-        """The model's keyword arguments for a step that writes cache column `length`."""
-        self.valid[:, length] = True
-        return {"attention_mask": self.valid[:, : length + 1][:, None, None, :]}  # (R', 1, 1, L + 1)
 
 
 # Cascade attention costs a fixed amount per row and layer (two attention kernels and their merge instead of one)

@@ -102,3 +102,19 @@ class PreallocatedKVCache(Cache):
     def __len__(self) -> int:
         return self.num_layers
 
+
+class RowKeys:
+    """What the decoding steps attend to when every row holds its own copy of the prompt: the model's own
+    kernel, given which cache columns of each row are real (not left padding)."""
+
+    def __init__(self, valid: Tensor):
+        self.valid = valid  # (R, P + T) bool
+
+    def select(self, keep: Tensor) -> RowKeys:
+        """The rows `keep` (R',) in that order."""
+        return RowKeys(self.valid[keep])
+
+    def step_kwargs(self, length: int) -> dict:
+        """The model's keyword arguments for a step that writes cache column `length`."""
+        self.valid[:, length] = True
+        return {"attention_mask": self.valid[:, : length + 1][:, None, None, :]}  # (R', 1, 1, L + 1)

@@ -2,6 +2,8 @@
 model's tokens in the loss mask, the limits (turns, tokens, observation size), and the first turn of a group sampled
 as one prompt with n samples."""
 
+import contextlib
+
 import pytest
 import torch
 
@@ -139,3 +141,38 @@ def test_without_a_demonstration_the_items_answer_is_a_one_turn_episode():
 
     [(prompt, tokens, mask)] = demonstration_episodes(TOK, Echo, [Example("q:", "ab")], EpisodeLimits(), seed=0)
     assert (prompt, tokens, mask) == ([BOS, *ids("q:")], [*ids("ab"), EOS], [1, 1, 1])
+
+
+@pytest.mark.parametrize("cascade", [True, False])
+def test_the_engine_prefills_only_what_a_turn_adds(sharp, cascade, monkeypatch):
+    """Inside an episode batch rlvr's engine keeps each sequence's keys/values (`reuse_histories`): a later turn's
+    forward runs the observation, not the history again, and the episodes are those of a full prefill (the first
+    turn's keys kept from the group's shared prompt with cascade attention, or from each row's copy). The cache's
+    fresh memory is NaN here (`torch.empty` may hand back anything): no column that was never written is read."""
+    from rlvr.rollout.hf_engine import HFEngine
+    from rlvr.rollout.kv_cache import PreallocatedKVCache
+
+    allocate = PreallocatedKVCache._allocate
+
+    def poisoned(cache, layer, key, value):
+        allocate(cache, layer, key, value)
+        cache.keys[layer].fill_(float("nan"))
+        cache.values[layer].fill_(float("nan"))
+
+    monkeypatch.setattr(PreallocatedKVCache, "_allocate", poisoned)
+    model, tokenizer = sharp
+    engine, widths = HFEngine(model, tokenizer, cascade=cascade), []
+    forward = engine._forward
+    engine._forward = lambda ids, *a, **k: widths.append(ids.shape[1]) or forward(ids, *a, **k)
+    items, greedy = [ITEM, Example("zz", "")], SamplingParams(temperature=0, max_new_tokens=5)
+    limits = EpisodeLimits(max_turns=3, max_tokens=40)
+    kept = run_episodes(engine, tokenizer, Echo, items, 2, greedy, limits)
+    prefills = [w for w in widths if w > 1]  # the decoding steps run one token
+    assert prefills[0] == 3 and all(w < 3 + 5 for w in prefills[1:])  # <bos>q: then an observation, not a history
+    engine._forward = forward
+    engine.reuse_histories = contextlib.nullcontext  # the runner then prefills every history whole
+    full = run_episodes(engine, tokenizer, Echo, items, 2, greedy, limits)
+    assert [c.token_ids for c in kept] == [c.token_ids for c in full]
+    assert any(len(c.extra["episode"]["turns"]) > 1 for c in kept)
+    for a, b in zip(kept, full):
+        torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4, rtol=0)
