@@ -132,7 +132,9 @@ class WorkerPool:
 
     def _dispatch(self, pending: deque) -> None:
         idle = [w for w in self._workers if w.ready and not w.inflight]
-        size = min(self.chunk_size, -(-len(pending) // max(1, len(idle)))) if pending else 0
+        # A share per worker, not per idle one: a worker still starting (or busy) takes its share when it is free,
+        # rather than the first one up taking the whole map.
+        size = min(self.chunk_size, -(-len(pending) // len(self._workers))) if pending else 0
         for w in idle:
             chunk = [pending.popleft() for _ in range(min(size, len(pending)))]
             if not chunk:
