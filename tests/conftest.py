@@ -5,12 +5,19 @@ import signal
 import tempfile
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 # The experiment trackers (log.report_to) stay on this machine in every test: wandb writes offline into the run
 # folder, trackio into a folder of the session (its path is read when trackio is imported), MLflow into the run
 # folder's file store (rlvr's default when MLFLOW_TRACKING_URI is unset).
 os.environ.update(WANDB_MODE="offline", WANDB_SILENT="true", TRACKIO_DIR=tempfile.mkdtemp(prefix="rlvr-trackio-"))
 os.environ.pop("MLFLOW_TRACKING_URI", None)
+
+# Property tests hold on a busy machine (two xdist workers, Ray, load 70 on 2 cores): no per-example deadline (200 ms
+# by default, which a stalled process overruns, failing as "Unreliable test timings") and no health check on slow data
+# generation. A test's own @settings keeps these unless it names them.
+settings.register_profile("rlvr", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("rlvr")
 
 
 @pytest.fixture
