@@ -93,10 +93,8 @@ def test_combined_counts_errors_for_reward_errors_metric():
 def test_safe_reward_timeout_runs_in_worker_and_falls_back():
     safe = SafeReward(slow_reward, fallback=0.0, timeout=0.5, n_workers=1)
     try:
-        start = time.monotonic()
-        batch = safe.score_batch(["p"] * 3, ["a", "hang", "b"], [{}] * 3)
-        assert batch.scores == [1.0, 0.0, 1.0] and batch.errors == 1
-        assert time.monotonic() - start < 10
+        batch = safe.score_batch(["p"] * 3, ["a", "hang", "b"], [{}] * 3)  # unstopped, "hang" never ends
+        assert batch.scores == [1.0, 0.0, 1.0] and batch.errors == 1 and safe.timeouts == 1
     finally:
         safe.close()
 
@@ -169,10 +167,11 @@ def test_batch_context_validation():
 
 def test_a_slow_reward_without_timeout_is_logged_not_silent(caplog):
     def slow(prompt, completion, example):
-        time.sleep(0.4 if completion == "slow" else 0.0)
+        time.sleep(2.0 if completion == "slow" else 0.0)
         return 1.0
 
-    safe = SafeReward(slow, name="slow_one", warn_after=0.2, timeout=None)
+    # a margin of a second either side: a busy machine must not stall a quick sample past warn_after
+    safe = SafeReward(slow, name="slow_one", warn_after=1.0, timeout=None)
     with caplog.at_level(logging.WARNING, logger="rlvr.rewards"):
         assert safe.score_batch(["p"] * 3, ["a", "slow", "b"], [{}] * 3).scores == [1.0] * 3
         safe.score_batch(["p"] * 2, ["a", "b"], [{}] * 2)

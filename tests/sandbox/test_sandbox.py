@@ -24,7 +24,8 @@ from rlvr.rewards.code import CodeReward, extract_code, pass_fraction
 from rlvr.sandbox.python import SandboxError, SandboxLimits, _live_pids_of, resolve_isolation, run_python
 
 LIMITS = SandboxLimits(cpu_seconds=1, memory_mb=256, wall_seconds=4, nproc=16, test_timeout=2)
-SLACK = 3.0  # seconds beyond the wall-clock limit for start-up and clean-up on a loaded machine
+SLACK = 10.0  # seconds beyond the wall-clock limit for start-up and clean-up on a busy machine (two xdist workers,
+# Ray, load 70 on 2 cores: seconds of stall); what is bounded is a program that alone would never end
 TESTS = {"tests": ["assert f(1) == 2", "assert f(5) == 6"]}
 GOOD = "def f(x):\n    return x + 1\n"
 
