@@ -172,7 +172,7 @@ def test_signal_writes_a_checkpoint_at_the_step_boundary(tmp_path, rlvr, signum,
     while (not metrics.exists() or metrics.read_text().count("\n") < 3) and time.monotonic() < deadline:
         time.sleep(0.05)
     proc.send_signal(signum)
-    assert proc.wait(timeout=60) == code
+    assert proc.wait(timeout=240) == code  # a guard against a hang, not a bound on speed (a busy machine)
     step = int(latest_checkpoint(tmp_path / "run").name.split("_")[1])
     assert 2 <= step < 500
     check_checkpoint(latest_checkpoint(tmp_path / "run"))
