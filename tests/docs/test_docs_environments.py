@@ -54,7 +54,7 @@ def test_the_tool_registration_block_runs_as_written():
         TOOLS.pop("lookup", None)
 
 
-@pytest.mark.parametrize("name", ["guess", "code"])
+@pytest.mark.parametrize("name", ["guess", "code", "tools"])
 def test_the_shipped_configs_the_page_names_exist(name):
     assert f"rlvr train environments/{name}" in DOC.read_text()
     assert (ROOT / "configs" / "environments" / f"{name}.yaml").is_file()
