@@ -32,13 +32,13 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import Tensor
 
+from rlvr.config.sections import DYNAMIC_SAMPLING_METRICS as METRICS  # what must vary within a kept group
 from rlvr.core import informative_groups
 from rlvr.rollout.base import Completion, RolloutEngine, SamplingParams
 from rlvr.seeds import derive_seed
 from rlvr.rewards.base import COUNTS
 from rlvr.rewards.scoring import Scores, score_completions, score_episodes
 
-METRICS = ("reward", "accuracy")  # what must vary within a group for it to be kept
 COUNTED = tuple(f"reward/{count}" for count in COUNTS)  # counts, not means
 
 

@@ -33,6 +33,7 @@ from torch import Tensor, nn
 
 from rlvr.algorithms.grpo import GroupObjective, GroupPolicyGradient
 from rlvr.config import Config
+from rlvr.config.sections import VALUE_MODELS  # the value.model field's choices
 from rlvr.core import (
     TOKEN_ADVANTAGES,
     aggregate_loss,
@@ -48,8 +49,6 @@ from rlvr.models.forward import completion_index, packed_call, packs, policy_log
 from rlvr.models.head import scores_of_hidden
 from rlvr.rollout.batch import RolloutBatch
 from rlvr.rollout.scored import ScoredBatch
-
-VALUE_MODELS = ("shared", "separate")
 
 
 def token_level_advantages(

@@ -1,5 +1,6 @@
-"""Checks of a built Config that span its sections: distributed settings against the rest, engines, files.
-Each section checks its own fields (ranges, choices, the rules between them: `rlvr.config.sections`).
+"""Checks of a built Config that span its sections: distributed settings against the rest, engines, model folders.
+Each section checks its own fields (ranges, choices, the rules between them, its own files and trackers:
+`rlvr.config.sections`, `monitoring`, `distributed`).
 
 Names looked up in registries (task, losses, rewards) are checked when a run is set up
 (`rlvr.train.validate`), since this layer imports nothing of rlvr above the core.
@@ -7,28 +8,19 @@ Names looked up in registries (task, losses, rewards) are checked when a run is 
 
 from __future__ import annotations
 
-import importlib.util
-import logging
 import os
 from pathlib import Path
 
 from rlvr.config.fields import check_section
-from rlvr.config.sections import TRACKERS, Config, ConfigError
+from rlvr.config.sections import Config, ConfigError
 from rlvr.config.sources import model_source
 
 
-VLLM_LORA = ("auto", "adapter", "merge")
-
-
 def _check_rollout_engine(cfg: Config) -> None:
-    """The engine's settings; its name, whether it is installed and what it can do are the engine registry's
-    (`rlvr.rollout.engines.check_engine`, when a run or a command is set up)."""
-    r = cfg.rollout
-    if not 0 < r.gpu_memory_utilization <= 1:
-        raise ConfigError(f"rollout.gpu_memory_utilization must be in (0, 1], got {r.gpu_memory_utilization}")
-    if r.vllm_lora not in VLLM_LORA:
-        raise ConfigError(f"rollout.vllm_lora: unknown mode {r.vllm_lora!r}; choose from {list(VLLM_LORA)}")
-    if r.vllm_lora == "adapter" and cfg.model.lora.r == 0:
+    """The engine's settings against the model section (their ranges and choices are the rollout section's); its
+    name, whether it is installed and what it can do are the engine registry's (`rlvr.rollout.engines.check_engine`,
+    when a run or a command is set up)."""
+    if cfg.rollout.vllm_lora == "adapter" and cfg.model.lora.r == 0:
         raise ConfigError("rollout.vllm_lora=adapter needs model.lora.r > 0: it loads LoRA adapters into the engine")
 
 
@@ -59,35 +51,10 @@ def _check_distributed(cfg: Config) -> None:
                           f"distributed.learners ({d.learners})")
 
 
-def _check_trackers(cfg: Config) -> None:
-    """log.report_to: known names, each tracker's library installed (find_spec: importing wandb or mlflow takes
-    seconds); the deprecated log.tensorboard folded in, so the saved config says it one way."""
-    log = cfg.log
-    if log.tensorboard is not None:
-        logging.getLogger("rlvr").warning("log.tensorboard is deprecated: log.report_to lists the trackers "
-                                          f"(read as tensorboard {'in' if log.tensorboard else 'out of'} it)")
-        wanted = [t for t in log.report_to if t != "tensorboard"]
-        log.report_to, log.tensorboard = (["tensorboard", *wanted] if log.tensorboard else wanted), None
-    for name in log.report_to:
-        if name not in TRACKERS:
-            raise ConfigError(f"log.report_to: unknown tracker {name!r}; choose from {list(TRACKERS)}")
-        module, package = TRACKERS[name]
-        if module is not None and importlib.util.find_spec(module) is None:
-            raise ConfigError(f"log.report_to: {name} is not installed; pip install 'rlvr[{name}]' "
-                              f"(or pip install {package})")
-    if len(set(log.report_to)) != len(log.report_to):
-        raise ConfigError(f"log.report_to names a tracker twice: {log.report_to}")
-
-
 def _check_files(cfg: Config) -> None:
-    if not cfg.out_dir.strip():  # Path("") is the current folder: the run would be written into it
-        raise ConfigError("out_dir must not be empty")
     for key, path in (("model.path", cfg.model.path), ("value.path", cfg.value.path)):
         if path and model_source(path, key).is_dir() and not (Path(path) / "config.json").is_file():
             raise ConfigError(f"{key}: no Hugging Face model folder at {path!r} (no config.json)")
-    if cfg.sft.data and not Path(cfg.sft.data).is_file():
-        what = "is a folder, not a jsonl file" if Path(cfg.sft.data).is_dir() else "does not exist"
-        raise ConfigError(f"sft.data: file {cfg.sft.data!r} {what}")
 
 
 def validate(cfg: Config) -> Config:
@@ -99,7 +66,6 @@ def validate(cfg: Config) -> Config:
     _check_distributed(cfg)
     _check_files(cfg)
     _check_rollout_engine(cfg)
-    _check_trackers(cfg)
     return cfg
 
 

@@ -3,9 +3,11 @@ the guard that stops a run whose update broke the policy."""
 
 from __future__ import annotations
 
+import importlib.util
+import logging
 from dataclasses import dataclass
 
-from rlvr.config.fields import f
+from rlvr.config.fields import ConfigError, f
 
 
 @dataclass
@@ -51,6 +53,25 @@ class LogConfig:
     plots: bool = f(True, "PNG plots of the main curves in plots/, drawn when the run ends or is stopped by "
                           "Ctrl-C/SIGTERM (`rlvr report` draws them for a run still going).")
     samples_per_eval: int = f(8, "Held-out completions written to samples.jsonl at every evaluation.", ge=0)
+
+    def check(self, prefix: str) -> None:
+        """report_to: known names, each tracker's library installed (find_spec: importing wandb or mlflow takes
+        seconds); the deprecated tensorboard folded in, so the saved config says it one way."""
+        if self.tensorboard is not None:
+            logging.getLogger("rlvr").warning(f"{prefix}tensorboard is deprecated: {prefix}report_to lists the "
+                                              f"trackers (read as tensorboard {'in' if self.tensorboard else 'out of'} "
+                                              "it)")
+            wanted = [t for t in self.report_to if t != "tensorboard"]
+            self.report_to, self.tensorboard = (["tensorboard", *wanted] if self.tensorboard else wanted), None
+        for name in self.report_to:
+            if name not in TRACKERS:
+                raise ConfigError(f"{prefix}report_to: unknown tracker {name!r}; choose from {list(TRACKERS)}")
+            module, package = TRACKERS[name]
+            if module is not None and importlib.util.find_spec(module) is None:
+                raise ConfigError(f"{prefix}report_to: {name} is not installed; pip install 'rlvr[{name}]' "
+                                  f"(or pip install {package})")
+        if len(set(self.report_to)) != len(self.report_to):
+            raise ConfigError(f"{prefix}report_to names a tracker twice: {self.report_to}")
 
 
 @dataclass

@@ -4,6 +4,7 @@ choices, and each section's own rules between its fields (`check`); `rlvr.config
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from rlvr.config.distributed import DistributedConfig
 from rlvr.config.fields import ConfigError, check_finite_number, f  # noqa: F401 (rlvr.config's names for them)
@@ -15,6 +16,10 @@ ZERO_ADVANTAGE_ROWS = ("auto", "train")
 PACKING = ("auto", "always", "never")
 SCHEDULES = ("constant", "linear", "cosine")
 IS_MODES = ("truncate", "mask", "sequence_truncate", "sequence_mask")  # rlvr.core.IS_MODES (config imports no torch)
+AGGREGATION_MODES = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_sum_constant")  # rlvr.core's
+VLLM_LORA = ("auto", "adapter", "merge")
+VALUE_MODELS = ("shared", "separate")  # rlvr.algorithms.ppo builds them
+DYNAMIC_SAMPLING_METRICS = ("reward", "accuracy")  # rlvr.algorithms.dynamic_sampling: what must vary in a kept group
 
 
 @dataclass
@@ -144,6 +149,11 @@ class SFTConfig:
     batch_size: int = f(32, "Sequences per SFT step.", gt=0)
     lr: float = f(1e-3, "Peak SFT learning rate (AdamW, linear warmup over 10% of steps, then cosine).", gt=0)
 
+    def check(self, prefix: str) -> None:
+        if self.data and not Path(self.data).is_file():
+            what = "is a folder, not a jsonl file" if Path(self.data).is_dir() else "does not exist"
+            raise ConfigError(f"{prefix}data: file {self.data!r} {what}")
+
 
 @dataclass
 class GenerationConfig:
@@ -157,7 +167,7 @@ class GenerationConfig:
                             "vllm where it is installed and the model is on a GPU, else hf (on a CPU vLLM's "
                             "minutes of start-up outweigh its faster decoding on small runs).")
     gpu_memory_utilization: float = f(0.3, "vllm: share of the GPU's memory vLLM may take for weights and KV "
-                                           "cache; the learner colocated on the same GPU needs the rest.")
+                                           "cache; the learner colocated on the same GPU needs the rest.", gt=0, le=1)
     enable_prefix_caching: bool = f(True, "vllm: reuse the KV cache of a shared prefix, so the n samples of a "
                                           "group prefill their prompt once.")
     enable_sleep_mode: bool = f(True, "vllm on a GPU: free the KV cache (sleep) while the learner updates and "
@@ -176,7 +186,7 @@ class RolloutConfig(GenerationConfig):
                                "vLLM's own LoRA (enable_lora, max_lora_rank >= r) receives the adapter tensors "
                                "alone and serves them as a new LoRARequest; `merge`: the full weights with "
                                "W0 + (alpha / r) B A merged in; `auto` = adapter. The hf engine samples from the "
-                               "PEFT model itself and needs neither (docs/models_device_lora.md).")
+                               "PEFT model itself and needs neither (docs/models_device_lora.md).", choices=VLLM_LORA)
     allow_zero_temperature: bool = f(False, "Accept temperature=0 for training rollouts. Greedy groups are "
                                             "identical, so every advantage is 0 and nothing is learned.")
     max_staleness: int = f(0, "Asynchronous RL (needs distributed.backend=ray): rollout workers sample the batches "
@@ -205,7 +215,8 @@ class AlgorithmConfig:
     aggregation: str = f("seq_mean_token_mean", "How per-token losses become one number. "
                          "`seq_mean_token_mean` (original GRPO) divides each sequence by its own length, "
                          "which favours long wrong answers; `token_mean` (DAPO) weights every token "
-                         "equally; `seq_sum_constant` (Dr. GRPO) divides by a constant, so no length bias.")
+                         "equally; `seq_sum_constant` (Dr. GRPO) divides by a constant, so no length bias.",
+                         choices=AGGREGATION_MODES)
     loss_constant: float | None = f(None, "Constant normaliser for constant-normalised aggregation "
                                           "(Dr. GRPO); empty = rollout.max_new_tokens.", gt=0)
     clip_low: float = f(0.2, "Lower clip range epsilon_low of the ratio (PPO).", ge=0)
@@ -240,7 +251,8 @@ class AlgorithmConfig:
                                      ge=0)
     dynamic_sampling_metric: str = f("accuracy", "What must vary in a kept group: accuracy (the DAPO paper, eq. 11: "
                                                  "0 < #correct < G; shaping terms such as the overlong penalty do "
-                                                 "not count) or reward (any reward difference).")
+                                                 "not count) or reward (any reward difference).",
+                                     choices=DYNAMIC_SAMPLING_METRICS)
     is_cap: float | None = f(None, "Behaviour-policy correction: each token's policy-gradient loss is weighted by "
                                    "the importance ratio pi_old / pi_sampler bounded by C = is_cap > 1 (is_mode; "
                                    "Yao et al. 2025, TIS). Corrects stale async batches and engine/learner numerical "
@@ -274,7 +286,8 @@ class AlgorithmConfig:
 @dataclass
 class ValueConfig:
     model: str = f("separate", "Value model of advantage=gae (no other advantage builds one): separate (a critic "
-                               "with its own trunk, from `path`) or shared (a head on the policy's last hidden state).")
+                               "with its own trunk, from `path`) or shared (a head on the policy's last hidden state).",
+                   choices=VALUE_MODELS)
     path: str | None = f(None, "The separate critic's trunk, as model.path names a model (a folder, a .gguf file, "
                                "an embedded model); empty = the RL start model.")
     coef: float = f(0.1, "Weight of the clipped value loss in the total loss (TRL's vf_coef).", ge=0)
@@ -380,6 +393,10 @@ class Config:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     log: LogConfig = field(default_factory=LogConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
+
+    def check(self, prefix: str) -> None:
+        if not self.out_dir.strip():  # Path("") is the current folder: the run would be written into it
+            raise ConfigError(f"{prefix}out_dir must not be empty")
 
     @property
     def mini_batch_size(self) -> int:

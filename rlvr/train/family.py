@@ -7,8 +7,7 @@ estimators (`gae` = PPO, `reinforce_pp`) add `rlvr.algorithms.ppo.TokenAdvantage
 
 from __future__ import annotations
 
-from rlvr.algorithms.dynamic_sampling import METRICS
-from rlvr.algorithms.ppo import VALUE_MODELS, token_advantages
+from rlvr.algorithms.ppo import token_advantages
 from rlvr.core import TOKEN_ADVANTAGES
 from rlvr.config import Config, ConfigError
 from rlvr.presets import get_preset
@@ -70,11 +69,10 @@ def check_inert_settings(cfg: Config) -> None:
 
 
 def check_family_options(cfg: Config) -> None:
-    """ConfigError (one line) for options of the family that do not fit together."""
-    a, v = cfg.algorithm, cfg.value
+    """ConfigError (one line) for options of the family that do not fit together (each key's own range and choices,
+    and the rules within the algorithm section that need no registry, are its section's: `rlvr.config.sections`)."""
+    a = cfg.algorithm
     token = a.advantage in TOKEN_ADVANTAGES
-    if a.kl_reward_coef < 0:
-        raise ConfigError(f"algorithm.kl_reward_coef must be >= 0, got {a.kl_reward_coef}")
     if a.kl_reward_coef > 0 and not token:
         raise ConfigError(f"algorithm.kl_reward_coef puts the KL into per-token rewards; it needs advantage "
                           f"{' or '.join(TOKEN_ADVANTAGES)}, not {a.advantage!r} (use beta for KL in the loss)")
@@ -91,12 +89,5 @@ def check_family_options(cfg: Config) -> None:
             token_advantages(cfg)
         except ValueError as err:
             raise ConfigError(f"algorithm: {err}") from None
-    if a.dynamic_sampling_rounds < 0 or a.dynamic_sampling_metric not in METRICS:
-        raise ConfigError(f"algorithm.dynamic_sampling_rounds must be >= 0 and dynamic_sampling_metric one of "
-                          f"{list(METRICS)}; got {a.dynamic_sampling_rounds}, {a.dynamic_sampling_metric!r}")
     check_inert_settings(cfg)
-    if v.model not in VALUE_MODELS:
-        raise ConfigError(f"value.model: unknown name {v.model!r}; choose from {list(VALUE_MODELS)}")
-    if v.lr is not None and not v.lr > 0:
-        raise ConfigError(f"value.lr must be > 0, got {v.lr}")
 

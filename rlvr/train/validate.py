@@ -10,7 +10,7 @@ import torch
 
 from rlvr import core
 from rlvr.algorithms.objective import build_objective
-from rlvr.config import Config, ConfigError
+from rlvr.config import Config, ConfigError, validate
 from rlvr.environments import environment_factory
 from rlvr.models import PRESETS, build_char_tokenizer, resolve_placement, tiny_config
 from rlvr.rewards.safe import worker_problem
@@ -22,7 +22,6 @@ from rlvr.tasks.base import Example
 from rlvr.data.stream import PROMPT_SAMPLERS, build_prompt_stream
 from rlvr.train.family import check_family_options
 from rlvr.train.preflight import run_task
-from rlvr.algorithms.optim import check_schedule
 
 
 def _check_name(key: str, name: str, lookup: Any) -> None:
@@ -53,7 +52,10 @@ def check_model(cfg: Config) -> None:
 
 
 def check_registries(cfg: Config) -> Config:
-    """Raise ConfigError naming the key of the first unknown name or bad option; return cfg unchanged."""
+    """Raise ConfigError naming the key of the first unknown name or bad option; return cfg unchanged. The sections'
+    own checks (ranges, choices, the rules within a section: `rlvr.config.validate`) run first, also for a Config
+    built in Python rather than loaded."""
+    validate(cfg)
     a = cfg.algorithm
     check_model(cfg)
     check_engine(cfg)  # rollout.engine: a registered engine, installed, that runs on model.device
@@ -61,8 +63,6 @@ def check_registries(cfg: Config) -> Config:
         _check_name("algorithm.advantage", a.advantage, core.get_advantage_fn)
     _check_name("algorithm.policy_loss", a.policy_loss, core.get_policy_loss)
     _check_name("algorithm.kl_estimator", a.kl_estimator, core.get_kl_estimator)
-    _check_member("algorithm.aggregation", a.aggregation, core.AGGREGATION_MODES)
-    _check_name("optim.schedule", cfg.optim.schedule, check_schedule)
     if not cfg.model.path:
         _check_member("model.tiny_arch", cfg.model.tiny_arch, ARCHS)
         _check_member("model.tiny_preset", cfg.model.tiny_preset, PRESETS)

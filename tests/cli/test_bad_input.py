@@ -90,7 +90,7 @@ SETS = [  # (--set, the text the error line must contain)
     ("reward.timeout=-1", "reward.timeout must be >= 0"), ("reward.timeout=inf", "reward.timeout must be a finite"),
     ("reward.timeout=nan", "reward.timeout must be a finite"), ("reward.workers=-1", "reward.workers must be >= 0"),
     ("rollout.vllm_lora=adapter", "rollout.vllm_lora=adapter needs model.lora.r > 0"),
-    ("rollout.vllm_lora=lora", "rollout.vllm_lora: unknown mode 'lora'"),
+    ("rollout.vllm_lora=lora", "rollout.vllm_lora: unknown 'lora'; choose from ['auto', 'adapter', 'merge']"),
     ("distributed.learners=2", "distributed.learners=2 needs distributed.backend=ray"),
     ("distributed.rollout_workers=2", "distributed.rollout_workers=2 needs distributed.backend=ray"),
     ("task.options.length=[3", "--set task.options.length: invalid YAML"),  # free-form options are read as YAML

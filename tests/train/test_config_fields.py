@@ -3,6 +3,7 @@ the commands other than `rlvr train` read through the same loader (`load_config(
 
 import copy
 import math
+import re
 import pickle
 from dataclasses import dataclass, replace
 
@@ -160,3 +161,53 @@ def test_rlvr_sft_reads_its_keys_of_an_rl_config_file(tmp_path):
         load_config(path, ["sft.stepz=3"], cls=SFTRunConfig)
     with pytest.raises(ConfigError, match=r"^sft.steps must be >= 1 for `rlvr sft` \(use --steps\)$"):
         load_config(None, [], cls=SFTRunConfig)
+
+
+def test_the_sections_choices_are_the_registries_names():
+    """The config lists them itself (it imports no torch, so `--help` stays fast); the code that builds them reads
+    the config's (value models, dynamic-sampling metrics) or equals it (the core's aggregation modes)."""
+    from rlvr import core
+    from rlvr.algorithms import dynamic_sampling, ppo
+    from rlvr.config import sections
+
+    assert sections.AGGREGATION_MODES == core.AGGREGATION_MODES
+    assert ppo.VALUE_MODELS is sections.VALUE_MODELS and dynamic_sampling.METRICS is sections.DYNAMIC_SAMPLING_METRICS
+    assert "[shared | separate]" in next(line for line in config_help(Config) if line.startswith("value.model "))
+
+
+@pytest.mark.parametrize("item, message", [
+    ("value.model=critic", "value.model: unknown 'critic'; choose from ['shared', 'separate']"),
+    ("algorithm.dynamic_sampling_metric=format", "algorithm.dynamic_sampling_metric: unknown 'format'; choose from "
+                                                 "['reward', 'accuracy']"),
+    ("algorithm.aggregation=mean", "algorithm.aggregation: unknown 'mean'; choose from ['token_mean', "),
+    ("rollout.vllm_lora=lora", "rollout.vllm_lora: unknown 'lora'; choose from ['auto', 'adapter', 'merge']"),
+    ("rollout.gpu_memory_utilization=0", "rollout.gpu_memory_utilization must be in (0, 1], got 0.0"),
+    ("sft.data=/no/such.jsonl", "sft.data: file '/no/such.jsonl' does not exist"),
+    ("log.report_to=[tensorbord]", "log.report_to: unknown tracker 'tensorbord'; choose from ['tensorboard', "),
+    ("out_dir= ", "out_dir must not be empty"),
+])
+def test_a_sections_own_rule_is_checked_when_the_config_loads(item, message):
+    """Moved from the run's set-up (rlvr.train.validate, rlvr.train.family) and the cross-section checks
+    (rlvr.config.checks) onto the section they concern: refused by load_config, before any registry is read."""
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [item])
+    assert str(err.value).startswith(message), str(err.value)
+
+
+def test_a_config_built_in_python_gets_its_sections_checks_at_set_up(tmp_path):
+    """check_registries (every run's set-up) runs the sections' checks first: a Config built in Python, not loaded,
+    is refused as a loaded one would be."""
+    from rlvr.config import ValueConfig
+    from rlvr.train.validate import check_registries
+
+    for cfg, message in [(Config(out_dir=""), "out_dir must not be empty"),
+                         (Config(out_dir=str(tmp_path), optim=OptimConfig(schedule="step")),
+                          "optim.schedule: unknown 'step'"),
+                         (Config(out_dir=str(tmp_path), value=ValueConfig(lr=0.0)), "value.lr must be > 0, got 0.0")]:
+        with pytest.raises(ConfigError, match=f"^{re.escape(message)}"):
+            check_registries(cfg)
+
+
+def test_rlvr_sft_checks_its_sft_section_as_the_rl_run_does():
+    with pytest.raises(ConfigError, match=r"^sft.data: file '/no/such.jsonl' does not exist$"):
+        load_config(None, ["sft.data=/no/such.jsonl", "sft.steps=2"], cls=SFTRunConfig)

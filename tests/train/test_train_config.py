@@ -77,7 +77,7 @@ SHARD = ["distributed.backend=ray", "distributed.learners=2", "distributed.shard
                                                           "algorithm.mu=2"),
     ({}, ["algorithm.preset=rloo", "train.batch_size=16", "train.group_size=4", "train.mini_batch_size=8"],
      "train.mini_batch_size=8 gives 2 optimizer steps per rollout"),
-    ({"algorithm": {"aggregation": "mean"}}, [], "algorithm.aggregation: unknown name 'mean'"),
+    ({"algorithm": {"aggregation": "mean"}}, [], "algorithm.aggregation: unknown 'mean'; choose from ['token_mean', "),
     # settings that do nothing without the feature they belong to (rlvr.train.family.NEEDS)
     ({}, ["algorithm.lam=0.9"], "algorithm.lam=0.9 does nothing without algorithm.advantage gae"),
     ({}, ["algorithm.gamma=0.9"], "algorithm.gamma=0.9 does nothing without algorithm.advantage gae or reinforce_pp"),
