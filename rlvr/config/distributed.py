@@ -21,11 +21,16 @@ class DistributedConfig:
     learners: int = f(1, "Data-parallel learner actors (torch.distributed: gloo when model.device puts the "
                          "policy on CPU, NCCL on CUDA, `auto` resolved in each actor); each "
                          "takes an equal share of every minibatch's micro-batches, gradients are summed.", ge=1)
-    rollout_cpus: float = f(1.0, "CPUs reserved per rollout actor.", ge=0)
+    rollout_cpus: float | None = f(None, "CPUs reserved per rollout actor; empty: the cluster's CPUs that the set "
+                                         "shares leave, shared out evenly over the actors left (at most 1 each): "
+                                         "1 learner and 2 rollout workers on 2 cores get 2/3 each.", ge=0)
     rollout_gpus: float = f(0.0, "GPUs reserved per rollout actor.", ge=0)
-    learner_cpus: float = f(1.0, "CPUs reserved per learner actor.", ge=0)
+    learner_cpus: float | None = f(None, "CPUs reserved per learner actor; empty: shared out as rollout_cpus.",
+                                   ge=0)
     learner_gpus: float = f(0.0, "GPUs reserved per learner actor.", ge=0)
-    max_restarts: int = f(3, "Times Ray restarts a dead rollout actor; its batch is requested again.", ge=0)
+    max_restarts: int = f(3, "Times Ray restarts a dead rollout actor (its requests are sent again); a worker "
+                             "Ray reports dead for good stops the run. Restarts are counted from new worker "
+                             "processes, not from requests that failed while Ray could not reach a slow one.", ge=0)
     shard: bool = f(False, "With learners > 1: FSDP2 (torch fully_shard) shards the policy, its gradients and "
                            "AdamW moments over the learners, 1/M each, instead of a whole copy per learner; the "
                            "update is the same. Full-parameter policy, fixed-size micro-batches; the KL "
@@ -48,7 +53,7 @@ class DistributedConfig:
         if self.backend != "ray":
             for item in fields(self):  # a Ray setting in one process would be ignored
                 value = getattr(self, item.name)
-                if item.name != "backend" and value != item.default:
+                if item.name != "backend" and value not in (item.default, _FORMER_DEFAULTS.get(item.name)):
                     shown = str(value).lower() if isinstance(value, bool) else value
                     why = _RAY_ONLY.get(item.name, "one process reserves no Ray resources")
                     raise ConfigError(f"{prefix}{item.name}={shown} needs {prefix}backend=ray ({why}: it would be "
@@ -59,7 +64,7 @@ class DistributedConfig:
         for key in ("mixed_precision", "cpu_offload"):
             if getattr(self, key) and not self.shard:
                 raise ConfigError(f"{prefix}{key}: true is an FSDP2 setting; it needs {prefix}shard: true")
-        if self.learners > 1 and self.learner_cpus + self.learner_gpus <= 0:
+        if self.learners > 1 and self.learner_cpus is not None and self.learner_cpus + self.learner_gpus <= 0:
             raise ConfigError(f"{prefix}learner_cpus or learner_gpus must be > 0 with learners > 1 (they are placed "
                               "as a group)")
 
@@ -70,6 +75,8 @@ _RAY_ONLY = {"address": "one process joins no Ray cluster", "learners": "one pro
              "rollout_workers": "one process runs one rollout", "weight_sync": "one process has no weights to send",
              "shard": "one process holds the whole policy", "max_restarts": "one process restarts no actor",
              "mixed_precision": "one process shards nothing", "cpu_offload": "one process shards nothing"}
+# the CPU shares' defaults before empty ones were taken from the cluster: the config.yaml of an older run holds them
+_FORMER_DEFAULTS = {"rollout_cpus": 1.0, "learner_cpus": 1.0}
 
 
 def head_address(address: str) -> tuple[str, int] | None:

@@ -71,20 +71,48 @@ def _resolve_auto() -> str:
         return os.environ.get("RAY_ADDRESS", "")
 
 
+def cpu_shares(learners: int, learner_cpus: float | None, workers: int, rollout_cpus: float | None,
+               cluster_cpus: float) -> tuple[float, float]:
+    """(CPUs per learner actor, CPUs per rollout actor): each share as set, or, left empty (None), the cluster's
+    CPUs that the set shares leave, shared out evenly over the actors left, at most 1 each (an actor runs
+    `threads` or 1 torch thread). ConfigError when the set shares leave nothing for the others."""
+    unset = learners * (learner_cpus is None) + workers * (rollout_cpus is None)
+    if not unset:
+        return learner_cpus, rollout_cpus
+    left = cluster_cpus - learners * (learner_cpus or 0.0) - workers * (rollout_cpus or 0.0)
+    if left <= 1e-9:
+        empty = " and ".join(key for key, value in (("learner_cpus", learner_cpus), ("rollout_cpus", rollout_cpus))
+                             if value is None)
+        raise ConfigError(f"distributed: the set CPU shares reserve all {cluster_cpus:g} CPUs of the Ray cluster, none "
+                          f"is left for the actors of {empty}; lower the set shares or set {empty} too")
+    share = min(1.0, left / unset)
+    return (share if learner_cpus is None else learner_cpus), (share if rollout_cpus is None else rollout_cpus)
+
+
+def role_cpus(cfg: Config) -> tuple[float, float]:
+    """`cpu_shares` of this config on the Ray cluster this process joined."""
+    d = cfg.distributed
+    return cpu_shares(d.learners, d.learner_cpus, d.rollout_workers, d.rollout_cpus,
+                      ray.cluster_resources().get("CPU", 0.0))
+
+
 def check_resources(cfg: Config) -> None:
     """The roles' reservations fit the cluster's CPUs and GPUs: otherwise Ray would hold the actors that do
-    not fit pending, and the run would wait for ever without a word (on a 2-core machine the defaults, one
-    CPU per actor, fit one learner and one rollout worker). A cluster this run started (`address: local`)
-    cannot grow: one ConfigError line; a cluster joined by address may have an autoscaler: a warning."""
+    not fit pending, and the run would wait for ever without a word. CPU shares left empty are taken from the
+    cluster (`cpu_shares`: on a 2-core machine 1 learner and 2 rollout workers get 2/3 CPU each). A cluster this
+    run started (`address: local`) cannot grow: one ConfigError line; a cluster joined by address may have an
+    autoscaler: a warning."""
     d = cfg.distributed
-    need = {"CPU": (d.learners * d.learner_cpus, d.rollout_workers * d.rollout_cpus, "cpus"),
+    cpus = dict(zip(("learner", "rollout"), role_cpus(cfg)))
+    need = {"CPU": (d.learners * cpus["learner"], d.rollout_workers * cpus["rollout"], "cpus"),
             "GPU": (d.learners * d.learner_gpus, d.rollout_workers * d.rollout_gpus, "gpus")}
     have = ray.cluster_resources()
     for kind, (learners, workers, key) in need.items():
         if learners + workers > have.get(kind, 0.0) + 1e-9:
+            each = {role: cpus[role] if kind == "CPU" else getattr(d, f"{role}_gpus") for role in cpus}
             message = (f"distributed: the roles reserve {learners + workers:g} {kind}s ({d.learners} learner(s) x "
-                       f"learner_{key} {getattr(d, 'learner_' + key):g} + {d.rollout_workers} rollout worker(s) x "
-                       f"rollout_{key} {getattr(d, 'rollout_' + key):g}) but the Ray cluster has "
+                       f"learner_{key} {each['learner']:g} + {d.rollout_workers} rollout worker(s) x "
+                       f"rollout_{key} {each['rollout']:g}) but the Ray cluster has "
                        f"{have.get(kind, 0.0):g}; lower distributed.learner_{key} / rollout_{key} (fractions such "
                        f"as 0.5 work) or run on a larger cluster")
             if d.address == "local":

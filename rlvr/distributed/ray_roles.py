@@ -24,11 +24,13 @@ from __future__ import annotations
 import logging
 import re
 import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rlvr.config import Config
+from rlvr.distributed.cluster import role_cpus
 from rlvr.distributed.workers import LearnerWorker, RolloutWorker, WrongWeights
 from rlvr.rollout.scored import ScoredBatch
 from rlvr.tasks import Example, Task
@@ -42,6 +44,9 @@ except ImportError:
     ray = None
 
 log = logging.getLogger("rlvr.distributed")
+RESTART_WAIT = 600.0  # seconds a worker that Ray is restarting may take to answer again (a busy machine is slow)
+# what Ray answers for a worker it is restarting: unreachable for now, or killed by its memory monitor
+RESTARTING = (ray.exceptions.ActorUnavailableError, ray.exceptions.OutOfMemoryError) if ray else ()
 
 
 def _cause(err: Exception) -> str:
@@ -105,8 +110,9 @@ class RayRollout:
         self._stream = actors[0].state_dict.remote()  # state the next request draws from
         self._consumed = self._stream  # state after the last step handed to the loop
         self._weights, self._version = _held(weights), 0
-        self.restarts = 0
+        self.restarts = 0  # deaths of a worker that Ray restarted
         self._broadcast()
+        self._processes = [self._answer(i) for i in range(len(actors))]  # each worker's process, new at a restart
         self._started()
 
     def _started(self) -> None:
@@ -118,14 +124,40 @@ class RayRollout:
                 ray.get([actor.ready.remote() for actor in self.actors])
                 return
             except ray.exceptions.RayActorError:
-                self._count_restart()
+                for i in range(len(self.actors)):
+                    self._back(i)
 
-    def _count_restart(self) -> None:
-        self.restarts += 1
-        if self.restarts > self.cfg.distributed.max_restarts * len(self.actors):
-            raise RolloutFailed(f"rollout workers failed {self.restarts} times (distributed.max_restarts="
-                                f"{self.cfg.distributed.max_restarts} per worker); the run stops. "
-                                f"{continue_hint(Path(self.cfg.out_dir))}")
+    def _answer(self, i: int) -> str:
+        """The id of worker i's process, once it answers. A worker Ray is restarting (ActorUnavailableError, as
+        long as that takes on a busy machine; OutOfMemoryError: Ray's memory monitor killed it) is waited for; one
+        Ray reports dead for good (past its max_restarts, or its constructor failed) stops the run."""
+        waited = time.monotonic()
+        while True:
+            try:
+                return ray.get(self.actors[i].__ray_call__.remote(_process_id))
+            except RESTARTING as err:
+                if time.monotonic() - waited > RESTART_WAIT:
+                    raise self._failed(i, f"it did not come back within {RESTART_WAIT:g} s ({_cause(err)})") from None
+                time.sleep(0.2)
+            except ray.exceptions.RayActorError as err:
+                raise self._failed(i, f"Ray reports it dead for good ({_cause(err)})") from None
+
+    def _back(self, i: int) -> None:
+        """After a failed request of worker i: wait until it answers again, and count a restart when it is
+        another process (Ray restarted it after a death). A request that failed for any other reason (Ray could
+        not reach a slow worker for a while) counts nothing: the request is simply sent again."""
+        process = self._answer(i)
+        if process != self._processes[i]:
+            self._processes[i] = process
+            self.restarts += 1
+            log.warning("rlvr: rollout worker %d died and Ray restarted it (%d restart(s) of the workers so far; "
+                        "distributed.max_restarts=%d per worker); its requests are sent again", i, self.restarts,
+                        self.cfg.distributed.max_restarts)
+
+    def _failed(self, i: int, why: str) -> RolloutFailed:
+        return RolloutFailed(f"rollout worker {i} failed: {why}; {self.restarts} restart(s) of the workers before "
+                             f"(distributed.max_restarts={self.cfg.distributed.max_restarts} per worker); the run "
+                             f"stops. {continue_hint(Path(self.cfg.out_dir))}")
 
     def _broadcast(self) -> None:
         if isinstance(self._weights, CollectiveWeights) and self._broadcast_collective():
@@ -182,18 +214,19 @@ class RayRollout:
         while True:
             try:
                 return ray.get(self._pending[step].batch)
-            except (ray.exceptions.RayActorError, WrongWeights):
+            except (ray.exceptions.RayActorError, ray.exceptions.OutOfMemoryError, WrongWeights):
                 self._resubmit(step)
             except ray.exceptions.RayTaskError as err:
                 raise _own_stop(err) from None
 
     def _resubmit(self, step: int) -> None:
-        """A worker died: request `step` and every later pending step again, each from the weights and
-        stream state it was first requested with (broadcast weights: today's, now through the object
-        store), then give the workers today's weights back."""
+        """`step`'s request failed (its worker died, or Ray could not reach it): once that worker answers
+        again, request `step` and every later pending step again, each from the weights and stream state it was
+        first requested with (broadcast weights: today's, now through the object store), then give the workers
+        today's weights back."""
         if isinstance(self._weights, CollectiveWeights):
             self._fall_back("a rollout worker died")
-        self._count_restart()
+        self._back((step - 1) % len(self.actors))
         stream = self._pending[step].stream_before
         for s in range(step, self._submitted + 1):
             old = self._pending[s]
@@ -250,6 +283,11 @@ class RayRollout:
             self._stream, self._submitted = self._pending[batch.step].stream_after, batch.step
 
 
+def _process_id(_actor: Any = None) -> str:
+    """Run inside an actor (`__ray_call__` passes it): the id of its worker process, another after a restart."""
+    return ray.get_runtime_context().get_worker_id()
+
+
 def _held(weights: Any) -> Any:
     """What a request keeps of its weights: an object reference, or the collective's marker."""
     if isinstance(weights, RemoteWeights):
@@ -282,7 +320,7 @@ class RayLearner:
                 ready, pending = ray.wait(pending, num_returns=1)
                 ray.get(ready)
             return ray.get(refs)
-        except ray.exceptions.RayActorError as err:
+        except (ray.exceptions.RayActorError, ray.exceptions.OutOfMemoryError) as err:  # or Ray's memory monitor
             raise LearnerFailed(f"a learner actor died during {method} ({_cause(err)}); the run stops. "
                                 f"{continue_hint(self.run_dir)}") from None
 
@@ -366,11 +404,11 @@ def _rendezvous(_actor: Any = None) -> tuple[str, int]:
 def _learners(cfg: Config, policy_path: Path, init_path: Path) -> RayLearner:
     """M learner actors; with M > 1 in a placement group (packed on as few nodes as fit them), rank 0
     in its first bundle, which also answers the rendezvous address."""
-    d = cfg.distributed
-    cls, resources = ray.remote(LearnerWorker), {"num_cpus": d.learner_cpus, "num_gpus": d.learner_gpus}
+    d, (cpus, _) = cfg.distributed, role_cpus(cfg)
+    cls, resources = ray.remote(LearnerWorker), {"num_cpus": cpus, "num_gpus": d.learner_gpus}
     if d.learners == 1:
         return RayLearner([cls.options(**resources).remote(cfg, policy_path, init_path, 0, 1, ("", 0))], cfg.out_dir)
-    bundle = {key: n for key, n in (("CPU", d.learner_cpus), ("GPU", d.learner_gpus)) if n}
+    bundle = {key: n for key, n in (("CPU", cpus), ("GPU", d.learner_gpus)) if n}
     group = placement_group([bundle] * d.learners, strategy="PACK")
     ray.get(group.ready())
 
@@ -388,7 +426,7 @@ def ray_roles(cfg: Config, task: Task, policy_path: Path, init_path: Path) -> tu
     """`prepare_run`'s role builder for `distributed.backend: ray` (Ray must be started: `start_ray`)."""
     d = cfg.distributed
     learner = _learners(cfg, policy_path, init_path)
-    rollout_cls = ray.remote(RolloutWorker).options(num_cpus=d.rollout_cpus, num_gpus=d.rollout_gpus,
+    rollout_cls = ray.remote(RolloutWorker).options(num_cpus=role_cpus(cfg)[1], num_gpus=d.rollout_gpus,
                                                     max_restarts=d.max_restarts)
     workers = [rollout_cls.remote(cfg, init_path) for _ in range(d.rollout_workers)]
     if d.weight_sync == "collective":

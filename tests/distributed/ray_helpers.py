@@ -1,6 +1,10 @@
 """Helpers of the Ray tests (imported by name; `conftest` is ambiguous across test folders)."""
 
 import importlib.util
+import os
+import subprocess
+import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -43,3 +47,23 @@ def assert_same_run(run_dir: Path, full: Path, k: int) -> None:
     a = load_file(str(full / "final_model" / "model.safetensors"))
     b = load_file(str(run_dir / "final_model" / "model.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a)
+
+
+@contextmanager
+def cpu_hog(processes: int, seconds: float):
+    """`processes` busy loops at the test's own priority for `seconds` or the block's duration, whichever ends
+    first: the machine as loaded as a CI runner beside other jobs (Ray's restarts and waits take several times
+    longer). Bounded, so that a test beside it stays a test of seconds, however slow the machine already is."""
+    loop = f"import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end: pass"
+    hogs = [subprocess.Popen([sys.executable, "-c", loop]) for _ in range(processes)]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
+def busy(factor: int = 2) -> int:
+    """How many busy loops load every core `factor` times over."""
+    return factor * (os.cpu_count() or 2)

@@ -1,18 +1,21 @@
 """Rollout workers on Ray: the same batches as one in-process Rollout, also across a killed worker."""
 
+import gc
 import re
 import time
 
 import pytest
 import torch
 
-from ray_helpers import ray_sections, tiny_config
+from ray_helpers import busy, cpu_hog, ray_sections, tiny_config
 from rlvr.config import load_config
 from rlvr.distributed.cluster import start_ray
 from rlvr.distributed.ray_roles import RayRollout, RemoteWeights, RolloutFailed
 from rlvr.distributed.workers import RolloutWorker
 from rlvr.tasks import get_task
 from rlvr.train.setup import local_roles
+
+HOG_SECONDS = 20  # the hog's span: the kill and the restart's start (a new process importing torch) run beside it
 
 
 def _same(a, b) -> None:
@@ -21,11 +24,15 @@ def _same(a, b) -> None:
     torch.testing.assert_close(a.rewards, b.rewards)
 
 
-def test_two_workers_equal_one_process_and_survive_a_kill(ray_cluster, tmp_path, warm_model):
+@pytest.mark.parametrize("hog", [0, busy()], ids=["quiet", "beside_a_cpu_hog"])
+def test_two_workers_equal_one_process_and_survive_a_kill(ray_cluster, tmp_path, warm_model, hog):
     """Two workers take the steps in turn; the prompt stream's state (failure-rate sampling: it learns
     from every batch) travels between them, weights change after every step. Worker 0 is killed
     after step 2: Ray restarts it, it gets its weights back, step 3 is requested again, and every
-    batch is still exactly the one-process batch."""
+    batch is still exactly the one-process batch. Beside a CPU hog (every core busy twice over while the worker
+    is killed and restarted) Ray takes far longer to restart the worker and answers the requests sent meanwhile
+    with ActorUnavailableError, each of which counted as a restart: "rollout workers failed 7 times
+    (distributed.max_restarts=3 per worker)". The one death is one restart, counted from the new process."""
     cfg = load_config(None, [], base=tiny_config(
         tmp_path / "run", warm_model, train={"steps": 5, "batch_size": 16, "group_size": 4},
         task={"prompt_sampler": "failure_rate"}, distributed=ray_sections(rollout_workers=2)))
@@ -35,30 +42,33 @@ def test_two_workers_equal_one_process_and_survive_a_kill(ray_cluster, tmp_path,
     workers = [cls.remote(cfg, warm_model) for _ in range(2)]
     remote = RayRollout(cfg, workers, RemoteWeights(ray_cluster.put(dict(learner.named_weights()))))
     for step in range(1, 6):
-        if step == 3:
-            ray_cluster.kill(workers[0], no_restart=False)
         batch = local.collect(step)
-        _same(remote.collect(step), batch)
+        with cpu_hog(hog if step == 3 else 0, HOG_SECONDS):  # loaded while Ray restarts the worker
+            if step == 3:
+                ray_cluster.kill(workers[0], no_restart=False)
+            _same(remote.collect(step), batch)
         learner.update(batch)
         weights = list(learner.named_weights())
         local.load_weights(weights)
         remote.load_weights(weights)
-    assert remote.restarts >= 1
+    assert remote.restarts == 1
     assert remote.state_dict() == local.state_dict()
     for worker in workers:
         ray_cluster.kill(worker)
 
 
 def test_workers_dying_past_max_restarts_stop_the_run(ray_cluster, tmp_path, warm_model):
-    """max_restarts=0: Ray does not restart the killed worker, its request fails, the run stops with
-    one line that names the command to go on with (no checkpoint yet: --resume-or-start)."""
+    """max_restarts=0: Ray does not restart the killed worker and reports it dead for good, and the run stops
+    with one line that names the worker and the command to go on with (no checkpoint yet: --resume-or-start)."""
     cfg = load_config(None, [], base=tiny_config(tmp_path / "run", warm_model,
                                                  distributed=ray_sections(max_restarts=0)))
     learner, _ = local_roles(cfg, get_task(cfg.task.name, **cfg.task.options), warm_model, warm_model)
     worker = ray_cluster.remote(RolloutWorker).options(num_cpus=0.5, max_restarts=0).remote(cfg, warm_model)
     remote = RayRollout(cfg, [worker], RemoteWeights(ray_cluster.put(dict(learner.named_weights()))))
     ray_cluster.kill(worker)
-    with pytest.raises(RolloutFailed, match=rf"rollout workers failed 1 times .* --resume-or-start "
+    with pytest.raises(RolloutFailed, match=rf"^rollout worker 0 failed: Ray reports it dead for good \(ActorDiedError"
+                                            rf".*\); 0 restart\(s\) of the workers before \(distributed.max_restarts=0 "
+                                            rf"per worker\); the run stops\. .* --resume-or-start "
                                             rf"\({re.escape(str(tmp_path / 'run'))}\)$"):
         remote.collect(1)
 
@@ -127,3 +137,5 @@ def test_a_worker_whose_reward_stops_the_run_stops_the_driver_with_its_own_line(
     with pytest.raises(RewardTimingOut, match="^reward 'judge' timed out on 4 of a batch's 4 samples$"):
         rollout.evaluate([], 0)
     ray_cluster.kill(rollout.actors[0])
+    del rollout, stopped  # the failed request's other result, never read, is reported (a warning) here, not later
+    gc.collect()

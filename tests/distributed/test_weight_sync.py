@@ -81,9 +81,11 @@ def test_collective_sync_is_bitwise_and_survives_a_killed_worker(ray_cluster, tm
             assert batch.sampler_logprobs == expected.sampler_logprobs
             learner.update(batch)
             remote.load_weights(learner.named_weights())
-    assert remote.restarts >= 1 and learner.weight_sync == "object_store"
+    assert remote.restarts == 1 and learner.weight_sync == "object_store"
     assert isinstance(learner.named_weights(), RemoteWeights)
-    assert [r.message.split(";")[0] for r in caplog.records] == ["rlvr: a rollout worker died"]
+    assert [r.message.split(";")[0] for r in caplog.records if r.name == "rlvr.distributed"] == [
+        "rlvr: a rollout worker died", "rlvr: rollout worker 0 died and Ray restarted it (1 restart(s) of the workers "
+                                       "so far"]
     _assert_workers_hold(ray_cluster, workers, ray_cluster.get(rank0.weights.remote()))
     for actor in [rank0, *workers]:
         ray_cluster.kill(actor)
