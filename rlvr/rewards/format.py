@@ -15,7 +15,7 @@ import re
 from typing import Any, Mapping, Sequence
 
 from rlvr.rewards.base import BatchContext, RewardBatch, RewardOutput, bounded
-from rlvr.rewards.extract import extract_answer, last_boxed
+from rlvr.rewards.extract import extract_answer, extract_last_number, last_boxed
 from rlvr.rewards.math_grader import MathGrader, get_grader
 from rlvr.rewards.safe import as_mapping
 
@@ -66,6 +66,13 @@ def marked_answer(text: str, marker: str) -> str | None:
     return found.strip() or None if found is not None else None
 
 
+def stated_answer(text: str, last_number: bool = False) -> str | None:
+    """`extract_answer`'s answer, else with `last_number` the number the text ends on (the last one in it): the
+    flexible extraction of lm-evaluation-harness's GSM8K, for a model that answers `3 + 5 = 8` without a marker."""
+    found = extract_answer(text)
+    return extract_last_number(text) if found is None and last_number else found
+
+
 def final_answer(prompt: str, completion: str) -> str | None:
     """The answer the completion states: its last `<answer>` block (after a prompt that may open `<think>`),
     else what `extract_answer` finds; a `\\boxed{}` in the reasoning never overrides the `<answer>` block."""
@@ -80,14 +87,15 @@ class MathReward:
     format_gate: None, "lenient" or "strict" (R1-Zero's layout), "boxed" or "tags" (the marker a chat prompt
     asked for). With a gate the score is format_ok * correct: the R1-Zero reward, or an answer that counts only in
     its marker (components `format` and `correct` are reported separately; `correct` falls back to
-    `extract_answer` when there is no marker, so that it shows correctness apart from format).
+    `extract_answer` when there is no marker, so that it shows correctness apart from format). Without one,
+    `last_number` reads a completion that states no answer by the number it ends on (`stated_answer`).
     """
 
     def __init__(self, answer_key: str = "answer", format_gate: str | None = None,
-                 grader: MathGrader | None = None) -> None:
+                 grader: MathGrader | None = None, last_number: bool = False) -> None:
         if format_gate not in (None, "lenient", "strict", *MARKERS):
             raise ValueError(f"format_gate must be None, 'lenient', 'strict', 'boxed' or 'tags', got {format_gate!r}")
-        self.answer_key, self.format_gate = answer_key, format_gate
+        self.answer_key, self.format_gate, self.last_number = answer_key, format_gate, last_number
         self.grader = grader
         self.__name__ = "r1_zero" if format_gate in ("lenient", "strict") else "math"
 
@@ -98,7 +106,7 @@ class MathReward:
 
     def _predicted(self, prompt: str, completion: str) -> tuple[str | None, bool]:
         if self.format_gate is None:
-            return extract_answer(completion), True
+            return stated_answer(completion, self.last_number), True
         # The `correct` component stays meaningful without the tags; the score is gated anyway.
         if self.format_gate in MARKERS:
             return final_answer(prompt, completion), marked_answer(completion, self.format_gate) is not None

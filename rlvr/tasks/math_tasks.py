@@ -20,13 +20,15 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rlvr.rewards.extract import last_boxed
-from rlvr.rewards.format import MARKERS, MathReward, final_answer, format_ok, marked_answer, with_prompt_prefix
+from rlvr.rewards.format import (MARKERS, MathReward, final_answer, format_ok, marked_answer, stated_answer,
+                                 with_prompt_prefix)
 from rlvr.rewards.math_grader import get_grader, plain_number
 from rlvr.tasks.base import Example, register_task
 from rlvr.tasks.data import gsm8k_answer, map_fields, read_records, record_place, shared_file
 from rlvr.tasks.templates import INSTRUCTIONS, check_template, load_tokenizer_option, render_prompt, resolve_template
 
 ANSWER_FORMATS = ("plain", "gsm8k", "boxed")
+EXTRACTIONS = ("marker", "stated", "last_number")  # which answer of a completion counts (MathAnswers)
 
 
 def pick(rows: list, n: int | None, seed: int) -> list:
@@ -71,8 +73,11 @@ class MathAnswers:
     """Prompting and grading shared by the tasks whose answer is a number or expression (`MathTask`'s files, the
     generated `word_problems`): the prompt asks for the final answer in `\\boxed{}` or `<answer>` tags
     (`answer_style`), the verifier is `MathReward` (`math_equal` on the answer the completion states). With the
-    R1-Zero template the reward is R1-Zero's (format gate x correctness); with another, `require_format` gates it
-    on the marker asked for (the answer must be in it), so that the format is learned, not only the value."""
+    R1-Zero template the reward is R1-Zero's (format gate x correctness); with another, `answer_extraction` says
+    which answer counts: `marker` only the one in the marker asked for (reward = format x correct: the format is
+    learned too), `stated` one stated in any recognised form (`extract_answer`: boxed, tags, `####`, "the answer
+    is"), `last_number` that, else the number the completion ends on (`stated_answer`). `format_ok` is always the
+    marker asked for, so that accuracy and format are told apart."""
 
     template: str
     tokenizer: Any
@@ -80,13 +85,16 @@ class MathAnswers:
     system_prompt: str | None
     instruction: str | None
     strict_format: bool
-    require_format: bool
+    answer_extraction: str
     name: str
 
     def _set_up_prompting(self) -> None:
         if self.answer_style not in INSTRUCTIONS:
             raise ValueError(f"{self.name}: answer_style must be one of {list(INSTRUCTIONS)}, got "
                              f"{self.answer_style!r}")
+        if self.answer_extraction not in EXTRACTIONS:
+            raise ValueError(f"{self.name}: answer_extraction must be one of {list(EXTRACTIONS)}, got "
+                             f"{self.answer_extraction!r}")
         self.tokenizer = load_tokenizer_option(self.tokenizer)
         self.template = resolve_template(self.template, self.tokenizer)
         check_template(self.template, self.tokenizer)
@@ -98,18 +106,21 @@ class MathAnswers:
     def format_gate(self) -> str | None:
         if self.template == "r1_zero":
             return "strict" if self.strict_format else "lenient"
-        return self.answer_style if self.require_format else None
+        return self.answer_style if self.answer_extraction == "marker" else None
 
     def reward_fn(self) -> MathReward:
         get_grader().start()  # its workers import sympy while the caller loads the model
-        return MathReward(format_gate=self.format_gate())
+        return MathReward(format_gate=self.format_gate(), last_number=self._last_number())
+
+    def _last_number(self) -> bool:
+        return self.template != "r1_zero" and self.answer_extraction == "last_number"
 
     def predicted(self, completion: str, example: Example) -> str | None:
-        """The answer graded: with `require_format` (not R1-Zero), only the one in the asked marker, so that
-        accuracy is what the reward counts; else the answer the completion states in any form (`final_answer`)."""
+        """The answer graded, as the reward reads it (`answer_extraction`), so that accuracy is what it counts."""
         if self.format_gate() in MARKERS:
             return marked_answer(completion, self.answer_style)
-        return final_answer(example.prompt, completion)
+        found = final_answer(example.prompt, completion)
+        return stated_answer(completion, True) if found is None and self._last_number() else found
 
     def is_correct(self, completion: str, example: Example) -> bool:
         return self.correct_batch([completion], [example])[0]
@@ -175,7 +186,7 @@ class MathTask(MathAnswers):
     system_prompt: str | None = None
     instruction: str | None = None  # chat and plain templates: how the prompt asks for it (None: answer_style's)
     strict_format: bool = False  # R1-Zero template: open-r1's strict layout instead of lenient
-    require_format: bool = False  # other templates: only an answer in the answer_style marker scores
+    answer_extraction: str = "stated"  # other templates: marker, stated or last_number (MathAnswers)
     eval_fraction: float = 0.1
     name: str = "math_file"
     _cache: dict = field(default_factory=dict, init=False, repr=False)

@@ -69,7 +69,7 @@ class WordProblemTask(MathAnswers):
     answer_style: str = "boxed"  # the final answer in \\boxed{} or <answer> tags
     system_prompt: str | None = None
     instruction: str | None = None  # how the prompt asks for the answer (None: answer_style's, templates.INSTRUCTIONS)
-    require_format: bool = True  # only an answer in the asked marker scores (so the format is learned too)
+    answer_extraction: str = "last_number"  # the stated answer, else the number the completion ends on
     strict_format: bool = False  # R1-Zero template: open-r1's strict layout instead of lenient
     name: str = "word_problems"
 

@@ -101,19 +101,28 @@ def test_the_template_follows_the_model_and_takes_a_system_prompt():
         "Be brief.\nQuestion: 2+2?\nPlease reason step by step, and put your final answer within \\boxed{}.\nAnswer:"
 
 
-def test_only_the_asked_marker_counts_and_format_is_told_apart_from_value():
-    task = get_task("word_problems", tokenizer=TOK)
-    example = task.eval_examples(1, seed=0)[0]
+def test_answer_extraction_says_which_answer_counts_and_format_is_told_apart_from_value():
+    example = get_task("word_problems", tokenizer=TOK).eval_examples(1, seed=0)[0]
     truth, wrong = example.answer, str(int(example.answer) + 1)
-    reward = task.reward_fn()
-    cases = {f"so \\boxed{{{truth}}}": (1.0, 1.0, 1.0), f"The answer is {truth}.": (0.0, 0.0, 1.0),
-             f"\\boxed{{{wrong}}}": (0.0, 1.0, 0.0), f"<answer>{truth}</answer>": (0.0, 0.0, 1.0)}
-    for text, (score, fmt, correct) in cases.items():
-        out = reward("", text, example.as_dict())
-        assert (out.score, out.components["format"], out.components["correct"]) == (score, fmt, correct), text
-        assert task.is_correct(text, example) == bool(score) and task.format_ok(text, example) == bool(fmt)
-    tags = get_task("word_problems", tokenizer=TOK, answer_style="tags")
-    assert tags.is_correct(f"<answer>{truth}</answer>", example) and not tags.is_correct(f"\\boxed{{{truth}}}", example)
-    lenient = get_task("word_problems", tokenizer=TOK, require_format=False)
-    assert lenient.is_correct(f"The answer is {truth}.", example)
-    assert lenient.reward_fn()("", f"The answer is {truth}.", example.as_dict()).score == 1.0
+    boxed, said, equation, tags = f"so \\boxed{{{truth}}}", f"The answer is {truth}.", f"2 + 3 = {truth}", \
+        f"<answer>{truth}</answer>"
+    cases = {  # extraction -> {completion: (score, correct as graded)}; format is always "boxed as asked"
+        "marker": {boxed: 1.0, said: 0.0, equation: 0.0, tags: 0.0, f"\\boxed{{{wrong}}}": 0.0},
+        "stated": {boxed: 1.0, said: 1.0, equation: 0.0, tags: 1.0, f"\\boxed{{{wrong}}} or {truth}": 0.0},
+        "last_number": {boxed: 1.0, said: 1.0, equation: 1.0, f"{truth} apples and 3 more": 0.0,
+                        f"\\boxed{{{wrong}}} or {truth}": 0.0},  # a stated answer wins over the last number
+    }
+    for extraction, texts in cases.items():
+        task = get_task("word_problems", tokenizer=TOK, answer_extraction=extraction)
+        reward = task.reward_fn()
+        for text, score in texts.items():
+            assert reward("", text, example.as_dict()).score == score, (extraction, text)
+            assert task.is_correct(text, example) == bool(score), (extraction, text)
+            assert task.format_ok(text, example) == ("boxed" in text), (extraction, text)
+    assert get_task("word_problems", tokenizer=TOK).answer_extraction == "last_number"
+    gated = get_task("word_problems", tokenizer=TOK, answer_extraction="marker").reward_fn()("", said, example.as_dict())
+    assert gated.components == {"format": 0.0, "correct": 1.0}  # right, but not where it was asked for
+    tags_task = get_task("word_problems", tokenizer=TOK, answer_style="tags", answer_extraction="marker")
+    assert tags_task.is_correct(tags, example) and not tags_task.is_correct(boxed, example)
+    with pytest.raises(ValueError, match=re.escape("answer_extraction must be one of ['marker', 'stated', 'last_")):
+        get_task("word_problems", tokenizer=TOK, answer_extraction="first_number")

@@ -26,7 +26,8 @@ class ScriptedEngine:
 
 @pytest.fixture
 def task_and_examples():
-    task = get_task("word_problems", tokenizer=build_char_tokenizer(), held_out_templates=["measure"])
+    task = get_task("word_problems", tokenizer=build_char_tokenizer(), held_out_templates=["measure"],
+                    answer_extraction="marker")
     return task, task.eval_examples(4, seed=0)
 
 
