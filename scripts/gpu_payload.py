@@ -13,7 +13,10 @@ reachable, builds what `benchmarks/gpu/device_checks.sh` unpacks there:
    which vLLM 0.26 loads lazily for structured outputs); a requirement whose tree does not resolve here is
    carried alone with its carried requirements (`resolve`);
 3. all of it as one folder (`site/`, to go on PYTHONPATH), packed as .tar.xz and split into parts that
-   fit one call's 64 MiB with the working tree (PART_MIB), with a manifest of their sha256.
+   fit one call's 64 MiB with the working tree (PART_MIB), with a manifest of their sha256;
+4. a model for the device checks to train, the embedded SmolLM2-135M-Instruct GGUF (94 MiB) by default, split
+   as it is (quantized weights do not compress) into two parts (`model.gguf.00`, `.01`), the whole file's sha256
+   in the manifest: the device reassembles it and checks that before it trains (`--model ''` leaves it out).
 
     .venv/bin/python scripts/gpu_payload.py            # -> .gpu/ (ignored by git)
 
@@ -43,7 +46,8 @@ VLLM_VERSION = "0.26.0"
 PLATFORM = ["--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp", "--abi", "cp312",
             "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_17_x86_64",
             "--platform", "manylinux2014_x86_64"]
-EXTRA = ["math-verify[antlr4_13_2]>=0.7"]  # rlvr's own requirement that the image lacks
+EXTRA = ["math-verify[antlr4_13_2]>=0.7", "gguf>=0.10"]  # rlvr's requirement and its GGUF reader (`smollm` extra)
+MODEL = "smollm2-135m-instruct"  # the model the device checks train (rlvr.config.sources.EMBEDDED_MODELS)
 STRIP = ("vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so", "vllm/vllm-rs", "vllm/_moe_C_stable_libtorch.abi3.so",
          "vllm/third_party/fmha_sm100", "vllm/third_party/deep_gemm/include")
 KERNELS = {"torch", "torchaudio", "torchvision", "torchcodec", "triton", "pynvvideocodec", "flashinfer-python",
@@ -145,6 +149,8 @@ def carried(name: str) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path(".gpu"))
+    parser.add_argument("--model", default=MODEL,
+                        help="a .gguf file or an embedded model's name to carry for the device checks ('': none)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="rlvr-gpu-") as tmp:
         work = Path(tmp)
@@ -166,23 +172,50 @@ def main() -> None:
         packed = work / "payload.tar.xz"
         with tarfile.open(packed, "w:xz", preset=6) as tar:
             tar.add(site, arcname="site")
-        write_parts(packed, args.out)
+        write_parts(packed, args.out, model_file(args.model) if args.model else None)
 
 
-def write_parts(packed: Path, out: Path) -> None:
-    """`packed` as out/payload.tar.xz.00, .01, ... of PART_MIB at most, and out/manifest.json."""
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
-    size, parts = PART_MIB << 20, []
-    with packed.open("rb") as f:
+def model_file(model: str) -> Path:
+    """The GGUF file `model` names (a path or an embedded model's name, as `model.path` takes it)."""
+    from rlvr.config.sources import model_source
+
+    file = model_source(model, "--model")
+    if not file.is_file():
+        raise SystemExit(f"--model {model!r}: a folder; the device checks carry a .gguf file")
+    return file
+
+
+def split(source: Path, out: Path, stem: str, size: int) -> list[dict]:
+    """`source` as out/STEM.00, .01, ... of `size` bytes at most -> [{name, bytes, sha256}] in order."""
+    parts = []
+    with source.open("rb") as f:
         while chunk := f.read(size):
-            part = out / f"payload.tar.xz.{len(parts):02d}"
+            part = out / f"{stem}.{len(parts):02d}"
             part.write_bytes(chunk)
             parts.append({"name": part.name, "bytes": len(chunk), "sha256": hashlib.sha256(chunk).hexdigest()})
-    manifest = {"vllm": VLLM_VERSION, "parts": parts}
+    return parts
+
+
+def write_parts(packed: Path, out: Path, model: Path | None = None) -> None:
+    """`packed` as out/payload.tar.xz.00, .01, ... of PART_MIB at most, the GGUF `model` (when given) as
+    out/model.gguf.00, .01 (two halves, each under PART_MIB), and out/manifest.json naming every part with its
+    sha256 (the model's whole file too, checked after it is reassembled)."""
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    parts = split(packed, out, "payload.tar.xz", PART_MIB << 20)
+    manifest: dict = {"vllm": VLLM_VERSION, "parts": parts}
+    if model is not None:
+        half = -(-model.stat().st_size // 2)
+        if half > PART_MIB << 20:
+            raise SystemExit(f"{model}: {model.stat().st_size / 2**20:.0f} MiB does not go in two parts of "
+                             f"{PART_MIB} MiB")
+        pieces = split(model, out, "model.gguf", half)
+        manifest["model"] = {"file": model.name, "bytes": model.stat().st_size,
+                             "sha256": hashlib.sha256(model.read_bytes()).hexdigest(), "parts": pieces}
+        manifest["parts"] = parts + pieces
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
-    total = sum(p["bytes"] for p in parts) / 2**20
-    print(f"{out}: {len(parts)} parts, {total:.1f} MiB; carry one part per call, back to back "
+    total = sum(p["bytes"] for p in manifest["parts"]) / 2**20
+    print(f"{out}: {len(manifest['parts'])} parts, {total:.1f} MiB; carry one part per call, back to back "
           f"(benchmarks/gpu/device_checks.sh)")
 
 

@@ -40,10 +40,13 @@ SMALL = {
 
 # the real model's recipes train in tests/train/test_real_model.py (marker real_model), two steps each
 REAL_MODEL = ("smollm2_full", "smollm2_lora")
+# made for a GPU: loaded and compared with the CPU recipe in tests/algorithms/test_gpu_recipe.py, run on a GPU by
+# benchmarks/gpu/device_checks.sh
+GPU = ("smollm2_gpu",)
 
 
 def test_every_recipe_is_tested_and_cites_its_paper():
-    assert sorted(p.stem for p in RECIPES.glob("*.yaml")) == sorted([*SMALL, *REAL_MODEL])
+    assert sorted(p.stem for p in RECIPES.glob("*.yaml")) == sorted([*SMALL, *REAL_MODEL, *GPU])
     for path in RECIPES.glob("*.yaml"):
         text = path.read_text()
         assert text.startswith("#") and "20" in text.splitlines()[0], path.name  # author and year first
