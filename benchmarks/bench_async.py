@@ -93,8 +93,8 @@ def _overhead(cfg, warm: Path, repeats: int = 9) -> dict[str, float]:
     return {
         "empty_call_s": _median_s(lambda: ray.get(sink.ping.remote()), repeats),
         "batch_put_and_read_s": _median_s(lambda: ray.get(sink.take.remote(ray.put(batch))), repeats),
-        "weight_sync_s": _median_s(lambda: ray.get(worker.load_weights.remote(remote_learner.named_weights().ref, 0)),
-                                   repeats),
+        "weight_sync_s": _median_s(lambda: ray.get([worker.load_weights.remote(bucket, 0)
+                                                    for bucket in remote_learner.named_weights().refs]), repeats),
         "weights_mb": size / 2**20,
     }
 

@@ -7,7 +7,7 @@ import random
 import numpy as np
 import torch
 
-ROLLOUT, EVAL_SAMPLING, SHUFFLE, EPISODE_TURN = 0, 1, 2, 3  # purposes of derived seeds
+ROLLOUT, EVAL_SAMPLING, SHUFFLE, EPISODE_TURN, ENGINE_PART = 0, 1, 2, 3, 4  # purposes of derived seeds
 
 
 def derive_seed(seed: int, step: int, purpose: int, *more: int) -> int:

@@ -34,6 +34,10 @@ def _check_distributed(cfg: Config) -> None:
         raise ConfigError(f"algorithm.is_cap=0 turns the importance correction off, but rollout.max_staleness={k} "
                           "trains on batches sampled from weights up to that many updates old; leave is_cap empty "
                           "(auto) or set it > 1, or set algorithm.allow_uncorrected=true to train uncorrected")
+    tp = cfg.rollout.tensor_parallel_size
+    if d.backend == "ray" and tp > 1 and tp > d.rollout_gpus:
+        raise ConfigError(f"rollout.tensor_parallel_size={tp} splits each engine over {tp} GPUs: reserve them with "
+                          f"distributed.rollout_gpus={tp} (now {d.rollout_gpus:g})")
     if d.shard:
         for unmet, need in [(d.learners < 2, f"distributed.learners >= 2 (got {d.learners}: one learner holds the "
                                              "whole policy, there is nothing to shard)"),

@@ -42,11 +42,16 @@ class DistributedConfig:
     cpu_offload: bool = f(False, "With shard: FSDP2 CPU offload (CPUOffloadPolicy): the float32 shards, their "
                                  "gradients and AdamW's moments live in host memory and the optimizer steps on the "
                                  "CPU; the device holds only the block being gathered (docs/sizing.md).")
+    sync_bucket_mb: float = f(512.0, "Weight sync in buckets of whole layers of at most this many MB (a larger "
+                                      "layer alone), streamed: the learner makes one bucket at a time and a rollout "
+                                      "worker loads each as it comes, over either weight_sync path; the tensors "
+                                      "are sent in model.dtype (bfloat16: half the bytes; float32 exact). 0 = one "
+                                      "bucket (docs/distributed.md).", ge=0)
     weight_sync: str = f("object_store", "How new weights reach the rollout workers after each update. "
                                          "object_store: learner rank 0 puts them in Ray's object store once, every "
                                          "worker reads that object. collective: rank 0 broadcasts them to a "
                                          "torch.distributed group of its own with the workers (gloo on CPU, NCCL on "
-                                         "CUDA), one flat buffer per dtype (docs/distributed.md).",
+                                         "CUDA), in buckets (sync_bucket_mb; docs/distributed.md).",
                          choices=WEIGHT_SYNCS)
 
     def check(self, prefix: str) -> None:
@@ -74,7 +79,8 @@ class DistributedConfig:
 _RAY_ONLY = {"address": "one process joins no Ray cluster", "learners": "one process runs one learner",
              "rollout_workers": "one process runs one rollout", "weight_sync": "one process has no weights to send",
              "shard": "one process holds the whole policy", "max_restarts": "one process restarts no actor",
-             "mixed_precision": "one process shards nothing", "cpu_offload": "one process shards nothing"}
+             "mixed_precision": "one process shards nothing", "cpu_offload": "one process shards nothing",
+             "sync_bucket_mb": "one process has no weights to send"}
 # the CPU shares' defaults before empty ones were taken from the cluster: the config.yaml of an older run holds them
 _FORMER_DEFAULTS = {"rollout_cpus": 1.0, "learner_cpus": 1.0}
 

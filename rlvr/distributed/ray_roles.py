@@ -76,9 +76,10 @@ class RolloutFailed(RunStopped):
 
 @dataclass
 class RemoteWeights:
-    """The learners' weights in the object store, as `named_weights()` returns them under Ray."""
+    """The learners' weights in the object store, as `named_weights()` returns them under Ray: one object per
+    bucket (`rlvr.distributed.weight_sync`), which a worker loads one after another."""
 
-    ref: Any
+    refs: list
 
 
 @dataclass
@@ -90,12 +91,54 @@ class CollectiveWeights:
 
 
 @dataclass
+class Relay:
+    """Which weights the parts of a data-parallel call sample from: a policy version and the object references of
+    its buckets (None: broadcast to every worker by the collective)."""
+
+    version: int
+    refs: list | None
+
+    def buckets(self):
+        """The buckets one at a time (fetched as they are loaded)."""
+        for ref in self.refs:
+            yield ray.get(ref)
+
+
+class RemotePart:
+    """Another rollout worker's engine as a part of the coordinating worker's `DataParallelEngine`
+    (`rlvr.rollout.parallel.PartEngine`); `weights()` (set by the coordinator): the `Relay` to sample from. A part
+    is the same whoever samples it and whenever (its seed and weights travel with it), so a part whose worker Ray
+    is restarting is sent again once it is up (within RESTART_WAIT) instead of failing the step; a worker Ray
+    reports dead for good fails the step, and the driver stops the run naming it (`RayRollout._back`)."""
+
+    def __init__(self, actor: Any) -> None:
+        self.actor, self.weights = actor, None
+
+    def start(self, prompts: list, n: int, sampling: Any):
+        args = (prompts, n, sampling, self.weights())
+        refs = [self.actor.generate_part.remote(*args)]
+
+        def wait() -> list:
+            deadline = time.monotonic() + RESTART_WAIT
+            while True:
+                try:
+                    return ray.get(refs[-1])
+                except RESTARTING:  # restarting (or killed by Ray's memory monitor): sent again once it is up
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(1.0)
+                    refs.append(self.actor.generate_part.remote(*args))
+
+        return wait
+
+
+@dataclass
 class _Request:
     batch: Any  # ObjectRef of the ScoredBatch
     stream_after: Any  # ObjectRef of the prompt-stream state after this step
     stream_before: Any  # the state it was drawn from (ObjectRef or dict)
-    weights: Any  # ObjectRef of the weights it samples from (None: restored from a checkpoint, answered;
-    # CollectiveWeights: broadcast, held by the workers only)
+    weights: Any  # ObjectRefs of the buckets of the weights it samples from (None: restored from a checkpoint,
+    # answered; CollectiveWeights: broadcast, held by the workers only)
     version: int  # policy version the worker must hold
 
 
@@ -111,9 +154,17 @@ class RayRollout:
         self._consumed = self._stream  # state after the last step handed to the loop
         self._weights, self._version = _held(weights), 0
         self.restarts = 0  # deaths of a worker that Ray restarted
+        # data-parallel generation: worker 0 draws and scores every step, its engine spreads each call's parts over
+        # the others (which take their weights from the parts); otherwise steps go to the workers in turn
+        self.split = cfg.rollout.data_parallel > 1 and len(actors) > 1
+        if self.split:
+            ray.get(actors[0].set_peers.remote([RemotePart(actor) for actor in actors[1:]]))
         self._broadcast()
         self._processes = [self._answer(i) for i in range(len(actors))]  # each worker's process, new at a restart
         self._started()
+
+    def _actor_for(self, step: int) -> Any:
+        return self.actors[0] if self.split else self.actors[(step - 1) % len(self.actors)]
 
     def _started(self) -> None:
         """Wait until every worker is built (process, imports, model, engine) and holds its weights: the
@@ -162,8 +213,8 @@ class RayRollout:
     def _broadcast(self) -> None:
         if isinstance(self._weights, CollectiveWeights) and self._broadcast_collective():
             return
-        for actor in self.actors:
-            actor.load_weights.remote(self._weights, self._version)
+        for actor in self.actors[:1] if self.split else self.actors:  # split: the peers load from the parts
+            _load(actor, self._weights, self._version, self.split)
 
     def _broadcast_collective(self) -> bool:
         """Rank 0 -> every worker, once all are idle: requests sent earlier are answered first, so the
@@ -174,7 +225,8 @@ class RayRollout:
             if not all(ray.get([actor.ready.remote() for actor in self.actors])):
                 self._fall_back("a rollout worker restarted by Ray is not in the weight-sync group")
                 return False
-            receives = [actor.receive_weights.remote(self._version) for actor in self.actors]
+            relay = Relay(self._version, None)
+            receives = [actor.receive_weights.remote(self._version, relay) for actor in self.actors]
             sends = learner.send_weights()
             ray.get(receives)
         except ray.exceptions.RayActorError:
@@ -192,10 +244,10 @@ class RayRollout:
         idle in a new rendezvous, which one more failure would hang; a resumed run forms it afresh."""
         log.warning("rlvr: %s; weights go to the rollout workers through Ray's object store for the rest of "
                     "the run (requests already sent are sampled again from the current weights)", why)
-        self._weights = self._weights.learner.fall_back().ref
+        self._weights = self._weights.learner.fall_back().refs
 
     def _submit(self, step: int, stream_before: Any, weights: Any, version: int) -> None:
-        actor = self.actors[(step - 1) % len(self.actors)]
+        actor = self._actor_for(step)
         batch, after = actor.collect.options(num_returns=2).remote(step, stream_before, version)
         self._pending[step] = _Request(batch, after, stream_before, weights, version)
 
@@ -226,13 +278,15 @@ class RayRollout:
         today's weights back."""
         if isinstance(self._weights, CollectiveWeights):
             self._fall_back("a rollout worker died")
-        self._back((step - 1) % len(self.actors))
+        # split, worker 0 ran the step and the peers its parts: any of them may have died
+        for i in range(len(self.actors)) if self.split else [(step - 1) % len(self.actors)]:
+            self._back(i)
         stream = self._pending[step].stream_before
         for s in range(step, self._submitted + 1):
             old = self._pending[s]
             weights, version = ((self._weights, self._version) if isinstance(old.weights, CollectiveWeights)
                                 else (old.weights, old.version))  # broadcast weights are held by no one now
-            self.actors[(s - 1) % len(self.actors)].load_weights.remote(weights, version)
+            _load(self._actor_for(s), weights, version, self.split)
             self._submit(s, stream, weights, version)
             stream = self._pending[s].stream_after
         self._stream = stream
@@ -289,10 +343,19 @@ def _process_id(_actor: Any = None) -> str:
 
 
 def _held(weights: Any) -> Any:
-    """What a request keeps of its weights: an object reference, or the collective's marker."""
+    """What a request keeps of its weights: the object references of their buckets, or the collective's marker."""
     if isinstance(weights, RemoteWeights):
-        return weights.ref
-    return weights if isinstance(weights, CollectiveWeights) else ray.put(dict(weights))
+        return weights.refs
+    return weights if isinstance(weights, CollectiveWeights) else [ray.put(dict(weights))]
+
+
+def _load(actor: Any, buckets: list | None, version: int, relay: bool = False) -> None:
+    """The worker loads the buckets in turn (Ray fetches each when its call runs: one at a time in the worker's
+    memory); the last one sets the policy version and, `relay`, hands the bucket references on for its peers. None:
+    a request restored from a checkpoint, already answered."""
+    for i, bucket in enumerate(buckets or []):
+        last = i == len(buckets) - 1
+        actor.load_weights.remote(bucket, version if last else None, Relay(version, buckets) if relay and last else None)
 
 
 def _value(state: Any) -> Any:
@@ -309,6 +372,7 @@ class RayLearner:
     def __init__(self, actors: list, run_dir: str, collective: bool = False, placement: Any = None) -> None:
         self.actors, self.run_dir, self.collective, self.placement = actors, run_dir, collective, placement
         self.weight_sync = "object_store"
+        self._buckets: int | None = None  # buckets per sync, asked once
         self.tokenizer = self._call("tokenizer")  # checkpoints save it beside the policy
 
     def _get(self, refs: list, method: str) -> list:
@@ -345,9 +409,11 @@ class RayLearner:
         if self.weight_sync == "collective":
             return CollectiveWeights(self)
         actors = self.actors if self.collective else self.actors[:1]
-        refs = [a.publish.options(num_returns=2).remote() for a in actors]
-        self._get([version for _, version in refs], "named_weights")
-        return RemoteWeights(refs[0][0])
+        if self._buckets is None:
+            self._buckets = self._call("weight_buckets")
+        calls = [[a.publish.options(num_returns=2).remote(i) for a in actors] for i in range(self._buckets)]
+        self._get([version for bucket in calls for _, version in bucket], "named_weights")
+        return RemoteWeights([bucket[0][0] for bucket in calls])  # rank 0's buckets
 
     def send_weights(self) -> list:
         """Start rank 0's broadcast (sharded: every rank gathers with it); the caller waits (`wait`)."""
@@ -356,7 +422,7 @@ class RayLearner:
 
     def join_weight_group(self, workers: list) -> None:
         """Rank 0 and the rollout workers form the weight-sync group (rank 0 serves its rendezvous at its
-        node); the layout (names, shapes, dtypes) travels once, through the object store."""
+        node); the layout (names, shapes, dtypes, buckets) travels once, through the object store."""
         backend, layout = self._call("weight_layout")
         master = ray.get(self.actors[0].__ray_call__.remote(_rendezvous))
         world = len(workers) + 1

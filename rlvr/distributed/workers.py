@@ -7,7 +7,7 @@ from the Config and model folders alone, as the roles' constructors allow.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 import torch.distributed as dist
@@ -46,7 +46,8 @@ class RolloutWorker:
         policy = load_model(init_path).to(resolve_placement(cfg.model).device) if samples_policy else None
         engine = build_engine(cfg, policy, tokenizer, init_path)
         self.rollout = Rollout(cfg, run_task(cfg), engine)
-        self.group, self.layout = None, []  # the weight-sync group, with `distributed.weight_sync: collective`
+        self.group, self.buckets = None, []  # the weight-sync group, with `distributed.weight_sync: collective`
+        self.relay: Any = None  # data-parallel coordinator: the weights its peers sample from
 
     def collect(self, step: int, stream_state: dict | None, version: int) -> tuple[ScoredBatch, dict]:
         """The step's batch from the stream state after step - 1, and the stream state after it."""
@@ -57,9 +58,35 @@ class RolloutWorker:
         batch = self.rollout.collect(step)
         return batch, self.rollout.state_dict()
 
-    def load_weights(self, weights: dict[str, torch.Tensor], version: int) -> None:
+    def load_weights(self, weights: dict[str, torch.Tensor], version: int | None = None, relay: Any = None) -> None:
+        """One bucket of a sync (`rlvr.distributed.weight_sync`); the last carries the policy version they make
+        and, data-parallel (`set_peers`), where the peers find those weights (`relay`)."""
         self.rollout.engine.load_weights(weights.items())
-        self.rollout.version = version
+        if version is not None:
+            self.rollout.version = version
+        if relay is not None:
+            self.relay = relay
+
+    def set_peers(self, peers: list) -> None:
+        """Data-parallel generation (`rollout.data_parallel`): this worker draws and scores every step, and its
+        engine sends parts of each call to `peers` (`PartEngine`s: the other workers' engines), telling them
+        which weights to sample from (`relay`)."""
+        for peer in peers:
+            peer.weights = lambda: self.relay
+        self.rollout.engine.peers = peers
+
+    def generate_part(self, prompts: list, n: int, sampling: Any, weights: Any) -> list:
+        """A part of the coordinating worker's call, sampled by this worker's engine from the weights `weights`
+        names (`relay`): loaded first, bucket by bucket, where this worker holds another version (it takes its
+        weights from the requests it serves, in their order)."""
+        if self.rollout.version != weights.version:
+            if weights.refs is None:  # broadcast weights (collective), which this worker missed
+                raise WrongWeights(f"rollout worker holds policy version {self.rollout.version}, a part wants "
+                                   f"{weights.version}")
+            for bucket in weights.buckets():
+                self.rollout.engine.load_weights(bucket.items())
+            self.rollout.version = weights.version
+        return self.rollout.engine.local.generate(prompts, n, sampling)
 
     def ready(self) -> bool:
         """Answered once every request sent before it is done (a collective needs every member idle):
@@ -67,16 +94,20 @@ class RolloutWorker:
         return self.group is not None
 
     def join_weight_group(self, master: tuple[str, int], rank: int, world: int, backend: str,
-                          layout: weight_sync.Layout) -> None:
-        self.group, self.layout = weight_sync.join_group(master, rank, world, backend), layout
+                          buckets: list[weight_sync.Layout]) -> None:
+        self.group, self.buckets = weight_sync.join_group(master, rank, world, backend), buckets
         self.device = torch.device("cuda" if backend == "nccl" else "cpu")  # gloo: the CPU is always there
 
-    def receive_weights(self, version: int) -> None:
-        """Learner rank 0's broadcast, loaded into the engine as `load_weights` loads the object store's."""
-        buffers = weight_sync.empty_buffers(self.layout, self.device)
-        weight_sync.broadcast(self.group, buffers)
-        self.rollout.engine.load_weights(weight_sync.unflatten(buffers, self.layout))
+    def receive_weights(self, version: int, relay: Any = None) -> None:
+        """Learner rank 0's broadcast, bucket by bucket, each loaded into the engine as it arrives (as
+        `load_weights` loads the object store's)."""
+        for bucket in self.buckets:
+            buffers = weight_sync.empty_buffers(bucket, self.device)
+            weight_sync.broadcast(self.group, buffers)
+            self.rollout.engine.load_weights(weight_sync.unflatten(buffers, bucket))
         self.rollout.version = version
+        if relay is not None:
+            self.relay = relay
 
     def evaluate(self, examples: list[Example], seed: int) -> tuple[dict[str, float], list[dict]]:
         return self.rollout.evaluate(examples, seed)
@@ -93,7 +124,9 @@ class LearnerWorker:
                  master: tuple[str, int]) -> None:
         _threads(cfg)
         seed_everything(cfg.seed)
-        self.rank, self.sharded = rank, False
+        self.rank, self.sharded, self.cfg = rank, False, cfg
+        self._buckets: list[weight_sync.Layout] | None = None  # the sync's layout, planned at the first sync
+        self._stream: Iterator[list[tuple[str, torch.Tensor]]] | None = None  # the buckets of a sync under way
         if world == 1:
             self.learner = Learner(cfg, policy_path, init_path)
             return
@@ -112,27 +145,47 @@ class LearnerWorker:
         """Engine-named weights, detached CPU copies: the one object every rollout worker reads."""
         return {name: t.detach().to("cpu", copy=True) for name, t in self.learner.named_weights()}
 
-    def publish(self) -> tuple[dict[str, torch.Tensor] | None, int]:
-        """Rank 0's weights (None from the others) and the policy version they are (two returns: the
-        driver waits on the small one)."""
-        weights = self.weights()
-        return (weights if self.rank == 0 else None), self.learner.version
+    def buckets(self) -> list[weight_sync.Layout]:
+        """The layout every sync follows, planned once: the engine names and shapes, cast to the compute dtype
+        (`model.dtype`; float32 stays exact), in buckets of whole layers of `distributed.sync_bucket_mb`; one
+        bucket for adapters an engine serves itself (it serves them as one adapter). Sharded: all ranks call it."""
+        if self._buckets is None:
+            dtype = resolve_placement(self.cfg.model).dtype
+            with torch.no_grad():
+                layout = weight_sync.layout_of(self.learner.named_weights(), None if dtype == torch.float32 else dtype)
+            size = 0 if self.learner.adapters_only else int(self.cfg.distributed.sync_bucket_mb * 2**20)
+            self._buckets = weight_sync.bucket_layout(layout, size)
+        return self._buckets
 
-    def weight_layout(self) -> tuple[str, weight_sync.Layout]:
-        """The weight-sync group's backend (from where the policy is) and the layout every sync follows."""
+    def weight_buckets(self) -> int:
+        return len(self.buckets())
+
+    def publish(self, index: int) -> tuple[dict[str, torch.Tensor] | None, int]:
+        """Bucket `index` of a sync as CPU tensors from rank 0 (None from the others) and the policy version (two
+        returns: the driver waits on the small one). Bucket 0 starts the sync: each call makes the next bucket
+        only, so the learner never holds more than one beside its model (sharded: every rank gathers it)."""
+        if index == 0:
+            self._stream = weight_sync.stream_buckets(self.learner.named_weights(), self.buckets())
         with torch.no_grad():
-            return weight_sync.backend_for(self.learner.device), weight_sync.layout_of(self.learner.named_weights())
+            bucket = next(self._stream)
+        weights = {name: t.to("cpu") for name, t in bucket} if self.rank == 0 else None
+        return weights, self.learner.version
+
+    def weight_layout(self) -> tuple[str, list[weight_sync.Layout]]:
+        """The weight-sync group's backend (from where the policy is) and the buckets every sync follows."""
+        return weight_sync.backend_for(self.learner.device), self.buckets()
 
     def join_weight_group(self, master: tuple[str, int], world: int, backend: str) -> None:
         """Rank 0 only: it is rank 0 of the weight-sync group too."""
         self.group = weight_sync.join_group(master, 0, world, backend)
 
     def send_weights(self) -> int:
-        """Rank 0 broadcasts its weights to the rollout workers (sharded, every rank gathers with it)."""
+        """Rank 0 broadcasts its weights to the rollout workers bucket by bucket (sharded, every rank gathers each
+        bucket with it)."""
         with torch.no_grad():
-            named = list(self.learner.named_weights())  # sharded: a gather every rank takes part in
-        if self.rank == 0:
-            weight_sync.broadcast(self.group, weight_sync.flatten(named))
+            for bucket in weight_sync.stream_buckets(self.learner.named_weights(), self.buckets()):
+                if self.rank == 0:
+                    weight_sync.broadcast(self.group, weight_sync.flatten(bucket))
         return self.learner.version
 
     def logprobs(self, batch: ScoredBatch) -> torch.Tensor:

@@ -40,6 +40,7 @@ class EngineSpec:
     sleeps: bool = False  # frees its memory while the learner updates (rollout.enable_sleep_mode); on a GPU one such
     # engine per process, which runs that follow one another share (`settings` must agree)
     lora_adapters: bool = False  # applies LoRA adapters itself: a weight sync carries the adapters alone
+    tensor_parallel: bool = False  # splits one model over several GPUs (rollout.tensor_parallel_size)
     devices: tuple[str, ...] = ("cpu", "cuda")  # the device kinds (model.device) it runs on
     preferred_on: tuple[str, ...] = ()  # device kinds where `auto` picks it when it is installed
     package: str | None = None  # the module its extra installs (None: part of rlvr)
@@ -95,6 +96,11 @@ def check_engine(cfg: Config) -> EngineSpec:
     if device not in spec.devices:
         raise ConfigError(f"rollout.engine={spec.name} runs on {' or '.join(spec.devices)}, not model.device="
                           f"{cfg.model.device}; choose another engine or device")
+    tp = cfg.rollout.tensor_parallel_size
+    if tp > 1 and not (spec.tensor_parallel and device == "cuda"):
+        parallel = [s.name for s in ENGINES.values() if s.tensor_parallel]
+        raise ConfigError(f"rollout.tensor_parallel_size={tp} splits the engine's model over GPUs: it needs "
+                          f"model.device=cuda and rollout.engine={' or '.join(parallel)} (not {spec.name} on {device})")
     if cfg.rollout.vllm_lora == "adapter" and not spec.lora_adapters:
         adapters = [s.name for s in ENGINES.values() if s.lora_adapters]
         raise ConfigError(f"rollout.vllm_lora=adapter loads LoRA adapters into the engine, which rollout.engine="
@@ -171,7 +177,7 @@ def _vllm_settings(cfg: Config) -> dict[str, Any]:
                if serves_adapters(cfg) else None)
     return dict(dtype=cfg.model.dtype, logprobs_mode=SCORED_LOGPROBS, gpu_memory_utilization=r.gpu_memory_utilization,
                 enable_prefix_caching=r.enable_prefix_caching, enable_sleep_mode=r.enable_sleep_mode, seed=cfg.seed,
-                lora_adapter=adapter,
+                lora_adapter=adapter, tensor_parallel_size=r.tensor_parallel_size,
                 # CUDA graphs pay off on a GPU; on a CPU, compiling costs more start-up than it saves
                 enforce_eager=resolve_placement(cfg.model).device.type == "cpu")
 
@@ -185,6 +191,7 @@ def _vllm_check_model(hf_config: Any) -> None:
 register(EngineSpec("hf", _hf, "rlvr's KV-cached sampler on the trained module itself", samples_policy=True,
                     processed_logprobs=True))
 register(EngineSpec("vllm", _vllm, "vLLM in the same process, its weights synced after every optimizer step",
-                    processed_logprobs=True, sleeps=True, lora_adapters=True, preferred_on=("cuda",), package="vllm",
+                    processed_logprobs=True, sleeps=True, lora_adapters=True, tensor_parallel=True,
+                    preferred_on=("cuda",), package="vllm",
                     install="pip install 'rlvr[vllm]' (on a CPU: scripts/setup_vllm.sh)", settings=_vllm_settings,
                     check_model=_vllm_check_model))

@@ -302,7 +302,7 @@ RESUMABLE = ("out_dir", "threads", "model.device", "model.dtype", "model.gradien
              "model.attn_implementation", "task.eval_size", "task.eval_seed", "reward.", "rollout.engine",
              "rollout.gpu_memory_utilization", "rollout.enable_prefix_caching", "rollout.enable_sleep_mode",
              "rollout.vllm_lora", "train.steps", "train.micro_batch_size", "train.micro_batch_tokens", "train.packing",
-             "train.logprob_chunk",
+             "train.logprob_chunk", "rollout.tensor_parallel_size",
              "train.max_nonfinite_steps", "guard.", "eval.", "checkpoint.", "log.", "distributed.")
 
 

@@ -19,6 +19,7 @@ from rlvr.models import load_model, load_tokenizer, resolve_model, resolve_place
 from rlvr.rollout.base import RolloutEngine, SamplingParams
 from rlvr.rollout.engines import build_engine, engine_spec
 from rlvr.rollout.episode import episode_metrics, model_tokens
+from rlvr.rollout.parallel import DataParallelEngine
 from rlvr.rollout.scored import ScoredBatch
 from rlvr.rewards.breaker import TimeoutLimits
 from rlvr.rewards.combine import CombinedReward
@@ -79,7 +80,9 @@ class Rollout:
     which prompts fail."""
 
     def __init__(self, cfg: Config, task: Task, engine: RolloutEngine) -> None:
-        self.cfg, self.task, self.engine = cfg, task, engine
+        self.cfg, self.task = cfg, task
+        # each generate call's groups in rollout.data_parallel parts (under Ray, spread over the rollout workers)
+        self.engine = engine if cfg.rollout.data_parallel == 1 else DataParallelEngine(engine, cfg.rollout.data_parallel)
         self.stream = build_prompt_stream(cfg.task.prompt_sampler, cfg.task.sampler_options,
                                           task.train_examples(cfg.task.train_size, cfg.seed), cfg.seed)
         r, a, G = cfg.rollout, cfg.algorithm, cfg.train.group_size
@@ -89,8 +92,8 @@ class Rollout:
                                    TimeoutLimits.from_config(cfg.reward))
         # held-out grading: the task's verifier alone, the same SafeReward (one set of reward workers)
         self.eval_reward = CombinedReward.single(self.reward.parts[0][0])
-        self.play = episode_player(cfg, task, engine)
-        self.sampler = RolloutSampler(engine, self.stream, task, self.reward, sampling, G,
+        self.play = episode_player(cfg, task, self.engine)
+        self.sampler = RolloutSampler(self.engine, self.stream, task, self.reward, sampling, G,
                                       cfg.train.batch_size // G, cfg.seed, ROLLOUT, a.dynamic_sampling,
                                       a.dynamic_sampling_rounds, a.dynamic_sampling_metric, self.play)
         self.version = 0

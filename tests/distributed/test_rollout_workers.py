@@ -1,6 +1,7 @@
 """Rollout workers on Ray: the same batches as one in-process Rollout, also across a killed worker."""
 
 import gc
+import os
 import re
 import time
 
@@ -40,7 +41,7 @@ def test_two_workers_equal_one_process_and_survive_a_kill(ray_cluster, tmp_path,
     learner, local = local_roles(cfg, get_task(cfg.task.name, **cfg.task.options), warm_model, warm_model)
     cls = ray_cluster.remote(RolloutWorker).options(num_cpus=0.5, max_restarts=2)
     workers = [cls.remote(cfg, warm_model) for _ in range(2)]
-    remote = RayRollout(cfg, workers, RemoteWeights(ray_cluster.put(dict(learner.named_weights()))))
+    remote = RayRollout(cfg, workers, RemoteWeights([ray_cluster.put(dict(learner.named_weights()))]))
     for step in range(1, 6):
         batch = local.collect(step)
         with cpu_hog(hog if step == 3 else 0, HOG_SECONDS):  # loaded while Ray restarts the worker
@@ -57,6 +58,56 @@ def test_two_workers_equal_one_process_and_survive_a_kill(ray_cluster, tmp_path,
         ray_cluster.kill(worker)
 
 
+@pytest.mark.parametrize("staleness", [0, 1])
+def test_a_step_split_over_two_workers_is_the_one_process_batch(ray_cluster, tmp_path, warm_model, staleness):
+    """`rollout.data_parallel: 2` with two workers: worker 0 draws and scores each step, its engine samples one part
+    and worker 1's the other, at the same time; every batch equals the one process's (one engine sampling both parts
+    in turn), with the weights changing after every step and, asynchronous, each batch from the weights of its
+    request. Worker 1 (a peer) is killed before step 3: Ray restarts it, the step is requested again and the peer
+    takes its weights from the parts it is sent (a call to a restarting actor waits for it: no failure)."""
+    cfg = load_config(None, [], base=tiny_config(
+        tmp_path / "run", warm_model, train={"steps": 5, "batch_size": 16, "group_size": 4},
+        rollout={"data_parallel": 2, "max_staleness": staleness}, algorithm={"is_cap": 2.0},
+        task={"prompt_sampler": "failure_rate"}, distributed=ray_sections(rollout_workers=2)))
+    task = get_task(cfg.task.name, **cfg.task.options)
+    learner, _ = local_roles(cfg, task, warm_model, warm_model)
+    _, local = local_roles(cfg, task, warm_model, warm_model)  # its engine samples from a module of its own
+    cls = ray_cluster.remote(RolloutWorker).options(num_cpus=0.5, max_restarts=2)
+    workers = [cls.remote(cfg, warm_model) for _ in range(2)]
+    history = [[(name, t.clone()) for name, t in learner.named_weights()]]  # the weights of each policy version
+    remote = RayRollout(cfg, workers, RemoteWeights([ray_cluster.put(dict(history[0]))]))
+    peer = lambda w: (w.rollout.engine.parts, os.getpid(), w.rollout.version)  # noqa: E731
+    parts, pid, _ = ray_cluster.get(workers[1].__ray_call__.remote(peer))
+    for step in range(1, 6):
+        if step == 3:
+            ray_cluster.kill(workers[1], no_restart=False)
+        version = max(0, step - 1 - staleness)
+        local.load_weights(history[version])
+        local.version = version
+        batch = local.collect(step)
+        _same(remote.collect(step), batch)
+        learner.update(batch)
+        history.append([(name, t.clone()) for name, t in learner.named_weights()])
+        remote.load_weights(history[-1])
+    _, restarted, held = _when_up(ray_cluster, lambda: workers[1].__ray_call__.remote(peer))
+    assert parts == 2 and restarted != pid and held == max(0, 4 - staleness)  # the last part's weights, relayed
+    assert remote.restarts == 0  # the parts waited for the restarted worker: no step failed
+    for worker in workers:
+        ray_cluster.kill(worker)
+
+
+def _when_up(ray, call, seconds: float = 300.0):
+    """`call()`'s result once its actor is up (Ray restarts a killed one: its calls fail until then)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return ray.get(call())
+        except ray.exceptions.ActorUnavailableError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
+
+
 def test_workers_dying_past_max_restarts_stop_the_run(ray_cluster, tmp_path, warm_model):
     """max_restarts=0: Ray does not restart the killed worker and reports it dead for good, and the run stops
     with one line that names the worker and the command to go on with (no checkpoint yet: --resume-or-start)."""
@@ -64,7 +115,7 @@ def test_workers_dying_past_max_restarts_stop_the_run(ray_cluster, tmp_path, war
                                                  distributed=ray_sections(max_restarts=0)))
     learner, _ = local_roles(cfg, get_task(cfg.task.name, **cfg.task.options), warm_model, warm_model)
     worker = ray_cluster.remote(RolloutWorker).options(num_cpus=0.5, max_restarts=0).remote(cfg, warm_model)
-    remote = RayRollout(cfg, [worker], RemoteWeights(ray_cluster.put(dict(learner.named_weights()))))
+    remote = RayRollout(cfg, [worker], RemoteWeights([ray_cluster.put(dict(learner.named_weights()))]))
     ray_cluster.kill(worker)
     with pytest.raises(RolloutFailed, match=rf"^rollout worker 0 failed: Ray reports it dead for good \(ActorDiedError"
                                             rf".*\); 0 restart\(s\) of the workers before \(distributed.max_restarts=0 "
@@ -89,7 +140,7 @@ def _slow_start_worker() -> type:
         def state_dict(self) -> dict:
             return {}
 
-        def load_weights(self, weights: dict, version: int) -> None:
+        def load_weights(self, weights: dict, version: int | None = None, relay=None) -> None:
             pass
 
         def ready(self) -> bool:

@@ -98,3 +98,12 @@ def test_an_engine_elsewhere_or_not_installed_is_named(monkeypatch, copy_engine)
     preferred = EngineSpec("preferred", _build, "auto's choice on a CPU", preferred_on=("cpu",))
     monkeypatch.setitem(engines.ENGINES, "preferred", preferred)
     assert engine_spec(load_config(None, [])) is preferred  # auto: the first installed engine preferred here
+
+
+def test_tensor_parallel_size_reaches_vllm_only_where_an_engine_splits_its_model():
+    from rlvr.config import load_config
+    from rlvr.rollout.engines import ENGINES
+
+    settings = ENGINES["vllm"].settings(load_config(None, ["rollout.tensor_parallel_size=4"]))
+    assert settings["tensor_parallel_size"] == 4 and ENGINES["vllm"].tensor_parallel
+    assert not ENGINES["hf"].tensor_parallel  # rlvr's sampler runs on one device

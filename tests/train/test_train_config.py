@@ -147,6 +147,13 @@ SHARD = ["distributed.backend=ray", "distributed.learners=2", "distributed.shard
     ({}, [*SHARD, "distributed.mixed_precision=true"], "distributed.mixed_precision: true gathers the parameters in "
                                                        "model.dtype; set model.dtype=bfloat16"),
     ({}, ["train.logprob_chunk=-1"], "train.logprob_chunk must be >= 0, got -1"),
+    ({}, ["rollout.tensor_parallel_size=2"], "rollout.tensor_parallel_size=2 splits the engine's model over GPUs: it "
+                                             "needs model.device=cuda and rollout.engine=vllm (not hf on cpu)"),
+    ({}, ["rollout.tensor_parallel_size=2", "distributed.backend=ray", "distributed.rollout_gpus=1"],
+     "rollout.tensor_parallel_size=2 splits each engine over 2 GPUs: reserve them with distributed.rollout_gpus=2 "
+     "(now 1)"),
+    ({}, ["rollout.data_parallel=0"], "rollout.data_parallel must be >= 1, got 0"),
+    ({}, ["distributed.sync_bucket_mb=64"], "distributed.sync_bucket_mb=64.0 needs distributed.backend=ray"),
     ({}, ["distributed.learner_gpus=-1"], "distributed.learner_gpus must be >= 0, got -1"),
     ({}, ["distributed.backend=ray", "distributed.max_restarts=-2"], "distributed.max_restarts must be >= 0, got -2"),
     ({}, ["distributed.backend=ray", "distributed.max_restarts=-1"], "distributed.max_restarts must be >= 0, got -1"),
