@@ -34,6 +34,16 @@ def _check_distributed(cfg: Config) -> None:
         raise ConfigError(f"algorithm.is_cap=0 turns the importance correction off, but rollout.max_staleness={k} "
                           "trains on batches sampled from weights up to that many updates old; leave is_cap empty "
                           "(auto) or set it > 1, or set algorithm.allow_uncorrected=true to train uncorrected")
+    if cfg.rollout.partial:
+        for unmet, why in ((a.dynamic_sampling, "algorithm.dynamic_sampling: false (its extra rounds draw prompts "
+                            "of their own)"), (bool(cfg.env.name), "no env (an episode's turns are not cut in "
+                            "segments)"),
+                           (a.is_cap == 0 and not a.allow_uncorrected, "the importance correction: leave "
+                            "algorithm.is_cap empty (auto: 2) or set it > 1, or set algorithm.allow_uncorrected=true "
+                            "(tokens carried from earlier steps were sampled by older weights, and each is weighted "
+                            "by pi_old / pi of its own version)")):
+            if unmet:
+                raise ConfigError(f"rollout.partial: true needs {why}")
     tp = cfg.rollout.tensor_parallel_size
     if d.backend == "ray" and tp > 1 and tp > d.rollout_gpus:
         raise ConfigError(f"rollout.tensor_parallel_size={tp} splits each engine over {tp} GPUs: reserve them with "

@@ -192,6 +192,15 @@ class RolloutConfig(GenerationConfig):
                                "PEFT model itself and needs neither (docs/models_device_lora.md).", choices=VLLM_LORA)
     allow_zero_temperature: bool = f(False, "Accept temperature=0 for training rollouts. Greedy groups are "
                                             "identical, so every advantage is 0 and nothing is learned.")
+    partial: bool = f(False, "Partial rollouts (Kimi k1.5, sec. 2.6.2; verl, OpenRLHF, prime-rl): a step samples in "
+                             "segments of rollout.partial_tokens, and the groups it does not need go on, unfinished, "
+                             "in the next step under the new weights, so no step waits for the longest completion. "
+                             "Every token keeps the policy version that sampled it and the behaviour correction "
+                             "(algorithm.is_cap, on by default here) weights each by pi_old / pi of its own version "
+                             "(docs/distributed.md).")
+    partial_tokens: int = f(0, "With partial: the most tokens a sample is generated for at a time; a completion "
+                               "may take several segments, up to rollout.max_new_tokens in all. 0 = a quarter of "
+                               "rollout.max_new_tokens.", ge=0)
     data_parallel: int = f(1, "Data-parallel generation: each generate call's groups are split into this many "
                               "parts, part i sampled with a seed of its own (derived from the call's and i). Under "
                               "Ray the parts go to the rollout workers at once (part i to worker i mod "
@@ -204,7 +213,19 @@ class RolloutConfig(GenerationConfig):
                               "default; is_cap: 0 is refused unless algorithm.allow_uncorrected (docs/distributed.md).",
                               ge=0)
 
+    @property
+    def segment_tokens(self) -> int:
+        """The tokens of a partial rollout's segment: partial_tokens, or a quarter of max_new_tokens."""
+        return self.partial_tokens or max(1, self.max_new_tokens // 4)
+
     def check(self, prefix: str) -> None:
+        if self.partial_tokens and not self.partial:
+            raise ConfigError(f"{prefix}partial_tokens={self.partial_tokens} needs {prefix}partial: true (it sizes "
+                              "the segments of partial rollouts: it would be ignored)")
+        if self.partial and self.segment_tokens >= self.max_new_tokens:
+            raise ConfigError(f"{prefix}partial_tokens={self.segment_tokens} >= {prefix}max_new_tokens="
+                              f"{self.max_new_tokens}: every completion fits one segment and nothing carries over; "
+                              f"set it below, or {prefix}partial: false")
         if self.temperature == 0 and not self.allow_zero_temperature:
             raise ConfigError(f"{prefix}temperature=0 makes every completion of a group identical (zero advantages, "
                               f"nothing to learn); use a temperature > 0 or set {prefix}allow_zero_temperature=true")
@@ -266,16 +287,17 @@ class AlgorithmConfig:
                                    "the importance ratio pi_old / pi_sampler bounded by C = is_cap > 1 (is_mode; "
                                    "Yao et al. 2025, TIS). Corrects stale async batches and engine/learner numerical "
                                    "mismatch. Empty (auto): C = 2 (verl's rollout_is_threshold) where the sampler is "
-                                   "not the policy itself (vLLM, Ray rollout workers, rollout.max_staleness > 0), off "
-                                   "where it is (the hf engine on the trained module); 0 = off.", ge=0)
+                                   "not the policy itself (vLLM, Ray rollout workers, rollout.max_staleness > 0, "
+                                   "rollout.partial), off where it is (the hf engine on the trained module); "
+                                   "0 = off.", ge=0)
     is_mode: str = f("truncate", "How the ratio rho = pi_old / pi_sampler is bounded (rlvr.core.behaviour_is_weights, "
                                  "docs/core.md). truncate: w = min(rho, C) (TIS); mask: w = rho inside [1/C, C], "
                                  "else the token is rejected, out of the loss and its denominators (IcePop; MIS "
                                  "as in verl and TRL); sequence_truncate / sequence_mask: the same on one "
                                  "geometric-mean ratio exp(mean_t log rho_t) per sequence (length-invariant, "
                                  "verl's geometric seq_mean_k1).", choices=IS_MODES)
-    allow_uncorrected: bool = f(False, "Accept is_cap: 0 with rollout.max_staleness > 0: batches sampled from weights "
-                                       "up to k updates old then train with no importance correction (biased; an "
+    allow_uncorrected: bool = f(False, "Accept is_cap: 0 with rollout.max_staleness > 0 or rollout.partial: tokens "
+                                       "sampled by older weights then train with no importance correction (biased; an "
                                        "ablation, not a setting to train with).")
     ref_refresh_every: int = f(0, "Every N optimizer updates (rollout steps) the KL reference takes the policy's "
                                   "current weights (CS336 lecture 17's compute_ref_model_period); 0 = never, the "

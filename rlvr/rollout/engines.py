@@ -126,10 +126,10 @@ DEFAULT_IS_CAP = 2.0
 def sampler_is_separate(cfg: Config) -> bool:
     """Whether the tokens are sampled by something other than the trained module at the learner's weights: an engine
     that does not sample from the policy module (vLLM: its own kernels, up to 1.2e-2 apart in log-prob on a GPU),
-    Ray rollout workers (a copy of the weights in another process), or batches up to `rollout.max_staleness`
-    updates old."""
+    Ray rollout workers (a copy of the weights in another process), batches up to `rollout.max_staleness`
+    updates old, or partial rollouts (`rollout.partial`: tokens carried from steps with older weights)."""
     return (not engine_spec(cfg).samples_policy or cfg.distributed.backend == "ray"
-            or cfg.rollout.max_staleness > 0)
+            or cfg.rollout.max_staleness > 0 or cfg.rollout.partial)
 
 
 def behaviour_cap(cfg: Config) -> float:

@@ -33,6 +33,9 @@ class ScoredBatch:
     # (N,) 1 per completion token the model wrote, 0 per token of an environment (an episode's observations), which
     # never trains; None: every completion token is the model's. The sampler's lists above hold the model's tokens
     loss_masks: list[list[int]] | None = None
+    # (N,) the policy version that sampled each token (partial rollouts: a sample's tokens may come from several
+    # steps' weights, and `version` is the oldest); None: every token from `version`
+    token_versions: list[list[int]] | None = None
 
     def __len__(self) -> int:
         return len(self.completion_ids)
@@ -56,6 +59,9 @@ class ScoredBatch:
             "completion_length": lengths.mean(),
             "truncated": sum(r == "length" for r in self.finish_reasons) / len(self.finish_reasons),
             **on_wrong,
-            # updates between the sampling weights and the ones this step trains (0 when synchronous)
+            # updates between the sampling weights and the ones this step trains (0 when synchronous; the oldest
+            # token's with partial rollouts, and their mean over the tokens)
             "staleness": float(self.step - 1 - self.version),
+            **({"staleness/token_mean": sum(self.step - 1 - v for vs in self.token_versions for v in vs)
+                / max(1, sum(map(len, self.token_versions)))} if self.token_versions else {}),
         }

@@ -32,9 +32,10 @@ NEEDS = {
     "algorithm.loss_constant": (lambda c: c.algorithm.aggregation == "seq_sum_constant",
                                 "algorithm.aggregation seq_sum_constant"),
     "algorithm.is_mode": (lambda c: behaviour_cap(c) > 0, "algorithm.is_cap > 1 (or empty where the sampler is not "
-                                                          "the policy itself: vLLM, Ray, staleness)"),
-    "algorithm.allow_uncorrected": (lambda c: c.rollout.max_staleness > 0 and c.algorithm.is_cap == 0,
-                                    "rollout.max_staleness > 0 and algorithm.is_cap=0"),
+                                                          "the policy itself: vLLM, Ray, staleness, partial)"),
+    "algorithm.allow_uncorrected": (lambda c: (c.rollout.max_staleness > 0 or c.rollout.partial)
+                                    and c.algorithm.is_cap == 0,
+                                    "rollout.max_staleness > 0 (or rollout.partial) and algorithm.is_cap=0"),
     "algorithm.ref_refresh_every": (lambda c: c.algorithm.beta > 0 or c.algorithm.kl_reward_coef > 0,
                                     "algorithm.beta > 0 (or kl_reward_coef > 0: a reference to refresh)"),
     **{f"value.{k}": _GAE for k in ("model", "path", "coef", "clip", "lr")},

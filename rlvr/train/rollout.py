@@ -14,6 +14,7 @@ from typing import Any, Iterable
 import torch
 
 from rlvr.algorithms.dynamic_sampling import RolloutSampler
+from rlvr.algorithms.partial import PartialSampler
 from rlvr.config import Config, ConfigError
 from rlvr.models import load_model, load_tokenizer, resolve_model, resolve_placement
 from rlvr.rollout.base import RolloutEngine, SamplingParams
@@ -93,26 +94,34 @@ class Rollout:
         # held-out grading: the task's verifier alone, the same SafeReward (one set of reward workers)
         self.eval_reward = CombinedReward.single(self.reward.parts[0][0])
         self.play = episode_player(cfg, task, self.engine)
-        self.sampler = RolloutSampler(self.engine, self.stream, task, self.reward, sampling, G,
-                                      cfg.train.batch_size // G, cfg.seed, ROLLOUT, a.dynamic_sampling,
-                                      a.dynamic_sampling_rounds, a.dynamic_sampling_metric, self.play)
+        if r.partial:  # segments of rollout.partial_tokens, unfinished samples carried to the next step
+            self.sampler = PartialSampler(self.engine, self.stream, task, self.reward, sampling, G,
+                                          cfg.train.batch_size // G, cfg.seed, ROLLOUT, r.segment_tokens)
+        else:
+            self.sampler = RolloutSampler(self.engine, self.stream, task, self.reward, sampling, G,
+                                          cfg.train.batch_size // G, cfg.seed, ROLLOUT, a.dynamic_sampling,
+                                          a.dynamic_sampling_rounds, a.dynamic_sampling_metric, self.play)
         self.version = 0
 
     def collect(self, step: int) -> ScoredBatch:
         """The step's batch: group_size scored samples per prompt, contiguous (DAPO refills flat groups)."""
+        self.sampler.version = self.version  # what the tokens sampled now are tagged with
         rollout = self.sampler.sample(step)
         if hasattr(self.engine, "sleep"):  # vLLM on a GPU frees its KV cache for the update; wakes on use
             self.engine.sleep()
         completions, scores = rollout.completions, rollout.scores
         self.stream.update(rollout.examples, scores.correct)  # failure-rate sampling learns what fails
         episodes = self.play is not None
+        versions = [c.extra["versions"] for c in completions] if "versions" in completions[0].extra else None
         return ScoredBatch(
             prompts=[c.prompt for c in completions], prompt_ids=[list(c.prompt_ids) for c in completions],
             completion_ids=[list(c.token_ids) for c in completions],
             sampler_logprobs=[model_tokens(c.logprobs, c.loss_mask) for c in completions],
             rewards=torch.tensor(scores.rewards, dtype=torch.float32), correct=list(scores.correct),
             finish_reasons=[c.finish_reason for c in completions], group_size=self.cfg.train.group_size, step=step,
-            components=dict(scores.components), version=self.version,
+            components=dict(scores.components),
+            # the oldest weights any token was sampled from (partial rollouts carry tokens from earlier steps)
+            version=min([self.version, *(min(v) for v in versions or [] if v)]), token_versions=versions,
             stats={**rollout.stats, **(episode_metrics(completions) if episodes else {})},
             sampler_entropies=None if any(c.entropies is None for c in completions) else
             [model_tokens(c.entropies, c.loss_mask) for c in completions],
@@ -134,7 +143,11 @@ class Rollout:
                                 cfg.eval.temperature, seed, cfg.log.samples_per_eval, self.eval_reward)
 
     def state_dict(self) -> dict[str, Any]:
-        return self.stream.state_dict()
+        """The prompt stream's position and, with partial rollouts, the samples carried to the next step."""
+        carried = self.sampler.state_dict() if hasattr(self.sampler, "state_dict") else {}
+        return {**self.stream.state_dict(), **carried}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.stream.load_state_dict(state)
+        if hasattr(self.sampler, "load_state_dict"):
+            self.sampler.load_state_dict(state)

@@ -58,16 +58,19 @@ def test_two_workers_equal_one_process_and_survive_a_kill(ray_cluster, tmp_path,
         ray_cluster.kill(worker)
 
 
-@pytest.mark.parametrize("staleness", [0, 1])
-def test_a_step_split_over_two_workers_is_the_one_process_batch(ray_cluster, tmp_path, warm_model, staleness):
+@pytest.mark.parametrize("staleness, partial", [(0, False), (1, True)])
+def test_a_step_split_over_two_workers_is_the_one_process_batch(ray_cluster, tmp_path, warm_model, staleness,
+                                                                partial):
     """`rollout.data_parallel: 2` with two workers: worker 0 draws and scores each step, its engine samples one part
     and worker 1's the other, at the same time; every batch equals the one process's (one engine sampling both parts
     in turn), with the weights changing after every step and, asynchronous, each batch from the weights of its
     request. Worker 1 (a peer) is killed before step 3: Ray restarts it, the step is requested again and the peer
-    takes its weights from the parts it is sent (a call to a restarting actor waits for it: no failure)."""
+    takes its weights from the parts it is sent (a call to a restarting actor waits for it: no failure). With
+    partial rollouts the samples carried between steps travel in the rollout's state from request to request."""
+    partial_rollouts = {"partial": True, "partial_tokens": 3, "max_new_tokens": 10} if partial else {}
     cfg = load_config(None, [], base=tiny_config(
         tmp_path / "run", warm_model, train={"steps": 5, "batch_size": 16, "group_size": 4},
-        rollout={"data_parallel": 2, "max_staleness": staleness}, algorithm={"is_cap": 2.0},
+        rollout={"data_parallel": 2, "max_staleness": staleness, **partial_rollouts}, algorithm={"is_cap": 2.0},
         task={"prompt_sampler": "failure_rate"}, distributed=ray_sections(rollout_workers=2)))
     task = get_task(cfg.task.name, **cfg.task.options)
     learner, _ = local_roles(cfg, task, warm_model, warm_model)
@@ -91,6 +94,7 @@ def test_a_step_split_over_two_workers_is_the_one_process_batch(ray_cluster, tmp
         remote.load_weights(history[-1])
     _, restarted, held = _when_up(ray_cluster, lambda: workers[1].__ray_call__.remote(peer))
     assert parts == 2 and restarted != pid and held == max(0, 4 - staleness)  # the last part's weights, relayed
+    assert not partial or remote.state_dict()["partial_pool"] == local.state_dict()["partial_pool"]
     assert remote.restarts == 0  # the parts waited for the restarted worker: no step failed
     for worker in workers:
         ray_cluster.kill(worker)
