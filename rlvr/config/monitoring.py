@@ -44,10 +44,10 @@ class LogConfig:
     project: str = f("rlvr", "Project (wandb, trackio) or experiment (mlflow) name of the tracker runs; each run "
                              "is named after its run folder.")
     peak_tflops: float = f(0.0, "The peak TFLOP/s that perf/mfu in timings.jsonl is measured against. 0: the "
-                                "vendor's dense peak in model.dtype of the GPU this process trains on, from "
-                                "rlvr.logging.throughput.GPU_PEAKS (no MFU on a CPU, an unlisted GPU or under "
-                                "distributed.backend=ray, whose learners run elsewhere); set it for those, in total "
-                                "over the devices that train.", ge=0)
+                                "vendor's dense peak in model.dtype of the GPU the policy trains on (under "
+                                "distributed.backend=ray the learners', times the GPUs the learners and rollout "
+                                "workers reserve), from rlvr.logging.throughput.GPU_PEAKS (no MFU on a CPU or an "
+                                "unlisted GPU); set it for those, in total over the devices of the run.", ge=0)
     tensorboard: bool | None = f(None, "Deprecated, kept so that older run folders resume: log.report_to lists the "
                                        "trackers. true puts tensorboard in report_to, false takes it out.")
     plots: bool = f(True, "PNG plots of the main curves in plots/, drawn when the run ends or is stopped by "

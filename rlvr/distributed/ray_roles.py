@@ -436,6 +436,10 @@ class RayLearner:
         self.weight_sync = "object_store"
         return self.named_weights()
 
+    def gpu_name(self) -> str | None:
+        """Rank 0's GPU (every rank's kind is the same: one placement group), for the MFU's peak."""
+        return self._get([self.actors[0].gpu_name.remote()], "gpu_name")[0]
+
     def logprobs(self, batch: ScoredBatch):
         return self._call("logprobs", batch)
 

@@ -188,6 +188,11 @@ class LearnerWorker:
                     weight_sync.broadcast(self.group, weight_sync.flatten(bucket))
         return self.learner.version
 
+    def gpu_name(self) -> str | None:
+        """The name of the GPU this rank trains on (its MFU peak), None on a CPU."""
+        device = self.learner.device
+        return torch.cuda.get_device_name(device) if device.type == "cuda" else None
+
     def logprobs(self, batch: ScoredBatch) -> torch.Tensor:
         return self.learner.logprobs(batch)
 

@@ -7,6 +7,7 @@ import json
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -132,14 +133,25 @@ def prepare_run(cfg: Config, resume: bool = False, on_sft=None, or_start: bool =
     resume_step = start_step if checkpoint else None
     trackers = open_trackers(cfg.log.report_to, run_dir, cfg.log.project, asdict(cfg), resume_step)
     logger = MetricsLogger(run_dir, resume_step, trackers)
-    return Run(cfg, run_dir, task, learner, rollout, eval_examples, logger, start_step, throughput(cfg, init))
+    return Run(cfg, run_dir, task, learner, rollout, eval_examples, logger, start_step, throughput(cfg, init, learner))
 
 
-def throughput(cfg: Config, model_dir: Path) -> Throughput:
-    """The step's throughput meter: FLOPs from the start model's folder, MFU against log.peak_tflops or, training
-    on a GPU in this process, that GPU's stated peak in model.dtype."""
+def throughput(cfg: Config, model_dir: Path, learner: Any = None) -> Throughput:
+    """The step's throughput meter: FLOPs from the start model's folder, MFU against log.peak_tflops or else the
+    stated peak in model.dtype of the GPU the policy trains on (this process's, or under Ray the learners' as
+    `learner.gpu_name()` tells) times the GPUs the run holds (`run_gpus`)."""
     device = resolve_placement(cfg.model).device
     cuda = device if device.type == "cuda" and cfg.distributed.backend == "none" else None
-    peak = cfg.log.peak_tflops or (gpu_peak_tflops(torch.cuda.get_device_name(cuda), cfg.model.dtype)
-                                   if cuda is not None else None)
+    ray = cfg.distributed.backend == "ray"
+    name = torch.cuda.get_device_name(cuda) if cuda is not None else \
+        getattr(learner, "gpu_name", lambda: None)() if ray else None
+    per_gpu = gpu_peak_tflops(name, cfg.model.dtype) if name else None
+    peak = cfg.log.peak_tflops or (per_gpu * run_gpus(cfg) if per_gpu else None)
     return Throughput(ModelShape.from_folder(model_dir), cfg.algorithm.mu, peak, cuda)
+
+
+def run_gpus(cfg: Config) -> float:
+    """GPUs a run computes on: one in one process; under Ray those its learners and rollout workers reserve
+    (fractions sharing a GPU add up to it)."""
+    d = cfg.distributed
+    return 1.0 if d.backend == "none" else d.learners * d.learner_gpus + d.rollout_workers * d.rollout_gpus

@@ -115,3 +115,24 @@ def test_gpu_peak_memory_of_the_step():
     perf = Throughput(None, 1, None, device).measure([1], [1], {"rollout_s": 1.0, "update_s": 1.0, "s_per_step": 1.0})
     assert perf["perf/gpu_peak_mib"] >= 64
     del block
+
+
+def test_under_ray_the_peak_is_the_learners_gpu_times_the_gpus_reserved(tmp_path):
+    """Ray: no GPU in the driver; the learners' rank 0 names its GPU, and the step's FLOPs ran on every GPU the
+    learners and rollout workers reserve (here 2 x 1 + 2 x 0.5 = 3 H100s at 989.4 TFLOP/s in bfloat16)."""
+    from rlvr.config import load_config
+    from rlvr.train.setup import run_gpus, throughput
+
+    class Learner:
+        def gpu_name(self):
+            return "NVIDIA H100 80GB HBM3"
+
+    cfg = load_config(None, ["model.dtype=bfloat16", "distributed.backend=ray", "distributed.learners=2",
+                             "distributed.learner_gpus=1", "distributed.rollout_workers=2",
+                             "distributed.rollout_gpus=0.5"])
+    assert run_gpus(cfg) == 3.0
+    assert throughput(cfg, tmp_path, Learner()).peak == pytest.approx(3 * 989.4)
+    assert throughput(cfg, tmp_path, object()).peak is None  # a learner that names no GPU: no MFU
+    assert throughput(load_config(None, []), tmp_path, Learner()).peak is None  # one process on a CPU
+    stated = load_config(None, ["log.peak_tflops=100", "distributed.backend=ray"])
+    assert throughput(stated, tmp_path, Learner()).peak == 100
