@@ -35,7 +35,7 @@ NEEDS = {
                                                           "the policy itself: vLLM, Ray, staleness, partial)"),
     "algorithm.allow_uncorrected": (lambda c: (c.rollout.max_staleness > 0 or c.rollout.partial)
                                     and c.algorithm.is_cap == 0,
-                                    "rollout.max_staleness > 0 (or rollout.partial) and algorithm.is_cap=0"),
+                                    "algorithm.is_cap=0 with rollout.max_staleness > 0 or rollout.partial"),
     "algorithm.ref_refresh_every": (lambda c: c.algorithm.beta > 0 or c.algorithm.kl_reward_coef > 0,
                                     "algorithm.beta > 0 (or kl_reward_coef > 0: a reference to refresh)"),
     **{f"value.{k}": _GAE for k in ("model", "path", "coef", "clip", "lr")},

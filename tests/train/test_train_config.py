@@ -96,7 +96,8 @@ SHARD = ["distributed.backend=ray", "distributed.learners=2", "distributed.shard
     ({}, ["distributed.backend=ray", "rollout.max_staleness=2", "algorithm.is_cap=0"],
      "algorithm.is_cap=0 turns the importance correction off, but rollout.max_staleness=2 trains on batches"),
     ({}, ["algorithm.allow_uncorrected=true"], "algorithm.allow_uncorrected=True does nothing without "
-                                               "rollout.max_staleness > 0 and algorithm.is_cap=0"),
+                                               "algorithm.is_cap=0 with rollout.max_staleness > 0 or "
+                                               "rollout.partial; remove it or set algorithm.is_cap=0"),
     ({}, ["algorithm.ref_refresh_every=2"], "algorithm.ref_refresh_every=2 does nothing without algorithm.beta > 0"),
     ({}, ["algorithm.ref_refresh_every=-1"], "algorithm.ref_refresh_every must be >= 0, got -1"),
     ({}, ["algorithm.ref_refresh_every=2", "algorithm.beta=0.1", "model.lora.r=8"],
@@ -195,6 +196,8 @@ def test_ray_only_settings_need_ray(setting):
     (["algorithm.is_cap=3"], 3.0),
     (["distributed.backend=ray", "rollout.max_staleness=1", "algorithm.is_cap=0", "algorithm.allow_uncorrected=true"],
      0.0),  # forced: loads, and trains uncorrected
+    (["rollout.partial=true"], 2.0),  # tokens carried from steps with older weights
+    (["rollout.partial=true", "algorithm.is_cap=0", "algorithm.allow_uncorrected=true"], 0.0),
 ])
 def test_the_behaviour_correction_is_on_by_default_where_the_sampler_is_not_the_policy(settings, cap):
     from rlvr.rollout.engines import behaviour_cap
