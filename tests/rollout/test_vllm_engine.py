@@ -13,7 +13,7 @@ import torch
 
 from rlvr.config import LoRAConfig
 from rlvr.models import PRESETS, build_tiny_model, engine_weights, save_model
-from rlvr.rollout import HFEngine, RolloutEngine, SamplingParams
+from rlvr.rollout import Completion, HFEngine, RolloutEngine, SamplingParams
 from rlvr.core import process_logits
 
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM's default takes a share of all RAM
@@ -135,6 +135,29 @@ def test_raw_logprobs_equal_recomputed_logprobs(policy, engine):
             assert len(c.logprobs) == len(c.token_ids) > 0
             torch.testing.assert_close(torch.tensor(c.logprobs), recomputed_logprobs(model, c),
                                        atol=LOGPROB_ATOL, rtol=0)
+
+
+def test_a_partial_rollouts_segments_continue_under_new_weights(policy, engine, sharp_factory):
+    """Partial rollouts (rlvr.algorithms.partial) continue an unfinished sample under the next step's weights, fed
+    its prompt and tokens so far as ids: the first segment's log-probs are the plain forward's of the weights that
+    sampled it, the second's those of the weights loaded since, over the whole sequence; so each token's sampler
+    log-prob is its own version's, which the learner's behaviour correction divides by."""
+    model, _, _ = policy
+    newer, _ = sharp_factory("qwen2", seed=1, **SIZES)
+    first = engine.generate(PROMPTS[:2], 2, SamplingParams(max_new_tokens=4, seed=5, ignore_eos=True))
+    try:
+        engine.load_weights(newer.state_dict().items())
+        rest = engine.generate([c.prompt_ids + c.token_ids for c in first], 1,
+                               SamplingParams(max_new_tokens=6, seed=6, ignore_eos=True))
+    finally:
+        engine.load_weights(model.named_parameters())
+    for a, b in zip(first, rest):
+        assert b.prompt_ids == a.prompt_ids + a.token_ids and len(a.token_ids) == 4 and len(b.token_ids) == 6
+        whole = Completion(a.prompt, a.prompt_ids, a.token_ids + b.token_ids, a.logprobs + b.logprobs, "", "length")
+        old, new = recomputed_logprobs(model, whole), recomputed_logprobs(newer, whole)
+        torch.testing.assert_close(torch.tensor(a.logprobs), old[:4], atol=LOGPROB_ATOL, rtol=0)
+        torch.testing.assert_close(torch.tensor(b.logprobs), new[4:], atol=LOGPROB_ATOL, rtol=0)
+        assert (old[4:] - new[4:]).abs().max() > 10 * LOGPROB_ATOL  # the versions differ on the later tokens
 
 
 @pytest.mark.parametrize("temperature, top_k, top_p", [(0.7, 0, 1.0), (1.3, 5, 1.0), (1.0, 0, 0.8)])
