@@ -182,10 +182,15 @@ class ShardedLearner(RankShare):
             shard_policy(self.reference, self.world, self.device.type, **policies)
 
     def named_weights(self) -> Iterator[tuple[str, Tensor]]:
-        """Whole tensors, gathered from the ranks' shards (every rank must iterate them)."""
-        with torch.no_grad():
-            for name, tensor in super().named_weights():
-                yield name, tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+        """Whole tensors, gathered from the ranks' shards (every rank must iterate them). Each gathers under its own
+        no_grad and the generator yields outside it: a weight sync streams it in buckets and leaves it suspended
+        between them, and a generator suspended inside a grad-mode context restores that context's saved mode
+        whenever it is closed, which turned gradients off for the next update."""
+        for name, tensor in super().named_weights():
+            if isinstance(tensor, DTensor):
+                with torch.no_grad():
+                    tensor = tensor.full_tensor()
+            yield name, tensor
 
     def plain_policy(self) -> torch.nn.Module | None:
         """The policy as one unsharded module on rank 0 (None on the others), for checkpoints."""

@@ -88,6 +88,13 @@ def test_two_learners_equal_one_after_three_steps(ray_cluster, tmp_path, warm_mo
                     torch.testing.assert_close(read[name], tensor, atol=0, rtol=0)
         for name, tensor in learner.policy.state_dict().items():
             torch.testing.assert_close(policy.state_dict()[name], tensor, atol=1e-5, rtol=1e-5)
+        # two syncs streamed bucket by bucket (the object store's path): the first one's gathering left suspended
+        # and closed by the second leaves gradients on for the next update (they were off: the update failed)
+        buckets = ray_cluster.get([rank.weight_buckets.remote() for rank in ranks])[0]  # a collective once
+        for index in [*range(buckets)] * 2:
+            ray_cluster.get([ref for rank in ranks for ref in rank.publish.options(num_returns=2).remote(index)])
+        assert ray_cluster.get([rank.__ray_call__.remote(lambda w: torch.is_grad_enabled()) for rank in ranks]) == \
+            [True, True]
     for rank in ranks:
         ray_cluster.kill(rank)
 
