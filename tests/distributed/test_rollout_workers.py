@@ -112,20 +112,27 @@ def _when_up(ray, call, seconds: float = 300.0):
             time.sleep(1.0)
 
 
-def test_workers_dying_past_max_restarts_stop_the_run(ray_cluster, tmp_path, warm_model):
+@pytest.mark.parametrize("workers, killed", [(1, 0), (2, 1)], ids=["one_worker", "data_parallel_peer"])
+def test_workers_dying_past_max_restarts_stop_the_run(ray_cluster, tmp_path, warm_model, workers, killed):
     """max_restarts=0: Ray does not restart the killed worker and reports it dead for good, and the run stops
-    with one line that names the worker and the command to go on with (no checkpoint yet: --resume-or-start)."""
-    cfg = load_config(None, [], base=tiny_config(tmp_path / "run", warm_model,
-                                                 distributed=ray_sections(max_restarts=0)))
+    with one line that names the worker and the command to go on with (no checkpoint yet: --resume-or-start).
+    With data-parallel generation the dead worker is a peer sampling parts of worker 0's steps: named alike."""
+    split = {"rollout": {"data_parallel": 2}} if workers > 1 else {}
+    cfg = load_config(None, [], base=tiny_config(tmp_path / "run", warm_model, **split,
+                                                 distributed=ray_sections(max_restarts=0, rollout_workers=workers)))
     learner, _ = local_roles(cfg, get_task(cfg.task.name, **cfg.task.options), warm_model, warm_model)
-    worker = ray_cluster.remote(RolloutWorker).options(num_cpus=0.5, max_restarts=0).remote(cfg, warm_model)
-    remote = RayRollout(cfg, [worker], RemoteWeights([ray_cluster.put(dict(learner.named_weights()))]))
-    ray_cluster.kill(worker)
-    with pytest.raises(RolloutFailed, match=rf"^rollout worker 0 failed: Ray reports it dead for good \(ActorDiedError"
+    cls = ray_cluster.remote(RolloutWorker).options(num_cpus=0.5, max_restarts=0)
+    actors = [cls.remote(cfg, warm_model) for _ in range(workers)]
+    remote = RayRollout(cfg, actors, RemoteWeights([ray_cluster.put(dict(learner.named_weights()))]))
+    ray_cluster.kill(actors[killed])
+    with pytest.raises(RolloutFailed, match=rf"^rollout worker {killed} failed: Ray reports it dead for good "
+                                            rf"\(ActorDiedError"
                                             rf".*\); 0 restart\(s\) of the workers before \(distributed.max_restarts=0 "
                                             rf"per worker\); the run stops\. .* --resume-or-start "
                                             rf"\({re.escape(str(tmp_path / 'run'))}\)$"):
         remote.collect(1)
+    for actor in actors:
+        ray_cluster.kill(actor)
 
 
 
