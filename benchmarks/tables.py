@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-DOCS = [ROOT / "docs" / "performance.md", ROOT / "docs" / "performance_update.md"]
+DOCS = [ROOT / "docs" / "performance.md", ROOT / "docs" / "performance_update.md", ROOT / "docs" / "real_model.md"]
 MARK = re.compile(r"(<!-- table: (?P<name>[\w:.-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
 
 
@@ -111,6 +111,43 @@ ROLLOUT_COLUMNS = [
     ("tokens per CPU-s, full length", _rollout_cell("tok_per_cpu_s_full", "ratio_full", "rounds_full")),
     ("with EOS", _rollout_cell("tok_per_cpu_s_eos", "ratio_eos", "rounds_eos"))]
 
+def mean_se(values: list[float], fmt: str = ".3f") -> str:
+    """`mean ± standard error` (the sample standard deviation over sqrt(n)); one value alone is itself."""
+    if len(values) < 2:
+        return format(values[0], fmt)
+    return f"{statistics.mean(values):{fmt}} ± {statistics.stdev(values) / len(values) ** 0.5:{fmt.lstrip('+')}}"
+
+
+def _before_after(name: str) -> Callable[[dict], str]:
+    """`before -> after (gain)` of a run's row, or the seeds' means (`_seed_means`) in a mean row."""
+    def cell(r: dict) -> str:
+        if f"{name}_cell" in r:
+            return r[f"{name}_cell"]
+        before, after = r.get(f"{name}_before"), r.get(f"{name}_after")
+        return "" if before is None or after is None else f"{before:.3f} -> {after:.3f} ({after - before:+.3f})"
+    return cell
+
+
+def _seed_means(rows: list[dict]) -> list[dict]:
+    """A `mean ± SE` row per recipe over its seeds: before, after and the gain (after - before per seed)."""
+    out = []
+    for variant in dict.fromkeys(r["variant"] for r in rows):
+        seeds = [r for r in rows if r["variant"] == variant]
+        mean = {"variant": variant, "seed": f"mean ± SE ({len(seeds)})"}
+        for name in ("accuracy", "family_accuracy"):
+            before, after = [r[f"{name}_before"] for r in seeds], [r[f"{name}_after"] for r in seeds]
+            gains = [a - b for a, b in zip(after, before)]
+            mean[f"{name}_cell"] = f"{mean_se(before)} -> {mean_se(after)} (**{mean_se(gains, '+.3f')}**)"
+        for key in ("format_after", "formatted_wrong_after", "family_format_after"):
+            mean[key] = mean_se([r[key] for r in seeds])
+        mean["wall_min"], mean["cpu_s"] = mean_se([r["wall_min"] for r in seeds], ".1f"), mean_se(
+            [r["cpu_s"] for r in seeds], ".0f")
+        gsm8k = [r["gsm8k_after"] for r in seeds if r.get("gsm8k_after") is not None]
+        mean["gsm8k_before"], mean["gsm8k_after"] = seeds[0]["gsm8k_before"], mean_se(gsm8k) if gsm8k else None
+        out.append(mean)
+    return out
+
+
 TABLES: dict[str, dict[str, Any]] = {
     "machines": {"file": "machines", "meta": False, "columns": [
         ("machine", col("machine")), ("CPU", col("cpu")),
@@ -171,6 +208,15 @@ TABLES: dict[str, dict[str, Any]] = {
                                        "columns": [
         ("CPU-s per update (both orders)", col("variant")), ("sort, a quarter of the groups flat", col("sort_s")),
         ("demo (nothing left out)", col("demo_s"))]},
+    "smollm2_recipe": {"file": "smollm2_recipe", "group": ["variant"], "label": lambda r: f"smollm2_{r['variant']}",
+                       "extra": _seed_means, "columns": [
+        ("recipe, seed", lambda r: f"smollm2_{r['variant']}, {r['seed']}"),
+        ("held-out accuracy before -> after (gain)", _before_after("accuracy")),
+        ("held-out family before -> after (gain)", _before_after("family_accuracy")),
+        ("format / formatted but wrong, after", pair("format_after", "formatted_wrong_after", ".3f")),
+        ("family's format, after", col("family_format_after", ".3f")),
+        ("GSM8K (30) before / after", pair("gsm8k_before", "gsm8k_after", ".3f")),
+        ("wall min", col("wall_min", ".1f")), ("CPU s", col("cpu_s"))]},
     "bench_data_parallel": {"file": "bench_data_parallel", "columns": [
         ("two learner ranks", col("ranks")), ("rows of advantage 0 left out (s)", col("left_out_s", ".3f")),
         ("every row trained (s)", col("trained_s", ".3f")), ("ratio", times("ratio")),

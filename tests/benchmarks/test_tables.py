@@ -56,3 +56,17 @@ def test_history_prints_every_run():
     text = tables.history("bench_update")
     runs = {json.loads(line)["run"] for line in (tables.RESULTS / "bench_update.jsonl").read_text().splitlines()}
     assert {line.split(": ", 1)[1] for line in text.splitlines() if line.startswith("## ")} == runs
+
+
+def test_seed_means_by_hand():
+    """The real model's recipe table: mean ± standard error over seeds (sample sd / sqrt(n)), the gain per seed."""
+    rows = [{"variant": "full", "seed": s, "accuracy_before": 0.25, "accuracy_after": a, "family_accuracy_before": b,
+             "family_accuracy_after": 0.5, "format_after": 0.0, "formatted_wrong_after": 0.0,
+             "family_format_after": 0.0, "wall_min": w, "cpu_s": c, "gsm8k_before": 0.0, "gsm8k_after": None}
+            for s, a, b, w, c in [(0, 0.5, 0.25, 10.0, 400), (1, 0.75, 0.125, 12.0, 500)]]
+    (mean,) = tables._seed_means(rows)
+    # gains 0.25 and 0.5: mean 0.375, sd 0.1768, SE 0.125; family gains 0.25, 0.375: SE 0.0625
+    assert mean["accuracy_cell"] == "0.250 ± 0.000 -> 0.625 ± 0.125 (**+0.375 ± 0.125**)"
+    assert mean["family_accuracy_cell"] == "0.188 ± 0.062 -> 0.500 ± 0.000 (**+0.312 ± 0.062**)"
+    assert (mean["wall_min"], mean["cpu_s"], mean["gsm8k_after"]) == ("11.0 ± 1.0", "450 ± 50", None)
+    assert tables.mean_se([0.3]) == "0.300"
