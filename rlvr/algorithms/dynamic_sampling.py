@@ -32,7 +32,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import Tensor
 
-from rlvr.config.sections import DYNAMIC_SAMPLING_METRICS as METRICS  # what must vary within a kept group
+from rlvr.config.algorithm import DYNAMIC_SAMPLING_METRICS as METRICS  # what must vary within a kept group
 from rlvr.core import informative_groups
 from rlvr.rollout.base import Completion, RolloutEngine, SamplingParams
 from rlvr.seeds import derive_seed

