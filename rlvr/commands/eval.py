@@ -209,6 +209,7 @@ def run(args: argparse.Namespace) -> int:
 def run_eval(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     """Greedy (n = 1) then sampled (n = eval.samples) evaluation; returns {mode: metrics}."""
     from rlvr.eval.evaluate import evaluate
+    from rlvr.eval.metrics import default_ks
     from rlvr.models import model_folder
     from rlvr.rollout.base import SamplingParams
     from rlvr.thinking.sweep import run_budget_eval
@@ -240,7 +241,7 @@ def run_eval(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     if n > 0:
         sampling = SamplingParams(temperature=sampled.temperature, top_p=sampled.top_p, max_new_tokens=new_tokens,
                                   seed=cfg.seed)
-        ks = sampled.k or sorted({1, *[2 ** i for i in range(1, n.bit_length()) if 2 ** i <= n], n})
+        ks = sampled.k or default_ks(n)
         results[f"sampled (n={n}, T={sampled.temperature:g})"] = evaluate(
             engine, task, examples, n, sampling, sorted(set(ks)), out, "sampled")
     print_summary(results, f"{cfg.task.name} on {model}: {_problems(examples)}")

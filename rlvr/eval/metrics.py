@@ -26,6 +26,14 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - fail
 
 
+def default_ks(n: int) -> list[int]:
+    """The k values of pass@k and maj@k when none are asked, for n samples per prompt: 1, the powers of 2
+    below n, and n (n = 6: [1, 2, 4, 6])."""
+    if n < 1:
+        raise ValueError(f"need n >= 1 samples per prompt, got {n}")
+    return sorted({2**j for j in range(n.bit_length())} | {n})
+
+
 def vote_keys(keys: Sequence[Hashable | None], answers: Sequence[A],
               same: Callable[[list[tuple[A, A]]], list[bool]] | None = None) -> list[Hashable | None]:
     """One prompt's votes: each sample's key, or the key of the group it joins. Samples with one key are one

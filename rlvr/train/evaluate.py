@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from rlvr.eval.evaluate import grade, summarize
+from rlvr.eval.metrics import default_ks
 from rlvr.rewards.combine import CombinedReward
 from rlvr.rollout.base import Completion, RolloutEngine, SamplingParams
 from rlvr.tasks.base import Example, Task
@@ -75,7 +76,7 @@ def _greedy(prefix: str, records: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def _sampled(prefix: str, records: list[dict[str, Any]], samples: int) -> dict[str, float]:
-    ks = sorted({2**j for j in range(samples.bit_length()) if 2**j <= samples} | {samples})
+    ks = default_ks(samples)
     s = summarize(records, samples, ks)
     return {f"{prefix}sampled_accuracy": s["accuracy"], f"{prefix}sampled_reward": s["reward"],
             **_turns(records, f"{prefix}sampled"), **{f"{prefix}pass@{k}": s[f"pass@{k}"] for k in ks}}

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rlvr.eval import evaluate, maj_at_k, majority_correct, pass_at_k
+from rlvr.eval import default_ks, evaluate, maj_at_k, majority_correct, pass_at_k
 from rlvr.rollout.base import Completion, SamplingParams
 from rlvr.tasks import get_task
 
@@ -30,6 +30,20 @@ def test_pass_at_k_matches_closed_form(nck):
     assert pass_at_k(n, c, 1) == pytest.approx(c / n)
     if k < n:
         assert pass_at_k(n, c, k + 1) >= pass_at_k(n, c, k) - 1e-12  # more tries never hurt
+
+
+def test_default_ks_by_hand():
+    assert default_ks(1) == [1] and default_ks(4) == [1, 2, 4] and default_ks(6) == [1, 2, 4, 6]
+    assert default_ks(8) == [1, 2, 4, 8] and default_ks(9) == [1, 2, 4, 8, 9]
+    with pytest.raises(ValueError, match="n >= 1"):
+        default_ks(0)
+
+
+@given(st.integers(1, 10_000))
+def test_default_ks_are_one_the_powers_of_two_below_n_and_n(n):
+    ks = default_ks(n)
+    assert ks[0] == 1 and ks[-1] == n and ks == sorted(set(ks))
+    assert all(k == n or (k & (k - 1)) == 0 for k in ks) and len(ks) == n.bit_length() + (n & (n - 1) != 0)
 
 
 def test_majority_by_hand():
