@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from rlvr.models.head import Scorer
+from rlvr.models.hf import attention_heads
 from rlvr.models.prefix import PrefixPlan, full_attention_only, plan_shared_prefix, shared_prefix_logits, shares_prefix
 from rlvr.models.varlen import forward_packed, uses_varlen
 
@@ -116,9 +117,8 @@ def forward_flops(config, tokens: float, scores: float) -> float:
     """Rough forward FLOPs of a decoder: per layer, 2 x its projection weights per token (q and o: d x the
     heads' width; k and v: d x the kv heads' width; the MLP's three d x f) and 4 x the heads' width per
     attention score (q.k and p.v). `config`: a transformers config."""
-    d, layers, heads = config.hidden_size, config.num_hidden_layers, config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None) or d // heads
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    d, layers = config.hidden_size, config.num_hidden_layers
+    heads, kv_heads, head_dim = attention_heads(config)
     ffn = getattr(config, "intermediate_size", None) or 4 * d
     per_token = 2 * (2 * d * heads * head_dim + 2 * d * kv_heads * head_dim + 3 * d * ffn)
     return layers * (tokens * per_token + scores * 4 * heads * head_dim)

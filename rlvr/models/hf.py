@@ -141,6 +141,15 @@ def disable_dropout(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
+def attention_heads(config) -> tuple[int, int, int]:
+    """(query heads, key/value heads, head size) of a transformers decoder config: `head_dim` where the config
+    states one (Qwen3, Gemma), else hidden_size / heads; key/value heads as many as the query heads unless the
+    config says fewer (grouped-query attention)."""
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return heads, getattr(config, "num_key_value_heads", None) or heads, head_dim
+
+
 def cache_kwarg(model) -> str:
     """The forward's name for the cache argument: transformers 5.x renamed `past_key_values` to `cache`."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a PEFT wrapper passes it on

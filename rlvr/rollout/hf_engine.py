@@ -30,7 +30,7 @@ from torch import Tensor
 from torch.func import functional_call
 
 from rlvr.core import entropy_from_logits
-from rlvr.models.hf import cache_kwarg
+from rlvr.models.hf import attention_heads, cache_kwarg
 from rlvr.models.prefix import KERNELS, full_attention_only
 from rlvr.models.tokenizer import pad_token_id
 from rlvr.rollout.base import Completion, Prompt, SamplingParams, encode_prompts, prompt_text
@@ -320,8 +320,7 @@ CASCADE_MIN_SAVED = 800
 def cascade_saving(config, group: int, width: int) -> float:
     """Prompt key/value entries per row and layer that cascade attention does not read, with groups of `group`
     rows and prompts `width` tokens wide: (1 - 1/group) * width * (key/value heads * head size)."""
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    _, kv_heads, head_dim = attention_heads(config)
     return (1 - 1 / group) * width * kv_heads * head_dim
 
 

@@ -35,6 +35,7 @@ import torch
 from torch import Tensor
 
 from rlvr.models import load_tokenizer
+from rlvr.models.hf import attention_heads
 from rlvr.rollout.base import Completion, Prompt, SamplingParams, encode_prompts, prompt_text
 from rlvr.rollout.sampling import LOGPROBS_MODES
 from rlvr.rollout.stops import cut_at_stop
@@ -55,7 +56,7 @@ def check_head_size(hf_config: Any) -> None:
     except ImportError:  # another vLLM layout: leave it to vLLM
         return
     sizes = CPUAttentionBackend.get_supported_head_sizes()
-    head = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads
+    head = attention_heads(hf_config)[2]
     if head not in sizes:
         raise ValueError(f"vLLM on a CPU has attention kernels for head sizes {sizes}, and this model's is "
                          f"{head} (hidden_size {hf_config.hidden_size} / {hf_config.num_attention_heads} heads); "

@@ -37,6 +37,7 @@ from rlvr.config import Config, ConfigError
 from rlvr.core import head_chunk_rows
 from rlvr.logging.throughput import safetensors_shapes
 from rlvr.models import resolve_placement
+from rlvr.models.hf import attention_heads
 from rlvr.rollout.engines import engine_spec
 from rlvr.train.preflight import completion_budget
 
@@ -62,9 +63,8 @@ class Dims:
         """From a transformers config; `params` (counted from the weights' headers) or else counted from the
         config (embedding, attention with biases, SwiGLU MLP, norms, an untied output layer)."""
         d, layers, vocab = config.hidden_size, config.num_hidden_layers, config.vocab_size
-        heads = config.num_attention_heads
-        head = getattr(config, "head_dim", None) or d // heads
-        q, kv = heads * head, (getattr(config, "num_key_value_heads", None) or heads) * head
+        heads, kv_heads, head = attention_heads(config)
+        q, kv = heads * head, kv_heads * head
         f = getattr(config, "intermediate_size", None) or 4 * d
         block = d * q + 2 * d * kv + q * d + 3 * d * f + 2 * d + (q + 2 * kv)  # + biases (Qwen2's q, k, v)
         tied = getattr(config, "tie_word_embeddings", True)

@@ -125,3 +125,16 @@ def test_disable_dropout_makes_train_mode_forwards_deterministic(arch):
     assert not torch.equal(model(ids).logits, model(ids).logits)  # dropout is live
     disable_dropout(model).train()
     assert torch.equal(model(ids).logits, model(ids).logits) and model.config.attention_dropout == 0.0
+
+
+def test_attention_heads_read_the_config_by_hand():
+    from types import SimpleNamespace
+
+    from rlvr.models.hf import attention_heads
+
+    plain = SimpleNamespace(num_attention_heads=4, hidden_size=64)  # no head_dim, no GQA: 64 / 4, kv = q
+    assert attention_heads(plain) == (4, 4, 16)
+    qwen3 = SimpleNamespace(num_attention_heads=16, hidden_size=1024, head_dim=128, num_key_value_heads=8)
+    assert attention_heads(qwen3) == (16, 8, 128)  # a stated head size wins over hidden / heads
+    assert attention_heads(SimpleNamespace(num_attention_heads=2, hidden_size=32, head_dim=None,
+                                           num_key_value_heads=None)) == (2, 2, 16)
