@@ -28,7 +28,7 @@ import ray
 import torch
 
 from rlvr.config import load_config
-from rlvr.distributed.ray_roles import RayLearner
+from rlvr.distributed.ray_learner import RayLearner
 from rlvr.distributed.run import train_distributed
 from rlvr.distributed.workers import LearnerWorker, RolloutWorker
 from rlvr.jsonl import read_jsonl

@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     from rlvr.core import flat_group_share
-    from rlvr.distributed.ray_roles import _free_port
+    from rlvr.distributed.ray_learner import _free_port
     from rlvr.distributed.workers import LearnerWorker
     from rlvr.tasks import get_task
     from rlvr.train.setup import local_roles

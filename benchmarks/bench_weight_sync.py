@@ -28,7 +28,8 @@ import ray
 import torch
 
 from rlvr.config import load_config
-from rlvr.distributed.ray_roles import RayLearner, RayRollout
+from rlvr.distributed.ray_learner import RayLearner
+from rlvr.distributed.ray_rollout import RayRollout
 from rlvr.distributed.workers import LearnerWorker, RolloutWorker
 from rlvr.models import make_tiny_model_dir
 

@@ -15,7 +15,7 @@ stateless group), so it neither needs nor touches torch.distributed's default gr
 rank may already hold. The names, shapes, dtypes and buckets (the layout) are agreed once, at the start; each
 sync then broadcasts one flat buffer per bucket (per dtype in it), instead of one collective per tensor.
 
-Plain torch (no Ray): `rlvr.distributed.ray_roles` decides who joins and when.
+Plain torch (no Ray): `rlvr.distributed.ray_learner` and `ray_rollout` decide who joins and when.
 """
 
 from __future__ import annotations

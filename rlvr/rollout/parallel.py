@@ -8,7 +8,7 @@ D parts on D engines at once (verl's and OpenRLHF's data-parallel rollouts sprea
 its own share). D = 1 is the plain call, its seed unchanged.
 
 The engine this process holds samples its parts itself; the others go to `peers` (`PartEngine`: another rollout
-worker's engine under Ray, `rlvr.distributed.ray_roles.RemotePart`), all started before this process samples its
+worker's engine under Ray, `rlvr.distributed.ray_rollout.RemotePart`), all started before this process samples its
 own, so they run at the same time.
 """
 

@@ -58,7 +58,7 @@ def test_a_dead_learner_stops_the_run_and_its_checkpoint_resumes_it(ray_cluster,
 def test_the_hint_after_a_failure_matches_what_the_run_folder_holds(tmp_path):
     """An actor that died while being set up left no checkpoint: the hint named `rlvr train --resume`, which
     then said there is none. With none it names --resume-or-start; the actor's own error is kept."""
-    from rlvr.distributed.ray_roles import _cause, continue_hint
+    from rlvr.distributed.ray_learner import _cause, continue_hint
 
     assert "--resume-or-start" in continue_hint(tmp_path) and "--resume " not in continue_hint(tmp_path)
     (tmp_path / "checkpoints" / "step_000002").mkdir(parents=True)

@@ -10,7 +10,7 @@ import torch.distributed as dist
 from ray_helpers import ray_sections, tiny_config
 from rlvr.config import load_config
 from rlvr.distributed import weight_sync
-from rlvr.distributed.ray_roles import _free_port
+from rlvr.distributed.ray_learner import _free_port
 from rlvr.distributed.workers import LearnerWorker
 from rlvr.models import placement
 from rlvr.tasks import get_task

@@ -11,7 +11,8 @@ import torch
 from ray_helpers import busy, cpu_hog, ray_sections, tiny_config
 from rlvr.config import load_config
 from rlvr.distributed.cluster import start_ray
-from rlvr.distributed.ray_roles import RayRollout, RemoteWeights, RolloutFailed
+from rlvr.distributed.ray_learner import RemoteWeights
+from rlvr.distributed.ray_rollout import RayRollout, RolloutFailed
 from rlvr.distributed.workers import RolloutWorker
 from rlvr.tasks import get_task
 from rlvr.train.setup import local_roles

@@ -14,7 +14,8 @@ from ray_helpers import ray_sections, tiny_config, write_config
 from rlvr.cli import main
 from rlvr.config import load_config
 from rlvr.distributed import weight_sync
-from rlvr.distributed.ray_roles import CollectiveWeights, RayLearner, RayRollout, RemoteWeights, _free_port
+from rlvr.distributed.ray_learner import CollectiveWeights, RayLearner, RemoteWeights, _free_port
+from rlvr.distributed.ray_rollout import RayRollout
 from rlvr.distributed.run import train_distributed
 from rlvr.distributed.workers import LearnerWorker, RolloutWorker
 from rlvr.models import placement
