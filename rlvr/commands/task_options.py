@@ -33,12 +33,11 @@ def task_from_options(name: str, options: dict[str, Any], model: str | Path,
     """The task `name` with `options`. A task that takes a `tokenizer` gets `model`'s unless an option names
     another, when its template follows the model: `template=chat` and the default `auto`. Bad input: one
     ValueError line naming the option as `named(key)` gives it (`--task-option KEY`, `task.options.KEY`)."""
-    from rlvr.tasks import TASKS, TaskOptionError, get_task
-    from rlvr.tasks.base import task_options
+    from rlvr.tasks import TaskOptionError, get_task
+    from rlvr.tasks.base import takes_tokenizer
 
     options = dict(options)
-    if options.get("template", "auto") in ("auto", "chat") and name in TASKS and \
-            "tokenizer" in task_options(TASKS[name])[0]:
+    if options.get("template", "auto") in ("auto", "chat") and takes_tokenizer(name):
         options.setdefault("tokenizer", str(model))
     try:
         return get_task(name, **options)

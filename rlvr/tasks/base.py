@@ -115,6 +115,12 @@ def task_options(factory: Callable[..., Any]) -> tuple[list[str], list[str], boo
     return names + [n for n in more if n not in names], required, is_open
 
 
+def takes_tokenizer(name: str) -> bool:
+    """Whether task `name` takes a `tokenizer` option (its chat and `auto` templates read the model's chat
+    template): a run, `rlvr eval` and `subset` hand it the model's where the options name none."""
+    return name in TASKS and "tokenizer" in task_options(TASKS[name])[0]
+
+
 _KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string", dict: "a mapping",
           list: "a list", type(None): "null"}
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rlvr.jsonl import read_jsonl_located
-from rlvr.tasks.base import TASKS, Example, TaskOptionError, get_task, register_task, task_options
+from rlvr.tasks.base import Example, TaskOptionError, get_task, register_task, takes_tokenizer
 
 
 def write_examples(examples: Sequence[Example], path: str | Path) -> Path:
@@ -49,7 +49,7 @@ class SubsetTask:
 
     def __post_init__(self) -> None:
         options = dict(self.options)
-        if self.tokenizer is not None and self.task in TASKS and "tokenizer" in task_options(TASKS[self.task])[0]:
+        if self.tokenizer is not None and takes_tokenizer(self.task):
             options.setdefault("tokenizer", self.tokenizer)
         try:
             self.base: Any = get_task(self.task, **options)

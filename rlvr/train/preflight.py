@@ -17,8 +17,8 @@ from rlvr.algorithms.sft import encode_pairs, located_pairs_from_jsonl
 from rlvr.config import Config, ConfigError, check_out_dir, load_config, with_absolute_paths
 from rlvr.models import PRESETS, build_char_tokenizer, load_tokenizer, resolve_model, tiny_config
 from rlvr.rollout.engines import EngineSpec, check_engine
-from rlvr.tasks import TASKS, Task, get_task
-from rlvr.tasks.base import task_options
+from rlvr.tasks import Task, get_task
+from rlvr.tasks.base import takes_tokenizer
 from rlvr.train.checkpoint import (CHECKPOINTS, LATEST, WARM_START, BadPointer, latest_checkpoint, load_state,
                                    step_folders, step_number)
 
@@ -144,7 +144,7 @@ def run_task(cfg: Config) -> Task:
     a `tokenizer` option the options leave out: its `template: chat` and default `auto` template read the model's
     own chat template, and a config never names the model a second time."""
     options = dict(cfg.task.options)
-    if "tokenizer" not in options and cfg.task.name in TASKS and "tokenizer" in task_options(TASKS[cfg.task.name])[0]:
+    if "tokenizer" not in options and takes_tokenizer(cfg.task.name):
         try:
             options["tokenizer"] = run_tokenizer(cfg)
         except (OSError, ValueError) as err:

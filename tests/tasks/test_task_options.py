@@ -11,7 +11,7 @@ import pytest
 from rlvr.cli import main
 from rlvr.models import make_tiny_model_dir
 from rlvr.tasks import TASKS, TaskOptionError, get_task
-from rlvr.tasks.base import task_options
+from rlvr.tasks.base import takes_tokenizer, task_options
 from rlvr.tasks.data import record_place
 
 
@@ -162,3 +162,9 @@ def test_an_option_of_the_wrong_kind_is_named_before_the_task_is_built(name, opt
 def test_a_number_where_a_float_is_declared_and_null_where_optional_are_accepted():
     assert get_task("countdown", format_score=1).format_score == 1
     assert get_task("gsm8k", path=None) is not None
+
+
+def test_takes_tokenizer_is_whether_the_task_has_a_tokenizer_option():
+    assert takes_tokenizer("gsm8k") and takes_tokenizer("math_file")  # MathTask's option, through **options
+    assert not takes_tokenizer("sort") and not takes_tokenizer("no_such_task")
+    assert all(takes_tokenizer(n) == ("tokenizer" in task_options(TASKS[n])[0]) for n in TASKS)
