@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from rlvr.core._checks import as_bool_mask, check_same_shape
-from rlvr.core.masking import masked_mean
+from rlvr.core.masking import masked_mean, masked_row_mean
 
 IS_MODES = ("truncate", "mask", "sequence_truncate", "sequence_mask")
 
@@ -44,9 +44,7 @@ def log_importance_ratio(old_logprobs: Tensor, behaviour_logprobs: Tensor, mask:
 def sequence_log_ratio(log_ratio: Tensor, mask: Tensor) -> Tensor:
     """log rho_geo (B,) = mean over a sequence's valid tokens of log rho: the log of the geometric mean of the
     token ratios; 0 (rho_geo = 1) for a sequence without a valid token."""
-    m = as_bool_mask(mask, log_ratio)
-    total = torch.where(m, log_ratio, torch.zeros((), dtype=log_ratio.dtype, device=log_ratio.device)).sum(-1)
-    return total / m.sum(-1).clamp(min=1)
+    return masked_row_mean(log_ratio, mask)
 
 
 @torch.no_grad()

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from rlvr.core._checks import as_bool_mask, check_ndim, check_same_shape
-from rlvr.core.masking import masked_mean, masked_sum
+from rlvr.core.masking import masked_mean, masked_row_mean, masked_sum
 
 Metrics = dict[str, Tensor]
 PolicyLoss = Callable[..., tuple[Tensor, Metrics]]
@@ -138,7 +138,7 @@ def sequence_clipped_surrogate_loss(
     m = as_bool_mask(mask, logprobs, like_name="logprobs")
     log_ratio = logprobs - old_logprobs.detach()  # (B, T)
     valid = m.any(dim=-1)  # a row with no token left (the overlong filter's) has s_b = 1, not 0/0 (a NaN gradient)
-    seq_log_ratio = masked_sum(log_ratio, m, dim=-1) / m.sum(dim=-1).clamp(min=1)  # (B,)
+    seq_log_ratio = masked_row_mean(log_ratio, m)  # (B,)
     token_ratio = (seq_log_ratio.detach()[:, None] + logprobs - logprobs.detach()).exp()  # (B, T)
     loss = _clipped_objective(token_ratio, adv, clip_low, clip_high)
     with torch.no_grad():

@@ -43,6 +43,12 @@ def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
     return masked_sum(x, mask, dim).to(_float_like(x)) / masked_count(mask, x, dim)
 
 
+def masked_row_mean(x: Tensor, mask: Tensor) -> Tensor:
+    """Mean over each row's valid elements: x, mask (B, T) -> (B,); 0 for a row without one (a sequence whose
+    every token was filtered or rejected), which then adds nothing rather than a NaN (0 / 0)."""
+    return masked_sum(x, mask, dim=-1) / masked_count(mask, x, dim=-1).clamp(min=1)
+
+
 def masked_normalize(x: Tensor, mask: Tensor, constant: float, dim: int | None = None) -> Tensor:
     """sum over mask / `constant` (a fixed normaliser such as the generation budget, Dr. GRPO)."""
     check_positive("constant", constant)
@@ -125,7 +131,7 @@ def aggregate_loss(
         total = masked_sum(per_token, m)
         return total / (masked_count(m, per_token) if denominator is None else denominator)
     if mode == "seq_mean_token_mean":
-        per_seq = masked_sum(per_token, m, dim=-1) / masked_count(m, per_token, dim=-1).clamp(min=1)  # (B,)
+        per_seq = masked_row_mean(per_token, m)  # (B,)
     elif mode == "seq_mean_token_sum":
         per_seq = masked_sum(per_token, m, dim=-1)  # (B,)
     else:

@@ -13,6 +13,7 @@ from rlvr.core import (
     masked_count,
     masked_mean,
     masked_normalize,
+    masked_row_mean,
     masked_sum,
     masked_var,
     masked_whiten,
@@ -223,3 +224,21 @@ def test_aggregations_agree_when_every_sequence_has_the_full_length(seed, b, t):
     torch.testing.assert_close(aggregate_loss(x, mask, "seq_mean_token_mean"), token_mean)
     torch.testing.assert_close(aggregate_loss(x, mask, "seq_sum_constant", constant=t), token_mean)
     torch.testing.assert_close(aggregate_loss(x, mask, "seq_mean_token_sum"), t * token_mean)
+
+
+def test_masked_row_mean_by_hand():
+    x = torch.tensor([[1.0, 2.0, 9.0], [4.0, float("nan"), 5.0], [7.0, 8.0, 9.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0], [0, 0, 0]])
+    assert torch.equal(masked_row_mean(x, mask), torch.tensor([1.5, 4.0, 0.0]))  # an empty row: 0, not NaN
+
+
+@SETTINGS
+@given(st.integers(0, 2**31 - 1), st.integers(1, 5), st.integers(1, 7))
+def test_masked_row_mean_is_the_mean_of_each_row_where_it_has_a_token(seed, b, t):
+    x, mask = _random_batch(seed, b, t)
+    mask[0] = False  # one row without a valid token
+    out = masked_row_mean(x, mask)
+    assert out[0] == 0
+    for row in range(1, b):
+        assert torch.allclose(out[row], x[row][mask[row]].mean())
+    assert torch.allclose(out[1:], masked_mean(x[1:], mask[1:], dim=-1))
