@@ -20,7 +20,6 @@ switches the cache off in training); `shares_prefix` says when that holds.
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -104,8 +103,7 @@ def _checkpointing(model) -> bool:
 _RECURRENT = ("mamba", "mamba2", "falcon_mamba", "jamba", "bamba", "zamba", "zamba2", "falcon_h1", "rwkv")
 
 
-def shared_prefix_logits(model, plan: PrefixPlan, suffix_call: Callable[[nn.Module], Any] = lambda _: nullcontext()
-                         ) -> Tensor:
+def shared_prefix_logits(model, plan: PrefixPlan, suffix_call: Callable[[nn.Module], Any]) -> Tensor:
     """Logits (B, S, V) of the suffix positions: position j predicts suffix token j + 1 (the last, past the end).
     `suffix_call(model)`: a context around the suffix's call (`rlvr.models.head.Scorer.inside`)."""
     cache = DynamicCache()
