@@ -34,10 +34,6 @@ def initial_model(base: Config, out_dir: Path) -> Path:
     return start_model(base, out_dir, run_task(base))
 
 
-def _task(base: Config):
-    return run_task(base)
-
-
 def _load(base: Config, model_path: Path):
     """The stage's model, placed as the RL policy (model.device, model.dtype), fully fine-tuned."""
     return load_policy(base.model, model_path, lora=False), load_tokenizer(model_path)
@@ -58,7 +54,7 @@ def _sample(base: Config, model, tokenizer, examples: list[Example], n: int, tem
 def _heldout(base: Config, model, tokenizer) -> dict[str, float]:
     """Greedy accuracy of the answer after any `</think>` (as the budget sweep grades): a model that learned the
     thinking format (fusion_sft) scored 0 on its correct answers, the sort verifier reading the block too."""
-    task = _task(base)
+    task = run_task(base)
     examples = task.eval_examples(base.task.eval_size, base.task.eval_seed)
     answer_correct = lambda text, ex: task.is_correct(split_thinking(text)[1], ex)  # noqa: E731
     acc = greedy_accuracy(_engine(base, model, tokenizer), examples, answer_correct, base.rollout.max_new_tokens)
@@ -82,7 +78,7 @@ def _demonstrations(base: Config, opts: Any, salt: int) -> tuple[list[str], list
     """(places, pairs) of the `data` file's rows (`file:LINE`) and of the task's demonstrations."""
     places, pairs = located_pairs_from_jsonl(opts.data) if opts.data else ([], [])
     if opts.demonstrations:
-        demos = pairs_from_task(_task(base), opts.demonstrations, base.seed + salt)
+        demos = pairs_from_task(run_task(base), opts.demonstrations, base.seed + salt)
         places, pairs = places + [f"task demonstration {i + 1}" for i in range(len(demos))], pairs + demos
     return places, pairs
 
@@ -106,7 +102,7 @@ def run_rejection_sft(base: Config, opts: Any, model_path: Path, stage_dir: Path
     """DeepSeek-R1 sec. 2.3.3: sample from the current model, keep verified-correct completions
     (deduplicated), mix in other SFT data (`data`, `demonstrations`), fine-tune on the mixture."""
     model, tokenizer = _load(base, model_path)
-    task = _task(base)
+    task = run_task(base)
     examples = task.train_examples(opts.prompts, base.seed + 2)
     sampling = RFTConfig(num_samples=opts.samples, temperature=opts.temperature, seed=base.seed,
                          max_new_tokens=base.rollout.max_new_tokens, dedup=True, max_per_prompt=None)
@@ -133,7 +129,7 @@ def preference_pairs(task, examples: list[Example], completions, n: int) -> list
 def run_dpo(base: Config, opts: Any, model_path: Path, stage_dir: Path) -> dict[str, Any]:
     """Preference optimisation on verifier-labelled pairs of the current model's own samples."""
     model, tokenizer = _load(base, model_path)
-    task = _task(base)
+    task = run_task(base)
     examples = task.train_examples(opts.prompts, base.seed + 3)
     completions = _sample(base, model, tokenizer, examples, opts.samples, opts.temperature)
     pairs = preference_pairs(task, examples, completions, opts.samples)
@@ -150,7 +146,7 @@ def run_filter(base: Config, opts: Any, model_path: Path, stage_dir: Path) -> di
     """Best-of-N difficulty filter of the training prompts with the current model; the kept prompts
     become the training set of later RL stages (Kimi k1.5 sec. 2.1, Qwen3 sec. 4.2)."""
     model, tokenizer = _load(base, model_path)
-    task = _task(base)
+    task = run_task(base)
     examples = task.train_examples(opts.prompts or base.task.train_size, base.seed)
     sampling = SamplingParams(temperature=opts.temperature, max_new_tokens=base.rollout.max_new_tokens,
                               seed=base.seed)
@@ -172,7 +168,7 @@ def run_fusion_sft(base: Config, opts: Any, model_path: Path, stage_dir: Path) -
     if opts.data:
         places, rows = fusion_rows(opts.data, opts.unflagged_think, base.seed)
     else:
-        examples = _task(base).train_examples(opts.demonstrations, base.seed + 4)
+        examples = run_task(base).train_examples(opts.demonstrations, base.seed + 4)
         records = [{"prompt": ex.prompt, "answer": ex.answer,
                     "thinking": opts.thinking.format(prompt=ex.prompt, answer=ex.answer)} for ex in examples]
         rows = build_fusion_data(records, unflagged_think=opts.unflagged_think, seed=base.seed)
@@ -186,7 +182,7 @@ def run_fusion_sft(base: Config, opts: Any, model_path: Path, stage_dir: Path) -
 def run_budget_eval(base: Config, opts: Any, model_path: Path, stage_dir: Path) -> dict[str, Any]:
     """Held-out accuracy against a thinking-token budget (Qwen3 sec. 4.3), `/think` prompts."""
     model, tokenizer = _load(base, model_path)
-    task = _task(base)
+    task = run_task(base)
     heldout = task.eval_examples(opts.examples or base.task.eval_size, base.task.eval_seed)
     examples = [Example(f"{ex.prompt.rstrip()} {THINK_FLAG}", ex.answer, ex.fields) for ex in heldout]
     answer_tokens = opts.answer_tokens or base.rollout.max_new_tokens
