@@ -136,14 +136,15 @@ def fits(parts: dict[str, float], capacity: float) -> bool:
     return sum(v for k, v in parts.items() if k != "host") <= capacity
 
 
-def refusal(parts: dict[str, float], capacity: float, where: str, setting: str) -> str:
-    """The one line of a set-up that does not fit: need, capacity, the largest parts, what to change."""
+def refusal(parts: dict[str, float], capacity: float, where: str, cfg: Config, dims: Dims) -> str:
+    """The one line of a set-up that does not fit: need, capacity, the largest parts, the setting that shrinks the
+    largest (`advice`)."""
     device = {k: v for k, v in parts.items() if k != "host" and v > 0}
     largest = sorted(device, key=device.get, reverse=True)
     shown = ", ".join(f"{k} {device[k] / GIB:.1f}" for k in largest[:4])
     return (f"the learner needs about {sum(device.values()) / GIB:.1f} GiB per device ({shown} GiB) and {where} "
-            f"has {capacity / GIB:.1f} GiB; the largest part, {largest[0]}, shrinks with {setting} "
-            f"(docs/sizing.md)")
+            f"has {capacity / GIB:.1f} GiB; the largest part, {largest[0]}, shrinks with "
+            f"{advice(largest[0], cfg, dims)} (docs/sizing.md)")
 
 
 def setup_of(cfg: Config, dims: Dims, prompt_tokens: int) -> LearnerSetup:
@@ -192,8 +193,7 @@ def check_learner_memory(cfg: Config, config: Any, folder: Path | None, prompt_t
     capacity = device_capacity(device)
     sharing = d.learners if device.type == "cpu" and d.backend == "ray" else 1
     if not fits(parts, capacity / sharing):
-        largest = max((k for k in parts if k != "host"), key=parts.get)
         where = (f"each of the {sharing} learners on this machine's CPU" if sharing > 1 else
                  "this machine's memory" if device.type == "cpu" else str(device))
-        raise ConfigError(refusal(parts, capacity / sharing, where, advice(largest, cfg, dims)))
+        raise ConfigError(refusal(parts, capacity / sharing, where, cfg, dims))
     return parts
