@@ -35,25 +35,24 @@ ALIASES = {"model": "model.path", "task": "task.name", "num_examples": "num_exam
            "answer_tokens": "thinking.answer_tokens"}
 
 
-def _k_list(text: str) -> list[int]:
+def _positive_ints(text: str, what: str) -> list[int]:
+    """`"4,1,2"` -> [4, 1, 2]: at least one integer, each >= 1, else one argparse error line naming `what`."""
     try:
-        ks = [int(k) for k in text.split(",") if k.strip()]
+        values = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--k expects comma-separated integers, got {text!r}") from None
-    if not ks or min(ks) < 1:
-        raise argparse.ArgumentTypeError(f"--k values must be >= 1, got {text!r}")
-    return sorted(set(ks))  # 1,1,2 asks for pass@1 and pass@2
+        values = []
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"{what} must be comma-separated integers >= 1, got {text!r}")
+    return values
+
+
+def _k_list(text: str) -> list[int]:
+    return sorted(set(_positive_ints(text, "--k values")))  # 1,1,2 asks for pass@1 and pass@2
 
 
 def parse_budgets(text: str) -> list[int]:
     """`"64,128,256"` -> [64, 128, 256]; argparse type for `--thinking-budget`."""
-    try:
-        budgets = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"thinking budgets must be comma-separated integers, got {text!r}") from None
-    if not budgets or any(b < 1 for b in budgets):
-        raise argparse.ArgumentTypeError(f"thinking budgets must be positive integers, got {text!r}")
-    return budgets
+    return _positive_ints(text, "thinking budgets")
 
 
 def add_thinking_budget_args(parser: argparse.ArgumentParser) -> None:
