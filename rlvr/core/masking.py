@@ -2,7 +2,9 @@
 
 A mask is `bool` or 0/1 of any dtype, with exactly the shape of the data (never broadcast). Masked-out
 positions are excluded with `torch.where`, not multiplied by 0, so a NaN or -inf sitting in padding
-never leaks into a result. An empty mask gives NaN (0 / 0), never a silent 0.
+never leaks into a result. An empty mask gives NaN (0 / 0), never a silent 0; the one exception is
+`masked_row_mean`, the per-sequence mean of a loss or a log-ratio, where a sequence with no valid token
+(all of it filtered or rejected) gives 0 and so adds nothing.
 
 `aggregate_loss` turns a per-token loss into the scalar to differentiate. The choice matters: it sets
 how much each token and each sequence weighs (Liu et al. 2025, "Understanding R1-Zero-Like Training",
