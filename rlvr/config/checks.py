@@ -24,13 +24,15 @@ def _check_rollout_engine(cfg: Config) -> None:
         raise ConfigError("rollout.vllm_lora=adapter needs model.lora.r > 0: it loads LoRA adapters into the engine")
 
 
-def _check_distributed(cfg: Config) -> None:
-    """The settings of the distributed section that depend on other sections (its own: DistributedConfig.check)."""
-    d, k = cfg.distributed, cfg.rollout.max_staleness
-    if k > 0 and d.backend != "ray":
+def _check_off_policy(cfg: Config) -> None:
+    """Sampling from older weights (rollout.max_staleness, rollout.partial) against what it needs: Ray for
+    staleness, the behaviour correction (algorithm.is_cap) unless algorithm.allow_uncorrected, and for partial
+    rollouts a batch of plain completions."""
+    a, k = cfg.algorithm, cfg.rollout.max_staleness
+    if k > 0 and cfg.distributed.backend != "ray":
         raise ConfigError(f"rollout.max_staleness={k} needs distributed.backend=ray")
-    a = cfg.algorithm
-    if k > 0 and a.is_cap == 0 and not a.allow_uncorrected:
+    uncorrected = a.is_cap == 0 and not a.allow_uncorrected
+    if k > 0 and uncorrected:
         raise ConfigError(f"algorithm.is_cap=0 turns the importance correction off, but rollout.max_staleness={k} "
                           "trains on batches sampled from weights up to that many updates old; leave is_cap empty "
                           "(auto) or set it > 1, or set algorithm.allow_uncorrected=true to train uncorrected")
@@ -38,13 +40,16 @@ def _check_distributed(cfg: Config) -> None:
         for unmet, why in ((a.dynamic_sampling, "algorithm.dynamic_sampling: false (its extra rounds draw prompts "
                             "of their own)"), (bool(cfg.env.name), "no env (an episode's turns are not cut in "
                             "segments)"),
-                           (a.is_cap == 0 and not a.allow_uncorrected, "the importance correction: leave "
-                            "algorithm.is_cap empty (auto: 2) or set it > 1, or set algorithm.allow_uncorrected=true "
-                            "(tokens carried from earlier steps were sampled by older weights, and each is weighted "
-                            "by pi_old / pi of its own version)")):
+                           (uncorrected, "the importance correction: leave algorithm.is_cap empty (auto: 2) or set "
+                            "it > 1, or set algorithm.allow_uncorrected=true (tokens carried from earlier steps were "
+                            "sampled by older weights, and each is weighted by pi_old / pi of its own version)")):
             if unmet:
                 raise ConfigError(f"rollout.partial: true needs {why}")
-    tp = cfg.rollout.tensor_parallel_size
+
+
+def _check_distributed(cfg: Config) -> None:
+    """The settings of the distributed section that depend on other sections (its own: DistributedConfig.check)."""
+    d, tp = cfg.distributed, cfg.rollout.tensor_parallel_size
     if d.backend == "ray" and tp > 1 and tp > d.rollout_gpus:
         raise ConfigError(f"rollout.tensor_parallel_size={tp} splits each engine over {tp} GPUs: reserve them with "
                           f"distributed.rollout_gpus={tp} (now {d.rollout_gpus:g})")
@@ -77,6 +82,7 @@ def validate(cfg: Config) -> Config:
     spans sections; names looked up in registries (task, losses, rewards) are checked when a run is set up
     (`rlvr.train.validate`)."""
     check_section(cfg)
+    _check_off_policy(cfg)
     _check_distributed(cfg)
     _check_files(cfg)
     _check_rollout_engine(cfg)
