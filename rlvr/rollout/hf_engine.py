@@ -225,9 +225,7 @@ class HFEngine:
             attend = SharedPrefix.of(cache.prefix_keys, cache.prefix_values, real, group, max(counts))
         else:
             cache.length = width
-            valid = torch.zeros(rows, width + max_new, dtype=torch.bool, device=dev)  # (R, P + T)
-            valid[:, :width] = real[group]
-            attend = RowKeys(valid)
+            attend = RowKeys.of(real[group], max_new)  # (R, P + T)
         return cache, attend, lengths[group].clone(), logits[group]
 
     def _run_chunk(self, prompt_ids, counts, sampling: SamplingParams, generator):

@@ -99,6 +99,4 @@ def prefill_continuing(forward, pad_id: int, device: torch.device, config, promp
     sees |= ~real[:, width - S:, None] & (column[None, None, :] == queries[None, :, None])
     logits = forward(ids, positions, cache, sees[:, None])  # (R, V)
     cache.length = width
-    valid = torch.zeros(rows, width + max_new, dtype=torch.bool, device=dev)
-    valid[:, :width] = real
-    return cache, RowKeys(valid), lengths.clone(), logits
+    return cache, RowKeys.of(real, max_new), lengths.clone(), logits

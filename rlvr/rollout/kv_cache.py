@@ -110,6 +110,14 @@ class RowKeys:
     def __init__(self, valid: Tensor):
         self.valid = valid  # (R, P + T) bool
 
+    @classmethod
+    def of(cls, real: Tensor, max_new: int) -> RowKeys:
+        """From the prompt columns that are real, (R, P) bool: the P + max_new cache columns, the new ones marked as
+        the decoding steps write them."""
+        valid = torch.zeros(real.shape[0], real.shape[1] + max_new, dtype=torch.bool, device=real.device)
+        valid[:, : real.shape[1]] = real
+        return cls(valid)
+
     def select(self, keep: Tensor) -> RowKeys:
         """The rows `keep` (R',) in that order."""
         return RowKeys(self.valid[keep])
