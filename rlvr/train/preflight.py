@@ -165,7 +165,7 @@ def check_context(cfg: Config, prompts: list[str]) -> int:
     of metrics.jsonl, which then blocked a plain re-run. Returns the longest prompt's tokens (0 for none)."""
     tokens = run_tokenizer(cfg)(prompts, add_special_tokens=not cfg.env.name)["input_ids"] if prompts else []
     longest = max(map(len, tokens), default=0)  # rendered
-    positions = getattr(model_config(cfg), "max_position_embeddings", None)
+    positions = max_positions(model_config(cfg))
     if positions is None or not prompts:
         return longest
     key, new = completion_budget(cfg)
