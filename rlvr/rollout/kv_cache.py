@@ -11,7 +11,7 @@ views `[:rows, :, :length + q]`: no copy, and attention only spans the filled co
 
 The prompt's columns are held in one of two ways, chosen when the cache is made:
 - copied to every row of its group (`shared_prefix=False`): the rows then hold [prompt ; completion] and
-  any attention kernel reads them;
+  any attention kernel reads them, told which columns of each row are real (`RowKeys`);
 - kept once per group (`shared_prefix=True`, `prefix_keys`/`prefix_values` (groups, heads, P, head_dim)):
   the rows hold only the completion, and the decoding steps' attention is `rlvr.rollout.cascade`'s.
 """
