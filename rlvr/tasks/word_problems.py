@@ -12,6 +12,8 @@ the operand pairs (one in five is held out: the held-out questions' numbers neve
 the training families (held-out numbers) and, with held-out families, n more of those, each marked with its
 `eval_group` (`heldout_family`), which the evaluation reports as metrics of their own (`eval/heldout_family/...`).
 Prompting and grading are `MathAnswers`' (chat template by default for an instruct model, answer in `\\boxed{}`).
+Each item's `expression` field is its arithmetic ("12 + 7", "42 - 24"): what a calculator call should evaluate
+(the `tools` environment's demonstrations call it).
 """
 
 from __future__ import annotations
@@ -92,7 +94,8 @@ class WordProblemTask(MathAnswers):
     def _example(self, rng: random.Random, family: str, held_out_numbers: bool, group: str | None) -> Example:
         op, a, b = rng.choice(self._pairs[held_out_numbers])
         question = rng.choice(FAMILIES[family][op]).format(a=a, b=b, name=rng.choice(NAMES), items=rng.choice(ITEMS))
-        fields = {"question": question, "family": family, **({"eval_group": group} if group else {})}
+        fields = {"question": question, "family": family, "expression": f"{a} {op} {b}",
+                  **({"eval_group": group} if group else {})}
         return Example(prompt=self.render(question), answer=str(a + b if op == "+" else a - b), fields=fields)
 
     def train_examples(self, n: int, seed: int) -> list[Example]:

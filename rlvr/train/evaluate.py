@@ -114,19 +114,25 @@ def grade_episodes(play: Episodes, examples: Sequence[Example], n: int, sampling
                         "length": len(c.token_ids), "finish_reason": c.finish_reason, "format_ok": None,
                         "answer_key": last, "components": {"episode": episode}, "turns": len(episode["turns"]),
                         "tool_calls": sum(float(i.get("tool_calls", 0)) for i in info),
-                        "tool_errors": sum(float(i.get("tool_errors", 0)) for i in info)})
+                        "tool_errors": sum(float(i.get("tool_errors", 0)) for i in info),
+                        "tool_calls_correct": sum(float(i.get("tool_calls_correct", 0)) for i in info)})
     return records
 
 
 def _turns(records: list[dict[str, Any]], name: str) -> dict[str, float]:
     """Mean turns per episode and per solved episode (when one was solved), as `{name}_turns` (`eval/greedy`), tool
-    calls per episode and the share of them that failed (when one was made); nothing for single completions."""
+    calls per episode, the share of episodes that made one (`_tool_call_episodes`) and, when one was made, the
+    shares of the calls that failed (`_tool_call_errors`) and that were correct (`_tool_calls_correct`: the
+    environment's `tool_calls_correct`, e.g. the `tools` environment's calls that returned the reference answer);
+    nothing for single completions."""
     if not records or "turns" not in records[0]:
         return {}
     solved = [r["turns"] for r in records if r["correct"]]
     calls = sum(r["tool_calls"] for r in records)
     out = {f"{name}_turns": sum(r["turns"] for r in records) / len(records),
-           f"{name}_tool_calls": calls / len(records)}
+           f"{name}_tool_calls": calls / len(records),
+           f"{name}_tool_call_episodes": sum(r["tool_calls"] > 0 for r in records) / len(records)}
     if calls:
         out[f"{name}_tool_call_errors"] = sum(r["tool_errors"] for r in records) / calls
+        out[f"{name}_tool_calls_correct"] = sum(r["tool_calls_correct"] for r in records) / calls
     return out | ({f"{name}_turns_solved": sum(solved) / len(solved)} if solved else {})

@@ -57,10 +57,22 @@ def test_tools_environment_runs_calls_then_scores_the_answer():
                               '<tool_call>{"name": "calc", "arguments": {}}</tool_call>'))
     assert [m["content"] for m in call.observations] == ["84", "error: unknown tool 'calc'; tools: calculator"]
     assert [m["role"] for m in call.observations] == ["tool", "tool"] and not call.done
-    assert call.info == {"tool_calls": 2, "tool_errors": 1}
+    assert call.info == {"tool_calls": 2, "tool_errors": 1, "tool_calls_correct": 1}  # 84 is the answer
     answer = env.step(assistant("The answer is 84"))
     assert answer.done and answer.reward == 1.0 and answer.info["correct"]
     assert env.tools[0]["function"]["name"] == "calculator"  # for templates that render tool schemas
+
+
+def test_tools_demonstration_calls_the_calculator_then_answers():
+    env = ToolEnv(Sums(), answer_format="so \\boxed{{answer}}")
+    item = Example("", "56", {"question": "What is 99 take away 43?", "expression": "99 - 43"})
+    assert env.demonstration(item, random.Random(0)) == [
+        '<tool_call>{"name": "calculator", "arguments": {"expression": "99 - 43"}}</tool_call>', "so \\boxed{56}"]
+    for fields in ({}, {"expression": "99 + 43"}, {"expression": "99 -"}):  # no, a wrong, an unreadable expression
+        assert env.demonstration(Example("", "56", fields), random.Random(0)) == ["so \\boxed{56}"]
+    assert ToolEnv(Sums(), tools=["python"]).demonstration(item, random.Random(0)) == ["The answer is \\boxed{56}."]
+    with pytest.raises(ValueError, match="answer_format must contain"):
+        ToolEnv(Sums(), answer_format="\\boxed{N}")
 
 
 def test_code_environment_feeds_failures_back_and_rewards_the_last_attempt():
@@ -142,3 +154,29 @@ def test_a_registered_environment_and_bad_options():
         environment_factory("guess", {"turn_cost": 2.0})
     with pytest.raises(ValueError, match="has no option 'task'"):  # the run's task is not an option
         environment_factory("guess", {"task": 1})
+
+
+def test_tools_demonstrations_render_as_episodes_whose_call_runs_to_the_answer():
+    """The SFT warm start's rows of `environments/tools` (word problems, the calculator): each episode's first model
+    turn is a call that parses and evaluates to the item's answer, the tool's output comes back masked, and the last
+    model turn is the answer the task's verifier counts."""
+    from rlvr.environments.tools import get_tools, parse_tool_calls, run_tool_call
+    from rlvr.models import build_char_tokenizer
+    from rlvr.rollout.episode import EpisodeLimits, demonstration_episodes
+
+    tok = build_char_tokenizer()  # one token a character: the masks can be read against the text
+    task = get_task("word_problems", difficulty="hard", answer_extraction="marker", tokenizer=tok)
+    items = task.train_examples(6, seed=0)
+    rows = demonstration_episodes(tok, lambda: ToolEnv(task, system="calc", instruction="boxed"), items,
+                                  EpisodeLimits(max_turns=3, max_tokens=512), seed=0)
+    assert len(rows) == len(items)
+    for item, (_, ids, mask) in zip(items, rows):
+        model = tok.decode([t for t, m in zip(ids, mask) if m], skip_special_tokens=True)
+        env = tok.decode([t for t, m in zip(ids, mask) if not m], skip_special_tokens=True)
+        call, answer = model.split("</tool_call>")
+        [parsed] = parse_tool_calls(call + "</tool_call>", get_tools(["calculator"]))
+        assert parsed.arguments == {"expression": item.fields["expression"]}
+        assert run_tool_call(parsed, get_tools(["calculator"])) == (item.answer, True)
+        assert env == item.answer  # the tool's output, the environment's only tokens (the template adds none)
+        assert answer == f"The answer is \\boxed{{{item.answer}}}." and task.is_correct(answer, item)
+        assert mask == [1] * len(call + "</tool_call>") + [1] + [0] * len(item.answer) + [1] * (len(answer) + 1)

@@ -37,6 +37,7 @@ def test_every_answer_is_the_questions_sum_or_difference_in_range(difficulty):
         op, a, b = _parse(example)
         assert op in ops and lo <= a <= hi and lo <= b <= hi
         assert example.answer == str(a + b if op == "+" else a - b) and int(example.answer) >= 0
+        assert example.fields["expression"] == f"{a} {op} {b}"  # the question's own operands, read back
 
 
 def test_hand_checked_questions():
@@ -47,6 +48,20 @@ def test_hand_checked_questions():
     assert example.answer == str(a + b) and example.prompt == f"<bos>{example.fields['question']}\n\n" + \
         "Please reason step by step, and put your final answer within \\boxed{}."
     assert held_out_pair("+", 3, 4) == held_out_pair("+", 3, 4)  # a fixed partition: no seed in it
+    assert example.fields["expression"] == f"{a} + {b}"
+
+
+def test_expression_by_hand():
+    """The `expression` field of questions read by eye: the calculator call that answers the question."""
+    task = get_task("word_problems", difficulty="hard", tokenizer=TOK)
+    got = [(e.fields["question"], e.fields["expression"], e.answer) for e in task.train_examples(3, seed=3)]
+    assert got == [("What is 99 take away 43?", "99 - 43", "56"),
+                   ("A rope is 96 meters long. Tom cuts off 75 meters. How many meters of rope are left?", "96 - 75",
+                    "21"),
+                   ("Mia has 89 shells. Mia gives 33 shells to a friend. How many shells does Mia have left?",
+                    "89 - 33", "56")]
+    from rlvr.environments.tools import calculator
+    assert all(calculator(e.fields["expression"]) == e.answer for e in task.eval_examples(30, seed=0))
 
 
 @settings(max_examples=25, deadline=None)
