@@ -110,6 +110,14 @@ class EnvConfig:
     workers: int = f(1, "Episodes whose environment steps run at once, in threads: for environments that wait on a "
                         "process or I/O (the code environment's sandbox runs), not Python work. 1 steps them in turn. "
                         "In a thread a step past step_timeout is abandoned, not interrupted.", ge=1)
+    kv_cache_mb: float = f(1024.0, "MiB of keys/values rlvr's engine (rollout.engine=hf) may keep from one turn of an "
+                                   "episode batch for the next, which then prefills only what the turn added "
+                                   "(HFEngine.reuse_histories). Past it nothing is kept and the next turn prefills "
+                                   "every history whole: the same episodes, more compute. Why a cap: float32 keys/"
+                                   "values of SmolLM2-135M take 46 kB a token, so 256 episodes of 300 tokens would "
+                                   "hold 3.5 GB beside the model (the previous turn's are read while the next are "
+                                   "kept: up to twice this). 0 = keep none; vLLM's prefix cache is bounded by "
+                                   "rollout.gpu_memory_utilization instead.", ge=0)
 
 
 @dataclass

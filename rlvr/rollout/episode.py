@@ -45,6 +45,7 @@ class EpisodeLimits:
     max_observation_tokens: int = 128  # per observation message; longer ones are cut (and counted)
     step_timeout: float = 10.0  # seconds per reset() or step() call; 0 = none
     workers: int = 1  # episodes stepped at once, in threads (environments that wait on a process: the sandbox)
+    kv_cache_mb: float = 1024.0  # keys/values an engine keeps across turns (`reuse_histories`); past it, re-prefill
 
     def __post_init__(self) -> None:
         for name in ("max_turns", "max_tokens", "max_observation_tokens"):
@@ -52,8 +53,9 @@ class EpisodeLimits:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.workers < 1:
             raise ValueError(f"workers must be >= 1, got {self.workers}")
-        if self.step_timeout < 0:
-            raise ValueError(f"step_timeout must be >= 0, got {self.step_timeout}")
+        for name in ("step_timeout", "kv_cache_mb"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
 
 
 @dataclass
@@ -98,7 +100,8 @@ def run_episodes(engine: RolloutEngine, tokenizer: Any, make_env: Callable[[], E
         if e.failed_reset is None:
             e.prompt_ids = renderer.prompt_ids(e.messages)
     # an engine that can keep each turn's keys/values prefills only the observations of the next (HFEngine)
-    with getattr(engine, "reuse_histories", nullcontext)():
+    reuse = getattr(engine, "reuse_histories", None)
+    with reuse(limits.kv_cache_mb * 2**20) if reuse is not None else nullcontext():
         _play(engine, episodes, n, sampling, renderer, tokenizer, limits)
     return [_completion(e, tokenizer) for e in episodes]
 
@@ -210,8 +213,9 @@ def _completion(e: _Episode, tokenizer: Any) -> Completion:
 
 def episode_metrics(completions: Sequence[Completion]) -> dict[str, float]:
     """The batch's episode/* metrics: turns, turns of solved episodes, tokens after the prompt, the share of
-    them the environment wrote (masked out of the loss), tool calls and tool-call errors per episode, and the
-    counts of environment problems (`env_guard.PROBLEMS`) and of cut observations."""
+    them the environment wrote (masked out of the loss), tool calls, tool-call errors and correct tool calls
+    (`info["tool_calls_correct"]`) per episode, and the counts of environment problems (`env_guard.PROBLEMS`)
+    and of cut observations."""
     episodes = [c.extra["episode"] for c in completions]
     turns = [len(ep["turns"]) for ep in episodes]
     solved = [t for t, ep in zip(turns, episodes) if ep["correct"]]
@@ -222,6 +226,7 @@ def episode_metrics(completions: Sequence[Completion]) -> dict[str, float]:
            "episode/masked_share": masked / tokens if tokens else 0.0,
            "episode/tool_calls": sum(float(i.get("tool_calls", 0)) for i in info) / len(episodes),
            "episode/tool_errors": sum(float(i.get("tool_errors", 0)) for i in info) / len(episodes),
+           "episode/tool_calls_correct": sum(float(i.get("tool_calls_correct", 0)) for i in info) / len(episodes),
            "episode/truncated_observations": float(sum(ep["cut_observations"] for ep in episodes)),
            **{f"episode/env_{kind}": float(sum(ep["end"] == kind for ep in episodes)) for kind in PROBLEMS}}
     if solved:

@@ -22,6 +22,7 @@ What makes it faster than `model.generate(num_return_sequences=n)` on CPU:
 
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager, nullcontext
 from typing import Iterable, Iterator
 
@@ -99,6 +100,7 @@ class HFEngine:
         # inside `reuse_histories`: the last call's sequences (read), and this call's (written)
         self._histories: Histories | None = None
         self._keeping: Histories | None = None
+        self._max_kept = math.inf
 
     # --- public API -------------------------------------------------------------------------------
 
@@ -110,7 +112,7 @@ class HFEngine:
         generator = torch.Generator(device=self.device).manual_seed(seed)
         rows: list[tuple[list[int], list[float], str | None, bool, list[float] | None]] = []
         if self._histories is not None:
-            self._keeping = Histories()
+            self._keeping = Histories(self._max_kept)
         was_training = self.model.training
         self.model.eval()
         try:
@@ -132,11 +134,14 @@ class HFEngine:
                 for i, row, text in zip(owners, rows, texts)]
 
     @contextmanager
-    def reuse_histories(self) -> Iterator[None]:
+    def reuse_histories(self, max_bytes: float = math.inf) -> Iterator[None]:
         """Within the block, each call keeps its sequences' keys/values and the next call prefills only what its
         prompts add to them (`rlvr.rollout.histories`): a multi-turn episode's turns feed their histories back.
-        Kept for one call only; weights must not change inside the block (the kept keys would be stale)."""
-        self._histories = Histories()
+        Kept for one call only, at most `max_bytes` of them (past it none, and the next call prefills in full; the
+        previous call's are read while a call keeps its own: twice that at most); weights must not change inside
+        the block (the kept keys would be stale)."""
+        self._max_kept = max_bytes
+        self._histories = Histories(max_bytes)
         try:
             yield
         finally:

@@ -6,9 +6,16 @@ again; with it (`HFEngine.reuse_histories()`, which the runner opens around an e
 for every sequence it sampled, the keys/values of the prompt and the sampled tokens but the last (whose keys no
 forward has computed yet), by their token ids, and the next call's prompt that starts with one of them prefills
 only the rest. This is vLLM's automatic prefix caching for rlvr's engine, across one call's sequences.
+
+What one call keeps is capped (`max_bytes`, the runner's `env.kv_cache_mb`): a 135M model's keys/values take 46 kB a
+token in float32, so 256 episodes of 300 tokens would hold 3.5 GB beside the model. Past the cap the call keeps
+nothing (what it had kept is freed), and the next call prefills every history whole: the same episodes (the
+prefill computes the same keys), at the cost of the recomputation.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor
@@ -19,13 +26,21 @@ KV = list[tuple[Tensor, Tensor]]  # per layer: keys, values (heads, length, head
 
 
 class Histories:
-    """The kept sequences of one call: their token ids -> their keys/values per layer."""
+    """The kept sequences of one call: their token ids -> their keys/values per layer, at most `max_bytes` of them
+    (past it none: `dropped`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_bytes: float = math.inf) -> None:
         self.kept: dict[tuple[int, ...], KV] = {}
         self.lengths: set[int] = set()
+        self.max_bytes, self.bytes, self.dropped = max_bytes, 0, False
 
     def add(self, ids: list[int], kv: KV) -> None:
+        if self.dropped:
+            return
+        self.bytes += sum(t.numel() * t.element_size() for pair in kv for t in pair)
+        if self.bytes > self.max_bytes:  # a partial store would not help: a call continues only when all continue
+            self.kept, self.lengths, self.dropped = {}, set(), True
+            return
         self.kept[tuple(ids)] = kv
         self.lengths.add(len(ids))
 
@@ -43,6 +58,8 @@ def keep_ended(store: Histories, cache: PreallocatedKVCache, attend, seq: Tensor
                prompts: list[list[int]], tokens: Tensor) -> None:
     """Keep the keys/values of the sequences that end at step t (live rows `ended`): their prompt and the t
     tokens sampled before this step's, whose columns the cache holds (`Histories`)."""
+    if store.dropped:  # over its cap: no more copies
+        return
     rows = torch.nonzero(ended).squeeze(-1).tolist()
     sampled = tokens[seq[rows], :t].tolist()
     for row, sid, ids in zip(rows, seq[rows].tolist(), sampled):

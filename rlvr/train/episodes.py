@@ -33,7 +33,8 @@ def episode_player(cfg: Config, task: Task, engine: RolloutEngine) -> Episodes |
 def _make_env(cfg: Config, task: Task) -> tuple[Callable[[], Any], EpisodeLimits]:
     e = cfg.env
     return (environment_factory(e.name, e.options, task),
-            EpisodeLimits(e.max_turns, e.max_tokens, e.max_observation_tokens, e.step_timeout, e.workers))
+            EpisodeLimits(e.max_turns, e.max_tokens, e.max_observation_tokens, e.step_timeout, e.workers,
+                          e.kv_cache_mb))
 
 
 def first_prompts(cfg: Config, task: Task, examples: list[Example], tokenizer: Any) -> list[str]:

@@ -176,3 +176,39 @@ def test_the_engine_prefills_only_what_a_turn_adds(sharp, cascade, monkeypatch):
     assert any(len(c.extra["episode"]["turns"]) > 1 for c in kept)
     for a, b in zip(kept, full):
         torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4, rtol=0)
+
+
+def test_past_its_cap_the_engine_keeps_no_history_and_the_episodes_are_the_same(sharp):
+    """`env.kv_cache_mb`: with a cap the kept keys/values pass, a call keeps none (what it had kept is freed) and the
+    next turn prefills each history whole; the episodes are those of an uncapped run."""
+    from rlvr.rollout.hf_engine import HFEngine
+    from rlvr.rollout.histories import Histories
+
+    model, tokenizer = sharp
+    items, greedy = [ITEM, Example("zz", "")], SamplingParams(temperature=0, max_new_tokens=5)
+    c = model.config
+    token = c.num_hidden_layers * 2 * c.num_key_value_heads * (c.hidden_size // c.num_attention_heads) * 4  # bytes
+    runs, tight_mb = {}, 10 * token / 2**20  # one sequence of the first turn fits (3 + 4 tokens), not the batch's 4
+    for cap_mb in (1024.0, 0.0, tight_mb):  # uncapped here, none kept, a cap passed mid-call
+        engine, widths = HFEngine(model, tokenizer), []
+        forward = engine._forward
+        engine._forward = lambda ids, *a, forward=forward, **k: widths.append(ids.shape[1]) or forward(ids, *a, **k)
+        out = run_episodes(engine, tokenizer, Echo, items, 2, greedy, EpisodeLimits(max_turns=3, max_tokens=40,
+                                                                                   kv_cache_mb=cap_mb))
+        runs[cap_mb] = (out, [w for w in widths if w > 1])
+    kept, full, tight = runs[1024.0], runs[0.0], runs[tight_mb]
+    assert any(len(c.extra["episode"]["turns"]) > 1 for c in kept[0])
+    assert kept[1][1:] and all(w < 8 for w in kept[1][1:])  # an observation's tokens, not a history
+    assert full[1] == tight[1] and all(w >= 8 for w in full[1][1:])  # every later turn prefills a whole history
+    for out, _ in (full, tight):
+        assert [c.token_ids for c in out] == [c.token_ids for c in kept[0]]
+        for a, b in zip(out, kept[0]):
+            torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4, rtol=0)
+    store = Histories(max_bytes=100)
+    kv = [(torch.zeros(1, 3, 4), torch.zeros(1, 3, 4))]  # 2 x 12 float32: 96 bytes
+    store.add([1, 2, 3], kv)
+    assert store.longest([1, 2, 3, 4]) == (3, kv) and not store.dropped
+    store.add([5, 6, 7], kv)  # 192 bytes: past the cap, nothing kept
+    assert store.dropped and store.longest([1, 2, 3, 4]) == (0, None) and not store.kept
+    store.add([8], [(torch.zeros(1, 1, 1), torch.zeros(1, 1, 1))])
+    assert not store.kept
