@@ -88,7 +88,7 @@ def _overhead(cfg, warm: Path, repeats: int = 9) -> dict[str, float]:
     remote_learner = RayLearner([ray.remote(LearnerWorker).options(num_cpus=1).remote(cfg, warm, warm, 0, 1,
                                                                                        ("", 0))], cfg.out_dir)
     worker = ray.remote(RolloutWorker).options(num_cpus=1).remote(cfg, warm)
-    ray.get([sink.ping.remote(), worker.state_dict.remote()])
+    ray.get([sink.ping.remote(), worker.stream_state.remote()])
     size = sum(t.numel() * t.element_size() for _, t in learner.named_weights())
     return {
         "empty_call_s": _median_s(lambda: ray.get(sink.ping.remote()), repeats),

@@ -49,7 +49,19 @@ def _check_off_policy(cfg: Config) -> None:
 
 def _check_distributed(cfg: Config) -> None:
     """The settings of the distributed section that depend on other sections (its own: DistributedConfig.check)."""
-    d, tp = cfg.distributed, cfg.rollout.tensor_parallel_size
+    d, tp, k = cfg.distributed, cfg.rollout.tensor_parallel_size, cfg.rollout.max_staleness
+    if d.colocate and k > 0:
+        raise ConfigError(f"rollout.max_staleness={k} samples while the learners update, but distributed.colocate: "
+                          "true runs both on the learner ranks, one after the other; set max_staleness=0 or "
+                          "colocate=false")
+    if d.colocate and cfg.rollout.data_parallel % d.learners:
+        raise ConfigError(f"distributed.colocate: true samples each step's groups on the {d.learners} learner rank(s): "
+                          f"set rollout.data_parallel to a multiple of distributed.learners (got "
+                          f"{cfg.rollout.data_parallel})")
+    if d.colocate and tp > 1:
+        raise ConfigError(f"rollout.tensor_parallel_size={tp} splits an engine over GPUs, but distributed.colocate: "
+                          "true holds one engine per learner rank on the rank's own device; set it to 1 (or "
+                          "colocate=false with rollout_gpus)")
     if d.backend == "ray" and tp > 1 and tp > d.rollout_gpus:
         raise ConfigError(f"rollout.tensor_parallel_size={tp} splits each engine over {tp} GPUs: reserve them with "
                           f"distributed.rollout_gpus={tp} (now {d.rollout_gpus:g})")

@@ -21,6 +21,11 @@ class DistributedConfig:
     learners: int = f(1, "Data-parallel learner actors (torch.distributed: gloo when model.device puts the "
                          "policy on CPU, NCCL on CUDA, `auto` resolved in each actor); each "
                          "takes an equal share of every minibatch's micro-batches, gradients are summed.", ge=1)
+    colocate: bool = f(False, "Every learner rank holds a rollout engine of its own on its own device and samples its "
+                              "share of each step's groups (rollout.data_parallel parts, a multiple of learners), its "
+                              "weights taken from its own rank's policy in process: no weight transfer, no rollout "
+                              "actors; rollout and update share the device (verl's hybrid engine, TRL GRPOTrainer "
+                              "vllm_mode='colocate'; docs/distributed.md).")
     rollout_cpus: float | None = f(None, "CPUs reserved per rollout actor; empty: the cluster's CPUs that the set "
                                          "shares leave, shared out evenly over the actors left (at most 1 each): "
                                          "1 learner and 2 rollout workers on 2 cores get 2/3 each.", ge=0)
@@ -69,6 +74,14 @@ class DistributedConfig:
         for key in ("mixed_precision", "cpu_offload"):
             if getattr(self, key) and not self.shard:
                 raise ConfigError(f"{prefix}{key}: true is an FSDP2 setting; it needs {prefix}shard: true")
+        if self.colocate:
+            for unmet, why in ((self.rollout_workers != 1, "rollout_workers (separate rollout actors)"),
+                               (self.weight_sync != "object_store", "weight_sync (no weights travel)"),
+                               (self.rollout_cpus is not None or self.rollout_gpus > 0, "rollout_cpus / rollout_gpus "
+                                "(the engines use the learners' reservations: learner_cpus / learner_gpus)")):
+                if unmet:
+                    raise ConfigError(f"{prefix}colocate: true puts a rollout engine on every learner rank; leave "
+                                      f"{prefix}{why} at its default")
         if self.learners > 1 and self.learner_cpus is not None and self.learner_cpus + self.learner_gpus <= 0:
             raise ConfigError(f"{prefix}learner_cpus or learner_gpus must be > 0 with learners > 1 (they are placed "
                               "as a group)")
@@ -79,7 +92,8 @@ class DistributedConfig:
 _RAY_ONLY = {"address": "one process joins no Ray cluster", "learners": "one process runs one learner",
              "rollout_workers": "one process runs one rollout", "weight_sync": "one process has no weights to send",
              "shard": "one process holds the whole policy", "max_restarts": "one process restarts no actor",
-             "mixed_precision": "one process shards nothing", "cpu_offload": "one process shards nothing",
+             "mixed_precision": "one process shards nothing", "colocate": "one process already shares its policy with "
+             "its engine", "cpu_offload": "one process shards nothing",
              "sync_bucket_mb": "one process has no weights to send"}
 # the CPU shares' defaults before empty ones were taken from the cluster: the config.yaml of an older run holds them
 _FORMER_DEFAULTS = {"rollout_cpus": 1.0, "learner_cpus": 1.0}

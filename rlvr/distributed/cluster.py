@@ -77,8 +77,8 @@ def cpu_shares(learners: int, learner_cpus: float | None, workers: int, rollout_
     CPUs that the set shares leave, shared out evenly over the actors left, at most 1 each (an actor runs
     `threads` or 1 torch thread). ConfigError when the set shares leave nothing for the others."""
     unset = learners * (learner_cpus is None) + workers * (rollout_cpus is None)
-    if not unset:
-        return learner_cpus, rollout_cpus
+    if not unset:  # a role without actors (colocated rollout) may leave its share empty
+        return learner_cpus or 0.0, rollout_cpus or 0.0
     left = cluster_cpus - learners * (learner_cpus or 0.0) - workers * (rollout_cpus or 0.0)
     if left <= 1e-9:
         empty = " and ".join(key for key, value in (("learner_cpus", learner_cpus), ("rollout_cpus", rollout_cpus))
@@ -92,8 +92,13 @@ def cpu_shares(learners: int, learner_cpus: float | None, workers: int, rollout_
 def role_cpus(cfg: Config) -> tuple[float, float]:
     """`cpu_shares` of this config on the Ray cluster this process joined."""
     d = cfg.distributed
-    return cpu_shares(d.learners, d.learner_cpus, d.rollout_workers, d.rollout_cpus,
+    return cpu_shares(d.learners, d.learner_cpus, rollout_actors(cfg), d.rollout_cpus,
                       ray.cluster_resources().get("CPU", 0.0))
+
+
+def rollout_actors(cfg: Config) -> int:
+    """Rollout actors of their own: none where the learner ranks hold the engines (`distributed.colocate`)."""
+    return 0 if cfg.distributed.colocate else cfg.distributed.rollout_workers
 
 
 def check_resources(cfg: Config) -> None:
@@ -102,16 +107,16 @@ def check_resources(cfg: Config) -> None:
     cluster (`cpu_shares`: on a 2-core machine 1 learner and 2 rollout workers get 2/3 CPU each). A cluster this
     run started (`address: local`) cannot grow: one ConfigError line; a cluster joined by address may have an
     autoscaler: a warning."""
-    d = cfg.distributed
+    d, actors = cfg.distributed, rollout_actors(cfg)
     cpus = dict(zip(("learner", "rollout"), role_cpus(cfg)))
-    need = {"CPU": (d.learners * cpus["learner"], d.rollout_workers * cpus["rollout"], "cpus"),
-            "GPU": (d.learners * d.learner_gpus, d.rollout_workers * d.rollout_gpus, "gpus")}
+    need = {"CPU": (d.learners * cpus["learner"], actors * cpus["rollout"], "cpus"),
+            "GPU": (d.learners * d.learner_gpus, actors * d.rollout_gpus, "gpus")}
     have = ray.cluster_resources()
     for kind, (learners, workers, key) in need.items():
         if learners + workers > have.get(kind, 0.0) + 1e-9:
             each = {role: cpus[role] if kind == "CPU" else getattr(d, f"{role}_gpus") for role in cpus}
             message = (f"distributed: the roles reserve {learners + workers:g} {kind}s ({d.learners} learner(s) x "
-                       f"learner_{key} {each['learner']:g} + {d.rollout_workers} rollout worker(s) x "
+                       f"learner_{key} {each['learner']:g} + {actors} rollout worker(s) x "
                        f"rollout_{key} {each['rollout']:g}) but the Ray cluster has "
                        f"{have.get(kind, 0.0):g}; lower distributed.learner_{key} / rollout_{key} (fractions such "
                        f"as 0.5 work) or run on a larger cluster")

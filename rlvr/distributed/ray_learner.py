@@ -7,6 +7,8 @@
   `distributed.weight_sync: collective`, as `CollectiveWeights` (a marker: rank 0 broadcasts them to a
   torch.distributed group of its own with the rollout workers, `rlvr.distributed.weight_sync`, when the
   rollout side loads them: `rlvr.distributed.ray_rollout`).
+- Colocated (`distributed.colocate`), every rank holds a rollout engine (`ColocatedWorker`) and the weights leave
+  no rank: `ColocatedWeights` tells the rollout side to have each rank load its own.
 - A learner that dies stops the run (`LearnerFailed`, one line): resume from the last checkpoint.
 """
 
@@ -20,7 +22,7 @@ from typing import Any
 
 from rlvr.config import Config
 from rlvr.distributed.cluster import role_cpus
-from rlvr.distributed.workers import LearnerWorker
+from rlvr.distributed.workers import ColocatedWorker, LearnerWorker
 from rlvr.rollout.scored import ScoredBatch
 from rlvr.train.guard import RunStopped, continue_hint
 
@@ -62,6 +64,14 @@ class CollectiveWeights:
     learner: RayLearner
 
 
+@dataclass
+class ColocatedWeights:
+    """The learners' weights where every rank holds a rollout engine (`distributed.colocate`): nothing travels, each
+    rank loads its own policy's weights into its engine when the rollout loads them (`RayLearner.sync_engines`)."""
+
+    learner: RayLearner
+
+
 def _process_id(_actor: Any = None) -> str:
     """Run inside an actor (`__ray_call__` passes it): the id of its worker process, another after a restart."""
     return ray.get_runtime_context().get_worker_id()
@@ -72,11 +82,13 @@ class RayLearner:
     Every call goes through `_get`, so a dead learner, whichever call meets it, stops the run with
     one message instead of a Ray traceback (or a hang of the ranks left waiting in a collective).
     `collective`: the ranks shard the policy, so every rank takes part in what rank 0 answers.
-    `weight_sync`: object_store, or collective once `join_weight_group` has formed the group."""
+    `weight_sync`: object_store, collective once `join_weight_group` has formed the group, or colocated (every
+    rank a `ColocatedWorker`: its engine loads the rank's own weights)."""
 
-    def __init__(self, actors: list, run_dir: str, collective: bool = False, placement: Any = None) -> None:
+    def __init__(self, actors: list, run_dir: str, collective: bool = False, placement: Any = None,
+                 colocated: bool = False) -> None:
         self.actors, self.run_dir, self.collective, self.placement = actors, run_dir, collective, placement
-        self.weight_sync = "object_store"
+        self.weight_sync = "colocated" if colocated else "object_store"
         self._buckets: int | None = None  # buckets per sync, asked once
         self.tokenizer = self._call("tokenizer")  # checkpoints save it beside the policy
 
@@ -113,12 +125,19 @@ class RayLearner:
         Collective: a marker; the rollout starts the broadcast when it loads them."""
         if self.weight_sync == "collective":
             return CollectiveWeights(self)
+        if self.weight_sync == "colocated":
+            return ColocatedWeights(self)
         actors = self.actors if self.collective else self.actors[:1]
         if self._buckets is None:
             self._buckets = self._call("weight_buckets")
         calls = [[a.publish.options(num_returns=2).remote(i) for a in actors] for i in range(self._buckets)]
         self._get([version for bucket in calls for _, version in bucket], "named_weights")
         return RemoteWeights([bucket[0][0] for bucket in calls])  # rank 0's buckets
+
+    def sync_engines(self, version: int, relay: Any) -> None:
+        """Colocated: every rank loads its own weights into its engine, in process (sharded: gathered whole, all
+        ranks at once); rank 0's engine learns from `relay` which version its peers hold."""
+        self._all("load_own_weights", version, relay)
 
     def send_weights(self) -> list:
         """Start rank 0's broadcast (sharded: every rank gathers with it); the caller waits (`wait`)."""
@@ -180,9 +199,11 @@ def _learners(cfg: Config, policy_path: Path, init_path: Path) -> RayLearner:
     """M learner actors; with M > 1 in a placement group (packed on as few nodes as fit them), rank 0
     in its first bundle, which also answers the rendezvous address."""
     d, (cpus, _) = cfg.distributed, role_cpus(cfg)
-    cls, resources = ray.remote(LearnerWorker), {"num_cpus": cpus, "num_gpus": d.learner_gpus}
+    cls = ray.remote(ColocatedWorker if d.colocate else LearnerWorker)
+    resources = {"num_cpus": cpus, "num_gpus": d.learner_gpus}
     if d.learners == 1:
-        return RayLearner([cls.options(**resources).remote(cfg, policy_path, init_path, 0, 1, ("", 0))], cfg.out_dir)
+        return RayLearner([cls.options(**resources).remote(cfg, policy_path, init_path, 0, 1, ("", 0))], cfg.out_dir,
+                          colocated=d.colocate)
     bundle = {key: n for key, n in (("CPU", cpus), ("GPU", d.learner_gpus)) if n}
     group = placement_group([bundle] * d.learners, strategy="PACK")
     ray.get(group.ready())
@@ -194,4 +215,4 @@ def _learners(cfg: Config, policy_path: Path, init_path: Path) -> RayLearner:
     actors = [cls.options(**resources, scheduling_strategy=place(r)).remote(cfg, policy_path, init_path, r,
                                                                             d.learners, master)
               for r in range(d.learners)]
-    return RayLearner(actors, cfg.out_dir, collective=d.shard, placement=group)
+    return RayLearner(actors, cfg.out_dir, collective=d.shard, placement=group, colocated=d.colocate)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.config import Config
-from rlvr.distributed.ray_learner import CollectiveWeights, RemoteWeights, _cause, _process_id
+from rlvr.distributed.ray_learner import CollectiveWeights, ColocatedWeights, RemoteWeights, _cause, _process_id
 from rlvr.distributed.workers import WrongWeights
 from rlvr.rollout.scored import ScoredBatch
 from rlvr.tasks import Example
@@ -117,7 +117,7 @@ class RayRollout:
         self.staleness, self.last_step = cfg.rollout.max_staleness, cfg.train.steps
         self._pending: dict[int, _Request] = {}
         self._submitted = 0  # highest step requested
-        self._stream = actors[0].state_dict.remote()  # state the next request draws from
+        self._stream = actors[0].stream_state.remote()  # state the next request draws from
         self._consumed = self._stream  # state after the last step handed to the loop
         self._weights, self._version = _held(weights), 0
         self.restarts = 0  # deaths of a worker that Ray restarted
@@ -178,6 +178,9 @@ class RayRollout:
                              f"stops. {continue_hint(Path(self.cfg.out_dir))}")
 
     def _broadcast(self) -> None:
+        if isinstance(self._weights, ColocatedWeights):  # the workers are the learner ranks: each loads its own
+            self._weights.learner.sync_engines(self._version, Relay(self._version, None))
+            return
         if isinstance(self._weights, CollectiveWeights) and self._broadcast_collective():
             return
         for actor in self.actors[:1] if self.split else self.actors:  # split: the peers load from the parts
@@ -308,14 +311,15 @@ def _held(weights: Any) -> Any:
     """What a request keeps of its weights: the object references of their buckets, or the collective's marker."""
     if isinstance(weights, RemoteWeights):
         return weights.refs
-    return weights if isinstance(weights, CollectiveWeights) else [ray.put(dict(weights))]
+    return weights if isinstance(weights, (CollectiveWeights, ColocatedWeights)) else [ray.put(dict(weights))]
 
 
-def _load(actor: Any, buckets: list | None, version: int, relay: bool = False) -> None:
+def _load(actor: Any, buckets: Any, version: int, relay: bool = False) -> None:
     """The worker loads the buckets in turn (Ray fetches each when its call runs: one at a time in the worker's
     memory); the last one sets the policy version and, `relay`, hands the bucket references on for its peers. None:
-    a request restored from a checkpoint, already answered."""
-    for i, bucket in enumerate(buckets or []):
+    a request restored from a checkpoint, already answered; ColocatedWeights: the ranks load their own
+    (`_broadcast`)."""
+    for i, bucket in enumerate(buckets if isinstance(buckets, list) else []):
         last = i == len(buckets) - 1
         actor.load_weights.remote(bucket, version if last else None, Relay(version, buckets) if relay and last else None)
 

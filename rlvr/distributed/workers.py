@@ -1,4 +1,5 @@
-"""What runs inside the Ray actors: a Rollout worker, and a Learner per data-parallel rank.
+"""What runs inside the Ray actors: a Rollout worker, a Learner per data-parallel rank, and, colocated
+(`distributed.colocate`), a Learner rank that holds a Rollout of its own.
 
 Plain classes (no Ray import): `rlvr.distributed.ray_roles` turns them into actors. Each is built
 from the Config and model folders alone, as the roles' constructors allow.
@@ -40,14 +41,19 @@ class RolloutWorker:
     def __init__(self, cfg: Config, init_path: Path) -> None:
         _threads(cfg)
         seed_everything(cfg.seed)
-        tokenizer = load_tokenizer(init_path)
-        # an engine that samples from the policy module gets one of its own; another loads the folder itself
-        samples_policy = engine_spec(cfg).samples_policy
-        policy = load_model(init_path).to(resolve_placement(cfg.model).device) if samples_policy else None
-        engine = build_engine(cfg, policy, tokenizer, init_path)
+        self._serve(cfg, _engine(cfg, init_path, load_tokenizer(init_path)))
+
+    def _serve(self, cfg: Config, engine: Any) -> None:
         self.rollout = Rollout(cfg, run_task(cfg), engine)
         self.group, self.buckets = None, []  # the weight-sync group, with `distributed.weight_sync: collective`
         self.relay: Any = None  # data-parallel coordinator: the weights its peers sample from
+
+    @classmethod
+    def around(cls, cfg: Config, engine: Any) -> RolloutWorker:
+        """A worker serving `engine` inside another actor (a colocated learner rank), which set threads and seeds."""
+        worker = cls.__new__(cls)
+        worker._serve(cfg, engine)
+        return worker
 
     def collect(self, step: int, stream_state: dict | None, version: int) -> tuple[ScoredBatch, dict]:
         """The step's batch from the stream state after step - 1, and the stream state after it."""
@@ -112,8 +118,17 @@ class RolloutWorker:
     def evaluate(self, examples: list[Example], seed: int) -> tuple[dict[str, float], list[dict]]:
         return self.rollout.evaluate(examples, seed)
 
-    def state_dict(self) -> dict[str, Any]:
+    def stream_state(self) -> dict[str, Any]:
+        """The rollout's state (the prompt stream's, carried samples): what the next request draws from."""
         return self.rollout.state_dict()
+
+
+def _engine(cfg: Config, init_path: Path, tokenizer: Any, policy: Any = None) -> Any:
+    """The rollout engine of an actor: one that samples from the policy module samples from `policy` (None: a copy of
+    its own, from `init_path`, on model.device); another loads the folder itself."""
+    if policy is None and engine_spec(cfg).samples_policy:
+        policy = load_model(init_path).to(resolve_placement(cfg.model).device)
+    return build_engine(cfg, policy, tokenizer, init_path)
 
 
 class LearnerWorker:
@@ -211,3 +226,52 @@ class LearnerWorker:
 
     def save(self, path: Path, adapter_path: Path) -> None:
         self.learner.save(path, adapter_path)
+
+
+class ColocatedWorker(LearnerWorker):
+    """A learner rank that holds a rollout engine of its own on its own device (`distributed.colocate`: verl's hybrid
+    engine, `ActorRolloutRefWorker`; TRL GRPOTrainer's `vllm_mode="colocate"`), serving the Rollout role's calls
+    (`RolloutWorker`'s, same names). Rank 0's Rollout draws and scores every step and spreads each generate call's
+    parts over the ranks (`rlvr.rollout.parallel.DataParallelEngine`, the other ranks its peers). Each rank's engine
+    takes the weights from its own rank's policy, in process (`load_own_weights`): an engine that samples from the
+    policy module samples from the rank's own one where the rank holds it whole (no copy at all, as in one
+    process); sharded, from a copy of its own, loaded with the full weights every rank gathers (as TRL and verl
+    do: `full_tensor()` per tensor, then the engine's `load_weights`)."""
+
+    def __init__(self, cfg: Config, policy_path: Path, init_path: Path, rank: int, world: int,
+                 master: tuple[str, int]) -> None:
+        super().__init__(cfg, policy_path, init_path, rank, world, master)
+        policy = None if self.sharded else self.learner.policy
+        # a copy starts from `init_path`; the Rollout role loads every rank's weights into it before any request
+        # (`load_own_weights`), a resume's included
+        self.side = RolloutWorker.around(cfg, _engine(cfg, init_path, self.learner.tokenizer, policy))
+
+    def load_own_weights(self, version: int, relay: Any) -> None:
+        """This rank's weights into its engine, tensor by tensor (sharded: every rank makes this call, each gathering
+        every tensor whole with the others); the engine then samples as policy version `version`, and `relay`
+        tells rank 0's which version its peers hold (no buckets: they load their own)."""
+        with torch.no_grad():
+            self.side.rollout.engine.load_weights(self.learner.named_weights())
+        self.side.rollout.version, self.side.relay = version, relay
+
+    # the Rollout role's calls (`RolloutWorker`), served by this rank's rollout
+    def collect(self, step: int, stream_state: dict | None, version: int) -> tuple[ScoredBatch, dict]:
+        return self.side.collect(step, stream_state, version)
+
+    def set_peers(self, peers: list) -> None:
+        self.side.set_peers(peers)
+
+    def generate_part(self, prompts: list, n: int, sampling: Any, weights: Any) -> list:
+        completions = self.side.generate_part(prompts, n, sampling, weights)
+        if hasattr(self.side.rollout.engine, "sleep"):  # vLLM frees its KV cache: the update comes next on this device
+            self.side.rollout.engine.sleep()
+        return completions
+
+    def ready(self) -> bool:
+        return self.side.ready()
+
+    def evaluate(self, examples: list[Example], seed: int) -> tuple[dict[str, float], list[dict]]:
+        return self.side.evaluate(examples, seed)
+
+    def stream_state(self) -> dict[str, Any]:
+        return self.side.stream_state()

@@ -49,6 +49,13 @@ def assert_same_run(run_dir: Path, full: Path, k: int) -> None:
     assert a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a)
 
 
+def same_batch(a, b) -> None:
+    """Two scored batches are the same: step, policy version, prompts, tokens, sampler log-probs, rewards."""
+    assert (a.step, a.version, a.prompts, a.completion_ids) == (b.step, b.version, b.prompts, b.completion_ids)
+    assert a.sampler_logprobs == b.sampler_logprobs and a.correct == b.correct
+    torch.testing.assert_close(a.rewards, b.rewards)
+
+
 @contextmanager
 def cpu_hog(processes: int, seconds: float):
     """`processes` busy loops at the test's own priority for `seconds` or the block's duration, whichever ends

@@ -18,6 +18,7 @@ def test_shares_by_hand():
     assert cpu_shares(1, 1.0, 2, None, 2.0) == (1.0, 0.5)  # what the set share leaves
     assert cpu_shares(2, None, 1, 0.5, 2.0) == (0.75, 0.5)
     assert cpu_shares(1, 3.0, 2, 2.0, 2.0) == (3.0, 2.0)  # both set: as set (check_resources says they misfit)
+    assert cpu_shares(2, 1.0, 0, None, 2.0) == (1.0, 0.0)  # colocated: no rollout actors, their share left empty
     with pytest.raises(ConfigError, match="reserve all 2 CPUs of the Ray cluster, none is left for the actors of "
                                           "rollout_cpus; lower the set shares or set rollout_cpus too"):
         cpu_shares(2, 1.0, 1, None, 2.0)

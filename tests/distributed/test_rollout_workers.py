@@ -6,9 +6,8 @@ import re
 import time
 
 import pytest
-import torch
 
-from ray_helpers import busy, cpu_hog, ray_sections, tiny_config
+from ray_helpers import busy, cpu_hog, ray_sections, same_batch, tiny_config
 from rlvr.config import load_config
 from rlvr.distributed.cluster import start_ray
 from rlvr.distributed.ray_learner import RemoteWeights
@@ -18,12 +17,6 @@ from rlvr.tasks import get_task
 from rlvr.train.setup import local_roles
 
 HOG_SECONDS = 20  # the hog's span: the kill and the restart's start (a new process importing torch) run beside it
-
-
-def _same(a, b) -> None:
-    assert (a.step, a.version, a.prompts, a.completion_ids) == (b.step, b.version, b.prompts, b.completion_ids)
-    assert a.sampler_logprobs == b.sampler_logprobs and a.correct == b.correct
-    torch.testing.assert_close(a.rewards, b.rewards)
 
 
 @pytest.mark.parametrize("hog", [0, busy()], ids=["quiet", "beside_a_cpu_hog"])
@@ -48,7 +41,7 @@ def test_two_workers_equal_one_process_and_survive_a_kill(ray_cluster, tmp_path,
         with cpu_hog(hog if step == 3 else 0, HOG_SECONDS):  # loaded while Ray restarts the worker
             if step == 3:
                 ray_cluster.kill(workers[0], no_restart=False)
-            _same(remote.collect(step), batch)
+            same_batch(remote.collect(step), batch)
         learner.update(batch)
         weights = list(learner.named_weights())
         local.load_weights(weights)
@@ -89,7 +82,7 @@ def test_a_step_split_over_two_workers_is_the_one_process_batch(ray_cluster, tmp
         local.load_weights(history[version])
         local.version = version
         batch = local.collect(step)
-        _same(remote.collect(step), batch)
+        same_batch(remote.collect(step), batch)
         learner.update(batch)
         history.append([(name, t.clone()) for name, t in learner.named_weights()])
         remote.load_weights(history[-1])
@@ -149,7 +142,7 @@ def _slow_start_worker() -> type:
         def built_at(self) -> float:
             return self.built
 
-        def state_dict(self) -> dict:
+        def stream_state(self) -> dict:
             return {}
 
         def load_weights(self, weights: dict, version: int | None = None, relay=None) -> None:

@@ -40,16 +40,20 @@ def test_sort_learns_on_ray(ray_cluster, tmp_path, warm_model, placement):
     assert all(0 < r["is/weight_mean"] <= 2.0 and 0 <= r["is/truncated_share"] < 1 for r in rows)
 
 
-@pytest.mark.parametrize("learners", [{}, {"learners": 2, "shard": True},
-                                      {"learners": 2, "shard": True, "weight_sync": "collective"}],
-                         ids=["one_learner", "two_sharded", "two_sharded_collective"])
-def test_ray_run_stopped_and_resumed_equals_local(ray_cluster, tmp_path, warm_model, learners):
+@pytest.mark.parametrize("learners, rollout", [
+    ({}, {}), ({"learners": 2, "shard": True}, {}), ({"learners": 2, "shard": True, "weight_sync": "collective"}, {}),
+    ({"learners": 2, "colocate": True, "rollout_cpus": None}, {"data_parallel": 2})],
+    ids=["one_learner", "two_sharded", "two_sharded_collective", "two_colocated"])
+def test_ray_run_stopped_and_resumed_equals_local(ray_cluster, tmp_path, warm_model, learners, rollout):
     """A synchronous Ray run (one worker; one learner, or two sharding the policy with FSDP2) stopped
     after its step-2 checkpoint and resumed with Ray ends where the uninterrupted one-process run
     ends: same losses, same held-out metrics. Sharded, the checkpoint's policy and optimizer state
     are gathered whole, and every rank takes its shard back on resume; with `weight_sync: collective`
-    both ranks gather the weights and rank 0 broadcasts them to the rollout worker."""
-    sections = {"train": {"steps": 4, "batch_size": 16, "group_size": 4}, "log": {"progress": False, "plots": False}}
+    both ranks gather the weights and rank 0 broadcasts them to the rollout worker. Colocated
+    (`distributed.colocate`), the two ranks sample the step's two parts, their engines loaded from the resumed
+    ranks' own policies; the one-process run samples the same two parts in turn."""
+    sections = {"train": {"steps": 4, "batch_size": 16, "group_size": 4}, "rollout": rollout,
+                "log": {"progress": False, "plots": False}}
     local = train(load_config(None, [], base=tiny_config(tmp_path / "local", warm_model, **sections)))
     stopped = tiny_config(tmp_path / "ray", warm_model, **{**sections, "train": {**sections["train"], "steps": 2}},
                           distributed=ray_sections(**learners))
