@@ -14,7 +14,7 @@ from typing import Any
 from rlvr.rewards.countdown import CountdownReward, countdown_equal, evaluate_countdown
 from rlvr.rewards.format import final_answer
 from rlvr.tasks.base import Example, register_task
-from rlvr.tasks.templates import ANSWER_TAGS, check_template, load_tokenizer_option, render_prompt, resolve_template
+from rlvr.tasks.templates import ANSWER_TAGS, render_prompt, set_up_template
 
 _EVAL_BUCKETS = 10
 _MAX_TARGET = 1000
@@ -53,9 +53,7 @@ class CountdownTask:
             raise ValueError(f"countdown: n_numbers must be in 2..8, got {self.n_numbers}")
         if not 2 <= self.max_number <= 1000:
             raise ValueError(f"countdown: max_number must be in 2..1000, got {self.max_number}")
-        self.tokenizer = load_tokenizer_option(self.tokenizer)
-        self.template = resolve_template(self.template, self.tokenizer)
-        check_template(self.template, self.tokenizer)
+        self.template, self.tokenizer = set_up_template(self.template, self.tokenizer)
 
     def _sample(self, n: int, seed: int, held_out: bool) -> list[Example]:
         rng, out = random.Random(seed), []

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 from rlvr.rewards.base import RewardOutput
 from rlvr.rewards.format import final_answer
 from rlvr.tasks.base import Example, TaskOptionError, kind_problem, register_task
-from rlvr.tasks.templates import ANSWER_TAGS, check_template, load_tokenizer_option, render_prompt, resolve_template
+from rlvr.tasks.templates import ANSWER_TAGS, render_prompt, set_up_template
 
 _EVAL_SEED_OFFSET = 1_000_003  # eval items use seeds far from any training seed
 
@@ -75,9 +75,7 @@ class ReasoningGymTask:
             raise ValueError(f"unknown reasoning-gym dataset {self.dataset!r}; "
                              f"choose from {sorted(gym.factory.DATASETS)}")
         self._check_config(gym.factory.DATASETS[self.dataset][1])
-        self.tokenizer = load_tokenizer_option(self.tokenizer)
-        self.template = resolve_template(self.template, self.tokenizer)
-        check_template(self.template, self.tokenizer)
+        self.template, self.tokenizer = set_up_template(self.template, self.tokenizer)
 
     def _check_config(self, config_cls: type) -> None:
         """Build the dataset's config now, so that a bad `config` stops the command (naming `config.KEY`)

@@ -25,7 +25,7 @@ from rlvr.rewards.format import (MARKERS, MathReward, final_answer, format_ok, m
 from rlvr.rewards.math_grader import get_grader, plain_number
 from rlvr.tasks.base import Example, register_task
 from rlvr.tasks.data import gsm8k_answer, map_fields, read_records, record_place, shared_file
-from rlvr.tasks.templates import INSTRUCTIONS, check_template, load_tokenizer_option, render_prompt, resolve_template
+from rlvr.tasks.templates import INSTRUCTIONS, render_prompt, set_up_template
 
 ANSWER_FORMATS = ("plain", "gsm8k", "boxed")
 EXTRACTIONS = ("marker", "stated", "last_number")  # which answer of a completion counts (MathAnswers)
@@ -95,9 +95,7 @@ class MathAnswers:
         if self.answer_extraction not in EXTRACTIONS:
             raise ValueError(f"{self.name}: answer_extraction must be one of {list(EXTRACTIONS)}, got "
                              f"{self.answer_extraction!r}")
-        self.tokenizer = load_tokenizer_option(self.tokenizer)
-        self.template = resolve_template(self.template, self.tokenizer)
-        check_template(self.template, self.tokenizer)
+        self.template, self.tokenizer = set_up_template(self.template, self.tokenizer)
 
     def render(self, question: str) -> str:
         return render_prompt(self.template, question, self.tokenizer,

@@ -50,6 +50,15 @@ def check_template(template: str, tokenizer: Any) -> None:
                          "or give a format string containing '{question}'")
 
 
+def set_up_template(template: str, tokenizer: Any) -> tuple[str, Any]:
+    """A task's `template` and `tokenizer` options as its prompts use them: the tokenizer loaded
+    (`load_tokenizer_option`), `auto` resolved by it (`resolve_template`), the template checked (`check_template`)."""
+    tokenizer = load_tokenizer_option(tokenizer)
+    template = resolve_template(template, tokenizer)
+    check_template(template, tokenizer)
+    return template, tokenizer
+
+
 def render_prompt(template: str, question: str, tokenizer: Any = None, instruction: str = BOXED,
                   system: str | None = None) -> str:
     """The full prompt text for `question` (`auto` resolved by `resolve_template`). `instruction` (how to state the

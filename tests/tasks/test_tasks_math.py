@@ -9,7 +9,7 @@ from rlvr.models import build_char_tokenizer
 from rlvr.eval import answer_votes, maj_at_k
 from rlvr.tasks import Example, Task, get_task
 from rlvr.tasks.data import gsm8k_answer, map_fields, read_records
-from rlvr.tasks.templates import R1_ZERO, render_prompt
+from rlvr.tasks.templates import R1_ZERO, render_prompt, set_up_template
 
 
 def test_gsm8k_from_shared_data():
@@ -167,3 +167,14 @@ def test_same_answers_extracts_each_completions_answer_once(monkeypatch):
     pairs = [(a, b) for i, a in enumerate(texts) for b in texts[i + 1:]]  # 6 pairs of 4 completions
     assert task.same_answers(pairs, ex) == [True, True, False, True, False, False]
     assert sorted(seen) == sorted(texts)
+
+
+def test_set_up_template_loads_the_tokenizer_resolves_auto_and_checks():
+    assert set_up_template("auto", None) == ("r1_zero", None)  # no tokenizer: a base model's R1-Zero
+    template, tokenizer = set_up_template("auto", "char")  # the tiny model's tokenizer, by name
+    assert tokenizer is not None and template == ("chat" if tokenizer.chat_template else "r1_zero")
+    assert set_up_template("Q: {question} A:", None)[0] == "Q: {question} A:"
+    with pytest.raises(ValueError, match="template 'chat' needs tokenizer"):
+        set_up_template("chat", None)
+    with pytest.raises(ValueError, match="unknown template"):
+        set_up_template("no_such_template", None)
