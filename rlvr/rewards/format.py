@@ -66,18 +66,19 @@ def marked_answer(text: str, marker: str) -> str | None:
     return found.strip() or None if found is not None else None
 
 
-def stated_answer(text: str, last_number: bool = False) -> str | None:
-    """`extract_answer`'s answer, else with `last_number` the number the text ends on (the last one in it): the
-    flexible extraction of lm-evaluation-harness's GSM8K, for a model that answers `3 + 5 = 8` without a marker."""
-    found = extract_answer(text)
-    return extract_last_number(text) if found is None and last_number else found
-
-
 def final_answer(prompt: str, completion: str) -> str | None:
     """The answer the completion states: its last `<answer>` block (after a prompt that may open `<think>`),
     else what `extract_answer` finds; a `\\boxed{}` in the reasoning never overrides the `<answer>` block."""
     text = with_prompt_prefix(prompt, completion)
     return answer_in_tags(text) if "<answer>" in text else extract_answer(completion)
+
+
+def stated_answer(prompt: str, completion: str, last_number: bool = False) -> str | None:
+    """`final_answer`, else with `last_number` the number the completion ends on (the last one in it): the
+    flexible extraction of lm-evaluation-harness's GSM8K, for a model that answers `3 + 5 = 8` without a marker.
+    The reward without a format gate and the task's accuracy both read this one answer."""
+    found = final_answer(prompt, completion)
+    return extract_last_number(completion) if found is None and last_number else found
 
 
 @bounded
@@ -106,10 +107,11 @@ class MathReward:
 
     def _predicted(self, prompt: str, completion: str) -> tuple[str | None, bool]:
         if self.format_gate is None:
-            return stated_answer(completion, self.last_number), True
+            return stated_answer(prompt, completion, self.last_number), True
         # The `correct` component stays meaningful without the tags; the score is gated anyway.
-        if self.format_gate in MARKERS:
-            return final_answer(prompt, completion), marked_answer(completion, self.format_gate) is not None
+        if self.format_gate in MARKERS:  # the answer in the marker counts; without one, `correct` reads what is said
+            marked = marked_answer(completion, self.format_gate)
+            return (final_answer(prompt, completion) if marked is None else marked), marked is not None
         text = with_prompt_prefix(prompt, completion)
         return final_answer(prompt, completion), format_ok(text, strict=self.format_gate == "strict")
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rlvr.rewards.extract import last_boxed
-from rlvr.rewards.format import (MARKERS, MathReward, final_answer, format_ok, marked_answer, stated_answer,
+from rlvr.rewards.format import (MARKERS, MathReward, format_ok, marked_answer, stated_answer,
                                  with_prompt_prefix)
 from rlvr.rewards.math_grader import get_grader, plain_number
 from rlvr.tasks.base import Example, register_task
@@ -117,8 +117,7 @@ class MathAnswers:
         """The answer graded, as the reward reads it (`answer_extraction`), so that accuracy is what it counts."""
         if self.format_gate() in MARKERS:
             return marked_answer(completion, self.answer_style)
-        found = final_answer(example.prompt, completion)
-        return stated_answer(completion, True) if found is None and self._last_number() else found
+        return stated_answer(example.prompt, completion, self._last_number())
 
     def is_correct(self, completion: str, example: Example) -> bool:
         return self.correct_batch([completion], [example])[0]

@@ -141,3 +141,35 @@ def test_answer_extraction_says_which_answer_counts_and_format_is_told_apart_fro
     assert tags_task.is_correct(tags, example) and not tags_task.is_correct(boxed, example)
     with pytest.raises(ValueError, match=re.escape("answer_extraction must be one of ['marker', 'stated', 'last_")):
         get_task("word_problems", tokenizer=TOK, answer_extraction="first_number")
+
+
+def test_reward_and_accuracy_read_the_same_answer_when_a_completion_states_two():
+    """An `<answer>` block wins over a `\\boxed{}` before it (final_answer's rule), and under `marker` the boxed
+    answer counts, for the reward and the accuracy alike (they once read different answers in both cases)."""
+    example = get_task("word_problems", tokenizer=TOK).eval_examples(1, seed=0)[0]
+    truth, wrong = example.answer, str(int(example.answer) + 1)
+    for text, right in ((f"\\boxed{{{wrong}}}. <answer>{truth}</answer>", True),
+                        (f"\\boxed{{{truth}}}. <answer>{wrong}</answer>", False)):
+        for extraction in ("stated", "last_number"):
+            task = get_task("word_problems", tokenizer=TOK, answer_extraction=extraction)
+            assert task.reward_fn()(example.prompt, text, example.as_dict()).score == float(right), (extraction, text)
+            assert task.is_correct(text, example) == right, (extraction, text)
+        marker = get_task("word_problems", tokenizer=TOK, answer_extraction="marker")
+        assert marker.reward_fn()(example.prompt, text, example.as_dict()).score == float(not right), text
+        assert marker.is_correct(text, example) == (not right), text
+
+
+PIECES = st.sampled_from(["\\boxed{{{t}}}", "\\boxed{{{w}}}", "<answer>{t}</answer>", "<answer>{w}</answer>",
+                          "The answer is {t}.", "The answer is {w}.", "#### {w}", "{t} + 1 = {w}", "{w}", "{t}",
+                          "so", " ", "<think>", "</think>"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(PIECES, max_size=5), st.sampled_from(["marker", "stated", "last_number"]))
+def test_the_reward_pays_exactly_the_completions_the_accuracy_counts(pieces, extraction):
+    example = get_task("word_problems", tokenizer=TOK).eval_examples(1, seed=0)[0]
+    text = " ".join(pieces).format(t=example.answer, w=int(example.answer) + 1)
+    task = get_task("word_problems", tokenizer=TOK, answer_extraction=extraction)
+    paid = task.reward_fn()(example.prompt, text, example.as_dict()).score == 1.0
+    # the accuracy counts the answer the reward reads; a marker gate pays it only in the marker
+    assert paid == (task.is_correct(text, example) and (extraction != "marker" or task.format_ok(text, example)))
