@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.config import Config
-from rlvr.distributed.ray_learner import CollectiveWeights, ColocatedWeights, RemoteWeights, _cause, _process_id
+from rlvr.distributed.ray_learner import (CollectiveWeights, ColocatedWeights, LearnerFailed, RemoteWeights, _cause,
+                                         _process_id)
 from rlvr.distributed.workers import WrongWeights
 from rlvr.rollout.scored import ScoredBatch
 from rlvr.tasks import Example
@@ -172,7 +173,10 @@ class RayRollout:
                         "distributed.max_restarts=%d per worker); its requests are sent again", i, self.restarts,
                         self.cfg.distributed.max_restarts)
 
-    def _failed(self, i: int, why: str) -> RolloutFailed:
+    def _failed(self, i: int, why: str) -> RunStopped:
+        if isinstance(self._weights, ColocatedWeights):  # the workers are learner ranks: Ray restarts none of them
+            return LearnerFailed(f"learner rank {i} (colocated rollout) failed: {why}; the run stops. "
+                                 f"{continue_hint(Path(self.cfg.out_dir))}")
         return RolloutFailed(f"rollout worker {i} failed: {why}; {self.restarts} restart(s) of the workers before "
                              f"(distributed.max_restarts={self.cfg.distributed.max_restarts} per worker); the run "
                              f"stops. {continue_hint(Path(self.cfg.out_dir))}")

@@ -9,7 +9,7 @@ import pytest
 
 from ray_helpers import same_batch, tiny_config
 from rlvr.config import ConfigError, load_config
-from rlvr.distributed.ray_learner import ColocatedWeights, _learners
+from rlvr.distributed.ray_learner import ColocatedWeights, LearnerFailed, _learners
 from rlvr.distributed.ray_roles import stop_roles
 from rlvr.distributed.ray_rollout import RayRollout
 from rlvr.tasks import get_task
@@ -50,6 +50,23 @@ def test_colocated_ranks_sample_the_one_process_batches(ray_cluster, tmp_path, w
         held = ray_cluster.get([rank.__ray_call__.remote(engine_of) for rank in learner.actors])
         assert [(version, parts) for version, parts, _ in held] == [(4, 2), (4, 2)]
         assert [shares for _, _, shares in held] == [not shard] * 2  # whole: the rank's own module, no copy
+    finally:
+        stop_roles(learner, remote)
+
+
+def test_a_colocated_rank_that_dies_stops_the_run_naming_it(ray_cluster, tmp_path, warm_model):
+    """Rank 1 dies (Ray restarts no learner): rank 0's step fails on its part, and the run stops with one line that
+    names the rank as a learner and the command to go on with, not as a rollout worker waiting for restarts."""
+    cfg = load_config(None, [], base=tiny_config(tmp_path / "run", warm_model, rollout={"data_parallel": 2},
+                                                 distributed=_colocated()))
+    learner = _learners(cfg, warm_model, warm_model)
+    remote = RayRollout(cfg, learner.actors, learner.named_weights())
+    try:
+        ray_cluster.kill(learner.actors[1])
+        with pytest.raises(LearnerFailed, match=r"^learner rank 1 \(colocated rollout\) failed: Ray reports it "
+                                                r"dead for good \(ActorDiedError.*\); the run stops\. .* "
+                                                r"--resume-or-start"):
+            remote.collect(1)
     finally:
         stop_roles(learner, remote)
 
