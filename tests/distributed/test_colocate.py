@@ -21,16 +21,19 @@ def _colocated(**distributed) -> dict:
     return {"backend": "ray", "learners": 2, "learner_cpus": 0.5, "colocate": True, **distributed}
 
 
-@pytest.mark.parametrize("shard", [False, True], ids=["whole", "sharded"])
-def test_colocated_ranks_sample_the_one_process_batches(ray_cluster, tmp_path, warm_model, shard):
+@pytest.mark.parametrize("shard, partial", [(False, False), (True, False), (False, True)],
+                         ids=["whole", "sharded", "whole_partial"])
+def test_colocated_ranks_sample_the_one_process_batches(ray_cluster, tmp_path, warm_model, shard, partial):
     """`rollout.data_parallel: 2` on two colocated learner ranks: rank 0 draws and scores each step (failure-rate
     sampling: it learns from every batch), its engine samples part 0 and rank 1's part 1, each from its own rank's
     policy. Every batch equals the one process's (one engine sampling both parts in turn from rank 0's weights),
     the ranks updating on it every step. No weights go through the object store; whole, an engine samples from
-    its rank's policy module itself; sharded (FSDP2), from a copy loaded with the weights every rank gathers."""
+    its rank's policy module itself; sharded (FSDP2), from a copy loaded with the weights every rank gathers. With
+    partial rollouts the samples carried between steps travel in the rollout's state from step to step."""
+    partial_rollouts = {"partial": True, "partial_tokens": 3, "max_new_tokens": 10} if partial else {}
     cfg = load_config(None, [], base=tiny_config(
         tmp_path / "run", warm_model, train={"steps": 4, "batch_size": 16, "group_size": 4},
-        rollout={"data_parallel": 2}, task={"prompt_sampler": "failure_rate"},
+        rollout={"data_parallel": 2, **partial_rollouts}, task={"prompt_sampler": "failure_rate"},
         distributed=_colocated(shard=shard)))
     _, local = local_roles(cfg, get_task(cfg.task.name, **cfg.task.options), warm_model, warm_model)
     learner = _learners(cfg, warm_model, warm_model)
@@ -50,6 +53,7 @@ def test_colocated_ranks_sample_the_one_process_batches(ray_cluster, tmp_path, w
         held = ray_cluster.get([rank.__ray_call__.remote(engine_of) for rank in learner.actors])
         assert [(version, parts) for version, parts, _ in held] == [(4, 2), (4, 2)]
         assert [shares for _, _, shares in held] == [not shard] * 2  # whole: the rank's own module, no copy
+        assert not partial or remote.state_dict()["partial_pool"] == local.state_dict()["partial_pool"]
     finally:
         stop_roles(learner, remote)
 
