@@ -26,7 +26,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from rlvr.config import Config
 from rlvr.distributed.ray_learner import (CollectiveWeights, ColocatedWeights, LearnerFailed, RemoteWeights, _cause,
@@ -45,6 +45,19 @@ log = logging.getLogger("rlvr.distributed")
 RESTART_WAIT = 600.0  # seconds a worker that Ray is restarting may take to answer again (a busy machine is slow)
 # what Ray answers for a worker it is restarting: unreachable for now, or killed by its memory monitor
 RESTARTING = (ray.exceptions.ActorUnavailableError, ray.exceptions.OutOfMemoryError) if ray else ()
+
+
+def _once_up(call: Callable[[], Any], pause: float) -> Any:
+    """`call()` (a `ray.get` of an actor's answer), called again every `pause` seconds while Ray is restarting the
+    actor (RESTARTING), for RESTART_WAIT seconds at most; then the last RESTARTING error is raised."""
+    deadline = time.monotonic() + RESTART_WAIT
+    while True:
+        try:
+            return call()
+        except RESTARTING:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(pause)
 
 
 def _own_stop(err: Exception) -> Exception:
@@ -84,20 +97,8 @@ class RemotePart:
 
     def start(self, prompts: list, n: int, sampling: Any):
         args = (prompts, n, sampling, self.weights())
-        refs = [self.actor.generate_part.remote(*args)]
-
-        def wait() -> list:
-            deadline = time.monotonic() + RESTART_WAIT
-            while True:
-                try:
-                    return ray.get(refs[-1])
-                except RESTARTING:  # restarting (or killed by Ray's memory monitor): sent again once it is up
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(1.0)
-                    refs.append(self.actor.generate_part.remote(*args))
-
-        return wait
+        sent = [self.actor.generate_part.remote(*args)]  # sampling starts now; a part lost to a restart is sent again
+        return lambda: _once_up(lambda: ray.get(sent.pop() if sent else self.actor.generate_part.remote(*args)), 1.0)
 
 
 @dataclass
@@ -150,16 +151,12 @@ class RayRollout:
         """The id of worker i's process, once it answers. A worker Ray is restarting (ActorUnavailableError, as
         long as that takes on a busy machine; OutOfMemoryError: Ray's memory monitor killed it) is waited for; one
         Ray reports dead for good (past its max_restarts, or its constructor failed) stops the run."""
-        waited = time.monotonic()
-        while True:
-            try:
-                return ray.get(self.actors[i].__ray_call__.remote(_process_id))
-            except RESTARTING as err:
-                if time.monotonic() - waited > RESTART_WAIT:
-                    raise self._failed(i, f"it did not come back within {RESTART_WAIT:g} s ({_cause(err)})") from None
-                time.sleep(0.2)
-            except ray.exceptions.RayActorError as err:
-                raise self._failed(i, f"Ray reports it dead for good ({_cause(err)})") from None
+        try:
+            return _once_up(lambda: ray.get(self.actors[i].__ray_call__.remote(_process_id)), 0.2)
+        except RESTARTING as err:
+            raise self._failed(i, f"it did not come back within {RESTART_WAIT:g} s ({_cause(err)})") from None
+        except ray.exceptions.RayActorError as err:
+            raise self._failed(i, f"Ray reports it dead for good ({_cause(err)})") from None
 
     def _back(self, i: int) -> None:
         """After a failed request of worker i: wait until it answers again, and count a restart when it is
