@@ -24,7 +24,8 @@ from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-DOCS = [ROOT / "docs" / "performance.md", ROOT / "docs" / "performance_update.md", ROOT / "docs" / "real_model.md"]
+DOCS = [ROOT / "docs" / "performance.md", ROOT / "docs" / "performance_update.md", ROOT / "docs" / "real_model.md",
+        ROOT / "docs" / "environments.md"]
 MARK = re.compile(r"(<!-- table: (?P<name>[\w:.-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
 
 
@@ -148,6 +149,58 @@ def _seed_means(rows: list[dict]) -> list[dict]:
     return out
 
 
+def welch(a: list[float], b: list[float]) -> tuple[float, float, float]:
+    """Welch's t-test of mean(b) - mean(a): (t, Welch-Satterthwaite degrees of freedom, two-sided p), the p from
+    Student's t distribution (its CDF by the regularized incomplete beta function, mpmath's, which sympy brings)."""
+    import mpmath
+
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    if va + vb == 0:
+        return (0.0 if statistics.mean(a) == statistics.mean(b) else float("inf")), float("nan"), \
+            float(statistics.mean(a) == statistics.mean(b))
+    t = (statistics.mean(b) - statistics.mean(a)) / (va + vb) ** 0.5
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    return t, df, float(mpmath.betainc(df / 2, 0.5, 0, df / (df + t * t), regularized=True))
+
+
+TOOL_METRICS = {"accuracy": "accuracy", "episodes with a call": "call_share", "correct calls": "correct_calls",
+                "call errors": "call_errors"}
+
+
+def _three(key: str) -> Callable[[dict], str]:
+    """`base / after SFT / after RL` of one metric of an env_tools row (– where no call was made to count)."""
+    def cell(r: dict) -> str:
+        if f"{key}_cell" in r:
+            return r[f"{key}_cell"]
+        return " / ".join("–" if r.get(f"{p}_{key}") is None else f"{r[f'{p}_{key}']:.3f}" for p in ("base", "sft", "rl"))
+    return cell
+
+
+def _tool_means(rows: list[dict]) -> list[dict]:
+    """The mean ± SE over seeds of each after-SFT and after-RL figure, and Welch's t-test of after-RL accuracy
+    against after-SFT accuracy over the seeds (both held-out sets)."""
+    if len(rows) < 2:
+        return []
+    mean, test = {"seed": f"mean ± SE ({len(rows)})"}, {"seed": "Welch's t, RL vs SFT"}
+    for group in ("", "family_"):
+        for name in TOOL_METRICS.values():
+            key = f"{group}{name}"
+            got = {p: [r[f"{p}_{key}"] for r in rows if r.get(f"{p}_{key}") is not None] for p in ("sft", "rl")}
+            base = rows[0].get(f"base_{key}")
+            mean[f"{key}_cell"] = " / ".join(["–" if base is None else f"{base:.3f}",
+                                              *(mean_se(v) if v else "–" for v in got.values())])
+            test[f"{key}_cell"] = ""
+        t, df, p = welch([r[f"sft_{group}accuracy"] for r in rows], [r[f"rl_{group}accuracy"] for r in rows])
+        test[f"{group}accuracy_cell"] = f"t = {t:.2f}, df = {df:.1f}, p = {p:.2f}"
+    return [mean, test]
+
+
+def _tool_columns(group: str) -> list[tuple[str, Callable[[dict], str]]]:
+    return [("seed", col("seed")), *((f"{title}: base / SFT / RL", _three(group + key))
+                                      for title, key in TOOL_METRICS.items()), ("wall min", col("wall_min", ".1f")),
+            ("CPU s", col("cpu_s"))]
+
+
 TABLES: dict[str, dict[str, Any]] = {
     "machines": {"file": "machines", "meta": False, "columns": [
         ("machine", col("machine")), ("CPU", col("cpu")),
@@ -217,6 +270,8 @@ TABLES: dict[str, dict[str, Any]] = {
         ("family's format, after", col("family_format_after", ".3f")),
         ("GSM8K (30) before / after", pair("gsm8k_before", "gsm8k_after", ".3f")),
         ("wall min", col("wall_min", ".1f")), ("CPU s", col("cpu_s"))]},
+    "env_tools": {"file": "env_tools", "extra": _tool_means, "columns": _tool_columns("")},
+    "env_tools:family": {"file": "env_tools", "extra": _tool_means, "columns": _tool_columns("family_")},
     "bench_data_parallel": {"file": "bench_data_parallel", "columns": [
         ("two learner ranks", col("ranks")), ("rows of advantage 0 left out (s)", col("left_out_s", ".3f")),
         ("every row trained (s)", col("trained_s", ".3f")), ("ratio", times("ratio")),

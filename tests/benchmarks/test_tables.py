@@ -70,3 +70,24 @@ def test_seed_means_by_hand():
     assert mean["family_accuracy_cell"] == "0.188 ± 0.062 -> 0.500 ± 0.000 (**+0.312 ± 0.062**)"
     assert (mean["wall_min"], mean["cpu_s"], mean["gsm8k_after"]) == ("11.0 ± 1.0", "450 ± 50", None)
     assert tables.mean_se([0.3]) == "0.300"
+
+
+def test_welch_by_hand_and_against_students_t_with_four_degrees_of_freedom():
+    t, df, p = tables.welch([0.0, 1.0, 2.0], [1.0, 2.0, 3.0])  # variances 1 and 1: t = 1 / sqrt(2/3), df = 4
+    assert t == pytest.approx(1.5 ** 0.5) and df == pytest.approx(4.0)
+    u = t / (1 + t * t / 4) ** 0.5  # Student's t CDF for 4 degrees of freedom, in closed form
+    cdf = 0.5 + 3 / 8 * u * (1 - t * t / (12 * (1 + t * t / 4)))
+    assert p == pytest.approx(2 * (1 - cdf), rel=1e-9)
+    assert tables.welch([0.5, 0.5], [0.5, 0.5])[2] == 1.0  # no spread, no difference
+
+
+def test_tool_means_by_hand():
+    rows = [{"base_accuracy": 0.0, "sft_accuracy": 0.25, "rl_accuracy": 0.5, "base_family_accuracy": 0.0,
+             "sft_family_accuracy": 0.5, "rl_family_accuracy": 0.5, "sft_call_share": 1.0, "rl_call_share": 1.0},
+            {"base_accuracy": 0.0, "sft_accuracy": 0.75, "rl_accuracy": 1.0, "base_family_accuracy": 0.0,
+             "sft_family_accuracy": 0.5, "rl_family_accuracy": 0.75, "sft_call_share": 0.5, "rl_call_share": 1.0}]
+    mean, test = tables._tool_means(rows)
+    assert mean["accuracy_cell"] == "0.000 / 0.500 ± 0.250 / 0.750 ± 0.250"
+    assert mean["call_share_cell"] == "– / 0.750 ± 0.250 / 1.000 ± 0.000"  # no base figure: –
+    assert mean["correct_calls_cell"] == "– / – / –"
+    assert test["accuracy_cell"].startswith("t = 0.71, df = 2.0, p = ")  # 0.25 / sqrt(0.125)

@@ -67,14 +67,14 @@ def test_only_the_models_tokens_reach_the_loss(tmp_path, monkeypatch):
 
 
 
-SHIPPED = {"tools": ["env.options.system=calc", "env.options.instruction=boxed", "env.max_tokens=48"],
+SHIPPED = {"tools": ["env.options.system=calc", "env.options.instruction=boxed", "env.max_tokens=48", "sft.steps=2"],
            "code": ["env.max_tokens=64", "env.max_observation_tokens=32"]}
 
 
 @pytest.mark.parametrize("name", sorted(SHIPPED))
 def test_a_shipped_real_model_config_trains_with_the_tiny_model_in_its_place(tmp_path, name):
     """`configs/environments/{tools,code}.yaml` as shipped but for their model (the tiny one, with prompts and
-    budgets that fit its context): a step of episodes trains, with the tool-call metrics in training and held-out
+    budgets that fit its context, and a shorter warm start): a step of episodes trains, with the tool-call metrics in training and held-out
     rows; the code environment's failing tests come back as (masked) observations for another attempt."""
     argv = ["train", f"environments/{name}"]
     for value in ["model.path=", "model.tiny_preset=test", "threads=1", "train.steps=1", "task.train_size=16",
@@ -88,6 +88,9 @@ def test_a_shipped_real_model_config_trains_with_the_tiny_model_in_its_place(tmp
     step = rows[1]
     assert 1 <= step["episode/turns"] <= 3 and 0 <= step["episode/tool_errors"] <= step["episode/tool_calls"]
     assert all(r["eval/greedy_tool_calls"] >= 0 for r in rows)
+    assert 0 <= step["episode/tool_calls_correct"] <= step["episode/tool_calls"]
+    if name == "tools":  # its SFT warm start played the environment's demonstrations
+        assert (tmp_path / "run" / "sft_model").is_dir()
     if name == "code":  # the tiny model's attempts fail, and the failures are fed back
         assert step["episode/turns"] > 1 and step["episode/masked_share"] > 0
     sample = json.loads((tmp_path / "run" / "samples.jsonl").read_text().splitlines()[0])
