@@ -201,6 +201,14 @@ def _tool_columns(group: str) -> list[tuple[str, Callable[[dict], str]]]:
             ("CPU s", col("cpu_s"))]
 
 
+def _before_rl(key: str) -> Callable[[dict], str]:
+    """`before -> after RL` of an env_code row (before: the run's step 0, the model as shipped)."""
+    def cell(r: dict) -> str:
+        before, after = r.get(f"base_{key}"), r.get(f"rl_{key}")
+        return "" if before is None or after is None else f"{before:.3f} -> {after:.3f} ({after - before:+.3f})"
+    return cell
+
+
 TABLES: dict[str, dict[str, Any]] = {
     "machines": {"file": "machines", "meta": False, "columns": [
         ("machine", col("machine")), ("CPU", col("cpu")),
@@ -272,6 +280,11 @@ TABLES: dict[str, dict[str, Any]] = {
         ("wall min", col("wall_min", ".1f")), ("CPU s", col("cpu_s"))]},
     "env_tools": {"file": "env_tools", "extra": _tool_means, "columns": _tool_columns("")},
     "env_tools:family": {"file": "env_tools", "extra": _tool_means, "columns": _tool_columns("family_")},
+    "env_code": {"file": "env_code", "columns": [
+        ("seed", col("seed")), ("RL steps", col("rl_steps")),
+        ("final attempt passes every test: before -> after RL", _before_rl("accuracy")),
+        ("final attempt's pass fraction", _before_rl("reward")), ("attempts per episode", _before_rl("turns")),
+        ("wall min", col("wall_min", ".1f")), ("CPU s", col("cpu_s"))]},
     "bench_data_parallel": {"file": "bench_data_parallel", "columns": [
         ("two learner ranks", col("ranks")), ("rows of advantage 0 left out (s)", col("left_out_s", ".3f")),
         ("every row trained (s)", col("trained_s", ".3f")), ("ratio", times("ratio")),
