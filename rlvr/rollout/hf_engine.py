@@ -100,7 +100,6 @@ class HFEngine:
         # inside `reuse_histories`: the last call's sequences (read), and this call's (written)
         self._histories: Histories | None = None
         self._keeping: Histories | None = None
-        self._max_kept = math.inf
 
     # --- public API -------------------------------------------------------------------------------
 
@@ -112,7 +111,7 @@ class HFEngine:
         generator = torch.Generator(device=self.device).manual_seed(seed)
         rows: list[tuple[list[int], list[float], str | None, bool, list[float] | None]] = []
         if self._histories is not None:
-            self._keeping = Histories(self._max_kept)
+            self._keeping = Histories(self._histories.max_bytes)  # the block's cap
         was_training = self.model.training
         self.model.eval()
         try:
@@ -140,7 +139,6 @@ class HFEngine:
         Kept for one call only, at most `max_bytes` of them (past it none, and the next call prefills in full; the
         previous call's are read while a call keeps its own: twice that at most); weights must not change inside
         the block (the kept keys would be stale)."""
-        self._max_kept = max_bytes
         self._histories = Histories(max_bytes)
         try:
             yield
